@@ -1,0 +1,62 @@
+"""The activity that offers one system event to the owner's chat when it is idle (R26)."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.chat_client import ChatClient, ChatError, ChatUncertain
+from domain.activity_io import OfferEvent, OfferResult
+from domain.chat_api import SystemEvent
+from domain.owner_book import EventState
+from domain.texts import text
+from store.helper_store import HelperStore
+
+
+class ChatActivities:
+    def __init__(self, store: HelperStore, chat: ChatClient) -> None:
+        self.store = store
+        self.chat = chat
+
+    @activity.defn(name="offer_chat_event")
+    async def offer_chat_event(self, offer: OfferEvent) -> OfferResult:
+        """Ask whether the chat is idle; if so, send the event. `delivered` only with the chat's receipt."""
+        attempts = offer.attempts + 1
+        await self._record(offer, EventState.ATTEMPTING, attempts)
+        try:
+            if not await self.chat.is_idle(offer.owner):
+                await self._record(offer, EventState.PENDING, attempts, error="chat busy")
+                return OfferResult(state=EventState.PENDING, busy=True)
+            receipt = await self.chat.send_event(
+                offer.owner,
+                SystemEvent(
+                    key=offer.key,
+                    helper_ids=offer.helper_ids,
+                    text=text("event.ready", offer.language, helper_ids=", ".join(offer.helper_ids)),
+                ),
+            )
+        except ChatUncertain as error:
+            await self._record(offer, EventState.UNCERTAIN, attempts, error=str(error))
+            return OfferResult(state=EventState.UNCERTAIN, error=str(error))
+        except ChatError as error:
+            await self._record(offer, EventState.FAILED, attempts, error=str(error))
+            return OfferResult(state=EventState.FAILED, error=str(error))
+        await self._record(offer, EventState.DELIVERED, attempts, receipt_id=receipt.event_id)
+        return OfferResult(state=EventState.DELIVERED, receipt_id=receipt.event_id)
+
+    async def _record(
+        self,
+        offer: OfferEvent,
+        state: EventState,
+        attempts: int,
+        error: str | None = None,
+        receipt_id: str | None = None,
+    ) -> None:
+        await self.store.record_event(
+            owner=offer.owner,
+            key=offer.key,
+            helper_ids=offer.helper_ids,
+            state=state.value,
+            attempts=attempts,
+            receipt_id=receipt_id,
+            last_error=error,
+        )

@@ -1,0 +1,139 @@
+"""The messages between workflows and activities: small, so histories stay small.
+
+Big texts (the task, outcome texts, the last completed message) stay in the store and the result
+directories; these messages carry ids, counters and short summaries only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from domain.core_api import Action
+from domain.limits import FollowTuning, Limits
+from domain.outcome import OutcomeKind
+from domain.owner_book import EventState
+from domain.requests import HelperRequest
+from domain.rows import RowState
+from domain.work import Usage
+
+
+class RowKey(BaseModel):
+    """Which row, which admission of it, and the writer's generation (SPEC "Parts": writer generation)."""
+
+    owner: str
+    helper_id: str
+    seq: int
+    generation: int
+
+
+class NewRow(BaseModel):
+    request: HelperRequest
+    seq: int
+    limits: Limits
+    admitted_at: datetime
+
+
+class RemoveRows(BaseModel):
+    owner: str
+    helper_ids: list[str]
+
+
+class RemovedRows(BaseModel):
+    removed: list[str]
+    directories_left: list[str] = Field(default_factory=list, description="Left for the orphan sweep.")
+
+
+class HelperStart(BaseModel):
+    """A helper workflow's input, set by the coordinator at admission."""
+
+    owner: str
+    helper_id: str
+    seq: int
+    goal_id: str | None = None
+    language: str
+    model: str
+    limits: Limits
+    slot_granted: bool
+    summary_max: int
+    check_ms: int
+    follow: FollowTuning
+    title: str = Field(description="First line of the task, shown in the Web UI.")
+
+
+class OpenSession(BaseModel):
+    row: RowKey
+    idempotency_key: str
+    limits: Limits
+    started_at: datetime
+    deadline_at: datetime
+
+
+class OpenedSession(BaseModel):
+    session_id: str
+    created: bool
+
+
+class SessionRef(BaseModel):
+    owner: str
+    helper_id: str
+    session_id: str
+
+
+class CancelResult(BaseModel):
+    stopped: bool
+    reachable: bool = True
+    detail: str = ""
+
+
+class MarkClosed(BaseModel):
+    row: RowKey
+
+
+class Finalize(BaseModel):
+    """Everything the one finalizer writes (R18, R19)."""
+
+    row: RowKey
+    kind: OutcomeKind
+    state: RowState
+    language: str
+    model: str
+    explanation: str = ""
+    question: str | None = None
+    authorization: str | None = None
+    actions: list[Action] = Field(default_factory=list)
+    refusals: list[str] = Field(default_factory=list)
+    usage: Usage | None = Field(default=None, description="None: take the counters last folded into the row.")
+    summary_max: int
+    finished_at: datetime
+
+
+class Finalized(BaseModel):
+    applied: bool
+    summary: str
+    result_dir: str
+
+
+class CoordinatorWrite(BaseModel):
+    """A row write by the coordinator after the helper handed the row back (delivered, closed)."""
+
+    row: RowKey
+    state: RowState
+    delivered_at: datetime | None = None
+    keep_until: datetime | None = None
+
+
+class OfferEvent(BaseModel):
+    owner: str
+    key: str
+    helper_ids: list[str]
+    language: str
+    attempts: int
+
+
+class OfferResult(BaseModel):
+    state: EventState
+    busy: bool = False
+    receipt_id: str | None = None
+    error: str | None = None

@@ -1,0 +1,89 @@
+"""A helper's outcome (R18): its kind, the full text, the summary shown to the chat, actions, usage.
+
+`compose_outcome_text` and `summarize` are pure so the finalizing activity and the tests agree on
+exactly what the owner will read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from domain.core_api import Action
+from domain.texts import text
+from domain.work import Usage
+
+
+class OutcomeKind(StrEnum):
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    QUESTION = "question"
+    AUTHORIZATION = "authorization"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CLOSED = "closed"
+
+
+class Outcome(BaseModel):
+    """The one finalized outcome of a helper; it never changes once written (R19)."""
+
+    kind: OutcomeKind
+    summary: str
+    explanation: str = Field(default="", description="Why the helper stopped, in the owner's language.")
+    question: str | None = None
+    authorization: str | None = None
+    actions: list[Action] = Field(default_factory=list)
+    refusals: list[str] = Field(default_factory=list)
+    usage: Usage = Usage()
+    model: str
+    started_at: datetime | None = None
+    finished_at: datetime
+
+
+def summarize(full_text: str, limit: int, language: str) -> str:
+    """At most `limit` characters; a longer text is cut at a word boundary and marked (R18)."""
+    stripped = full_text.strip()
+    if len(stripped) <= limit:
+        return stripped
+    mark = text("summary.cut_mark", language)
+    room = max(0, limit - len(mark))
+    cut = stripped[:room]
+    boundary = cut.rfind(" ")
+    if boundary > room // 2:  # a word boundary that keeps most of the room
+        cut = cut[:boundary]
+    return cut.rstrip() + mark
+
+
+def compose_outcome_text(
+    *,
+    kind: OutcomeKind,
+    language: str,
+    message: str,
+    explanation: str = "",
+    question: str | None = None,
+    authorization: str | None = None,
+    actions: Sequence[Action] = (),
+    refusals: Sequence[str] = (),
+) -> str:
+    """The full outcome text kept in the result directory: what the owner needs, in their language."""
+    parts: list[str] = []
+    if explanation:
+        parts.append(explanation)
+    if kind is OutcomeKind.QUESTION and question:
+        parts.append(text("outcome.question", language, question=question))
+    if kind is OutcomeKind.AUTHORIZATION and authorization:
+        parts.append(text("outcome.authorization", language, needed=authorization))
+    if message.strip():
+        parts.append(message.strip())
+    elif kind in (OutcomeKind.PARTIAL, OutcomeKind.CLOSED) and not parts[1:]:
+        parts.append(text("stop.no_message", language))
+    if refusals:
+        parts.append("\n".join(f"- {refusal}" for refusal in refusals))
+    if actions:
+        lines = [text("outcome.actions_heading", language)]
+        lines += [f"- {a.at.isoformat()} · {a.tool} · {a.whom}: {a.what}" for a in actions]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)

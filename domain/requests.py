@@ -1,0 +1,159 @@
+"""What Iva sends to start a helper (R1) and how a malformed request is refused (R5).
+
+`HelperRequest.parse` is the one place a request is checked. It is called by the starter before
+anything is sent, and again by the coordinator's update validator, so a request that reaches a
+workflow by any path has passed the same checks and nothing is written for a bad one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from domain.limits import (
+    HELPER_BOUNDARY_ITEM_MAX_CHARS,
+    HELPER_BOUNDARY_MAX_ITEMS,
+    HELPER_TASK_MAX_CHARS,
+    LimitOverrides,
+    Limits,
+    looser_than,
+)
+from domain.texts import SUPPORTED_LANGUAGES
+
+# Ids end up in workflow ids, directory names and URLs: keep them to a safe alphabet.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class RequestError(ValueError):
+    """A request is malformed; `problems` names each wrong field and why."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def check_id(kind: str, value: str) -> str:
+    if not ID_PATTERN.fullmatch(value):
+        raise ValueError(
+            f"{kind} {value!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return value
+
+
+def check_utf8(field: str, value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{field} is not valid UTF-8 (bad character at position {error.start})") from None
+    return value
+
+
+class HelperRequest(BaseModel):
+    """One helper request: who, what, with which authority, in which language, on which model (R1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    owner: str
+    helper_id: str
+    task: str
+    boundary: tuple[str, ...] = Field(
+        default=(),
+        description="The actions the owner named; empty means find, prepare and return a draft.",
+    )
+    language: str = "en"
+    model: str
+    goal_id: str | None = None
+    limits: LimitOverrides | None = Field(default=None, description="Tighter limits named by the request.")
+    session_limits: LimitOverrides | None = Field(
+        default=None, description="The initiating session's limits; the effective limit is the minimum."
+    )
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, value: str) -> str:
+        return check_id("owner", value)
+
+    @field_validator("helper_id")
+    @classmethod
+    def _helper_id(cls, value: str) -> str:
+        return check_id("helper id", value)
+
+    @field_validator("goal_id")
+    @classmethod
+    def _goal_id(cls, value: str | None) -> str | None:
+        return None if value is None else check_id("goal id", value)
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, value: str) -> str:
+        check_utf8("task", value)
+        if not value.strip():
+            raise ValueError("task is empty")
+        if len(value) > HELPER_TASK_MAX_CHARS:
+            raise ValueError(f"task has {len(value)} characters; at most {HELPER_TASK_MAX_CHARS} are allowed")
+        return value
+
+    @field_validator("boundary")
+    @classmethod
+    def _boundary(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > HELPER_BOUNDARY_MAX_ITEMS:
+            raise ValueError(f"boundary names {len(value)} actions; at most {HELPER_BOUNDARY_MAX_ITEMS}")
+        for item in value:
+            check_utf8("boundary", item)
+            if not item.strip() or len(item) > HELPER_BOUNDARY_ITEM_MAX_CHARS:
+                raise ValueError(f"boundary item {item[:40]!r} must be 1-{HELPER_BOUNDARY_ITEM_MAX_CHARS} characters")
+        return value
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str) -> str:
+        if value not in SUPPORTED_LANGUAGES:
+            raise ValueError(f"language {value!r} is not supported; use one of {', '.join(SUPPORTED_LANGUAGES)}")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        check_utf8("model", value)
+        if not value.strip() or len(value) > 100:
+            raise ValueError("model must be 1-100 characters")
+        return value
+
+    @property
+    def is_goal_check(self) -> bool:
+        return self.goal_id is not None
+
+    @classmethod
+    def parse(cls, data: dict[str, Any], defaults: Limits | None = None) -> HelperRequest:
+        """Validate raw data into a request or raise `RequestError` naming every problem."""
+        try:
+            request = cls.model_validate(data)
+        except ValidationError as error:
+            raise RequestError([_describe(problem) for problem in error.errors()]) from None
+        request.check_against(defaults or Limits())
+        return request
+
+    def check_against(self, defaults: Limits) -> None:
+        """A request may only tighten the limits (R1); looser values are out of range."""
+        if self.limits is not None:
+            looser = looser_than(defaults, self.limits)
+            if looser:
+                raise RequestError(
+                    [
+                        f"limits.{name} is above the default {getattr(defaults, name)}; a request may only tighten"
+                        for name in looser
+                    ]
+                )
+
+
+def _describe(problem: Any) -> str:
+    location = ".".join(str(part) for part in problem.get("loc", ())) or "request"
+    message = str(problem.get("msg", "is invalid"))
+    message = message.removeprefix("Value error, ")
+    if problem.get("type") == "missing":
+        return f"{location} is missing"
+    if problem.get("type") == "extra_forbidden":
+        return f"{location} is not a known field"
+    return f"{location}: {message}"

@@ -1,0 +1,119 @@
+"""The helper row as Iva reads it from the store, and the answers the starter gives."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from domain.core_api import Action
+from domain.limits import Limits
+from domain.outcome import OutcomeKind
+
+
+class RowState(StrEnum):
+    WAITING = "waiting"  # admitted, waiting for a running slot
+    RUNNING = "running"  # holds a slot; its core session is followed
+    UNREPORTED = "unreported"  # finalized, not yet told to the owner
+    DELIVERED = "delivered"  # a chat turn read it and answered
+    CLOSED = "closed"  # closed by the owner (or its outcome withdrawn)
+
+    @property
+    def is_open(self) -> bool:
+        """Admitted and not yet finished or closed (HELPER_MAX_OPEN counts these)."""
+        return self in (RowState.WAITING, RowState.RUNNING)
+
+
+class HelperRow(BaseModel):
+    """One helper row: the store's projection of the helper's workflow state."""
+
+    owner: str
+    helper_id: str
+    seq: int
+    goal_id: str | None = None
+    state: RowState
+    task: str
+    boundary: list[str] = Field(default_factory=list)
+    language: str
+    model: str
+    limits: Limits
+    session_id: str | None = None
+    finish_requested: bool = False
+    steps: int = 0
+    work_tokens: int = 0
+    input_tokens: int = 0
+    last_message: str = ""
+    outcome_kind: OutcomeKind | None = None
+    summary: str | None = None
+    actions: list[Action] = Field(default_factory=list)
+    result_dir: str
+    admitted_at: datetime
+    started_at: datetime | None = None
+    deadline_at: datetime | None = None
+    finished_at: datetime | None = None
+    delivered_at: datetime | None = None
+    keep_until: datetime | None = None
+    generation: int
+    updated_at: datetime
+
+
+class HelperView(BaseModel):
+    """What `starter list` and `starter show` print for one helper."""
+
+    helper_id: str
+    state: RowState
+    goal_id: str | None = None
+    ahead: int | None = Field(default=None, description="Waiting helpers admitted before this one.")
+    steps: int
+    work_tokens: int
+    input_tokens: int
+    model: str
+    outcome_kind: OutcomeKind | None = None
+    summary: str | None = None
+    admitted_at: datetime
+    started_at: datetime | None = None
+    deadline_at: datetime | None = None
+    finished_at: datetime | None = None
+    delivered_at: datetime | None = None
+    result_dir: str
+    actions: list[Action] = Field(default_factory=list)
+    last_message: str | None = None
+    full_text: str | None = None
+
+
+class AdmissionStatus(StrEnum):
+    RUNNING = "running"
+    WAITING = "waiting"
+
+
+class Admission(BaseModel):
+    """The starter's answer to `start` (R4): durable before it is given."""
+
+    owner: str
+    helper_id: str
+    status: AdmissionStatus | RowState
+    ahead: int = 0
+    existing: bool = False
+    evicted: list[str] = Field(default_factory=list)
+
+
+class CloseAnswer(BaseModel):
+    owner: str
+    helper_id: str
+    state: RowState
+    removed: bool = False
+    slot_held: bool = Field(default=False, description="The slot stays held until the core confirms the stop.")
+    already_closed: bool = False
+
+
+class DeliveredAnswer(BaseModel):
+    owner: str
+    turn: str
+    delivered: list[str]
+
+
+class ReadAnswer(BaseModel):
+    owner: str
+    turn: str
+    read: list[str]

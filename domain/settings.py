@@ -1,0 +1,89 @@
+"""Configuration from the environment: where Temporal, the store, the core and the chat are, and the limits.
+
+Every `HELPER_*` constant of the seed can be overridden by an environment variable of the same name.
+A bad value is an error that names the variable; nothing starts with a half-read configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from domain.limits import FollowTuning, Limits, Policy
+
+
+class SettingsError(ValueError):
+    pass
+
+
+class Settings(BaseModel):
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = "helpers"
+    store_url: str = "sqlite+aiosqlite:///data/helpers.sqlite3"
+    results_dir: Path = Path("data/results")
+    core_url: str = "http://127.0.0.1:8310"
+    chat_url: str = "http://127.0.0.1:8320"
+    policy: Policy = Policy()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        plain = {
+            "temporal_address": "TEMPORAL_ADDRESS",
+            "temporal_namespace": "TEMPORAL_NAMESPACE",
+            "task_queue": "HELPER_TASK_QUEUE",
+            "store_url": "HELPER_STORE_URL",
+            "results_dir": "HELPER_RESULTS_DIR",
+            "core_url": "HELPER_CORE_URL",
+            "chat_url": "HELPER_CHAT_URL",
+        }
+        values: dict[str, object] = {field: env[name] for field, name in plain.items() if name in env}
+        policy_fields = {
+            "max_open": "HELPER_MAX_OPEN",
+            "max_running": "HELPER_MAX_RUNNING",
+            "max_rows": "HELPER_MAX_ROWS",
+            "keep_ms": "HELPER_KEEP_MS",
+            "summary_max": "HELPER_SUMMARY_MAX",
+            "check_ms": "HELPER_CHECK_MS",
+        }
+        limit_fields = {
+            "deadline_ms": "HELPER_DEADLINE_MS",
+            "grace_ms": "HELPER_GRACE_MS",
+            "ceiling_tokens": "HELPER_CEILING_TOKENS",
+            "max_steps": "TURN_MAX_STEPS_HELPER",
+            "max_input_tokens": "HELPER_INPUT_CEILING_TOKENS",
+        }
+        follow_fields = {
+            "poll_ms": "HELPER_POLL_MS",
+            "window_ms": "HELPER_FOLLOW_WINDOW_MS",
+            "resume_ms": "HELPER_FOLLOW_RESUME_MS",
+            "silence_ms": "HELPER_CORE_SILENCE_MS",
+            "bad_answers": "HELPER_CORE_BAD_ANSWERS",
+        }
+        try:
+            policy = Policy(
+                **_ints(env, policy_fields),
+                limits=Limits(**_ints(env, limit_fields)),
+                follow=FollowTuning(**_ints(env, follow_fields)),
+            )
+            return cls.model_validate({**values, "policy": policy})
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise SettingsError(f"bad configuration: {problems}") from None
+
+
+def _ints(env: Mapping[str, str], fields: dict[str, str]) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for field, name in fields.items():
+        if name not in env:
+            continue
+        raw = env[name].replace("_", "")
+        try:
+            values[field] = int(raw)
+        except ValueError:
+            raise SettingsError(f"{name}={env[name]!r} is not a whole number") from None
+    return values

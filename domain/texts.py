@@ -1,0 +1,121 @@
+"""Every owner-facing text the runtime writes, in English and Russian (R32).
+
+Texts are looked up by key and formatted with named fields; an unknown language falls back to
+English only for internal callers (requests with an unknown language are refused at admission).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SUPPORTED_LANGUAGES: Final = ("en", "ru")
+
+_TEXTS: Final[dict[str, dict[str, str]]] = {
+    # Refusals at admission (R2, R3, R5).
+    "refused.too_many_open": {
+        "en": "Helper {helper_id} was not started: {max_open} helpers are already open ({open_ids}). "
+        "Close one or wait until one finishes.",
+        "ru": "Помощник {helper_id} не запущен: уже открыто {max_open} помощника ({open_ids}). "
+        "Закройте одного или дождитесь, пока кто-то закончит.",
+    },
+    "refused.goal_needs_open_place": {
+        "en": "Goal check {helper_id} was not started: it would take the last open place, "
+        "which is kept for your own helpers ({open_ids} are open).",
+        "ru": "Проверка цели {helper_id} не запущена: она заняла бы последнее свободное место, "
+        "которое оставлено для ваших помощников (открыты: {open_ids}).",
+    },
+    "refused.rows_full": {
+        "en": "Helper {helper_id} was not started: all {max_rows} rows are in use by pending, running, "
+        "unreported or Goal helpers, and none can be removed.",
+        "ru": "Помощник {helper_id} не запущен: все {max_rows} строк заняты ожидающими, работающими, "
+        "непрочитанными помощниками или проверками целей, и удалить нечего.",
+    },
+    "refused.goal_needs_row_place": {
+        "en": "Goal check {helper_id} was not started: it would take the last row place, "
+        "which is kept for your own helpers.",
+        "ru": "Проверка цели {helper_id} не запущена: она заняла бы последнее место для строки, "
+        "которое оставлено для ваших помощников.",
+    },
+    "refused.unknown_helper": {
+        "en": "There is no helper {helper_id}.",
+        "ru": "Помощника {helper_id} нет.",
+    },
+    "refused.not_unreported": {
+        "en": "Helper {helper_id} has no unreported outcome to read.",
+        "ru": "У помощника {helper_id} нет непрочитанного результата.",
+    },
+    # Stop explanations written into outcomes (R13, R15, R17, R24).
+    "stop.work_ceiling": {
+        "en": "Stopped at the work ceiling of {ceiling_tokens} tokens; this is a partial outcome.",
+        "ru": "Остановлено на пределе работы в {ceiling_tokens} токенов; это частичный результат.",
+    },
+    "stop.deadline": {
+        "en": "Stopped at the {deadline_minutes}-minute deadline; this is a partial outcome.",
+        "ru": "Остановлено по истечении {deadline_minutes} минут; это частичный результат.",
+    },
+    "stop.hard_ceiling": {
+        "en": "The core did not finish within {grace_minutes} minutes after the {deadline_minutes}-minute "
+        "deadline; this outcome is the last completed message.",
+        "ru": "Ядро не завершило работу за {grace_minutes} мин. после срока в {deadline_minutes} мин.; "
+        "этот результат — последнее завершённое сообщение.",
+    },
+    "stop.no_message": {
+        "en": "No message was completed before the stop.",
+        "ru": "До остановки не было завершено ни одного сообщения.",
+    },
+    "outcome.question": {
+        "en": "The helper needs an answer: {question}",
+        "ru": "Помощнику нужен ответ: {question}",
+    },
+    "outcome.authorization": {
+        "en": "The helper stopped because it needs authorization: {needed}",
+        "ru": "Помощник остановился, потому что ему нужно разрешение: {needed}",
+    },
+    "outcome.interrupted": {
+        "en": "The helper was interrupted because the core lost its session ({reason}). "
+        "Nothing was repeated; ask again to run the task anew.",
+        "ru": "Помощник прерван, потому что ядро потеряло его сессию ({reason}). "
+        "Ничего не повторялось; попросите снова, чтобы выполнить задачу заново.",
+    },
+    "outcome.failed": {
+        "en": "The helper failed: {reason}",
+        "ru": "Помощник завершился с ошибкой: {reason}",
+    },
+    "outcome.closed": {
+        "en": "Closed by the owner. The last completed message is kept for manual reading.",
+        "ru": "Закрыт владельцем. Последнее завершённое сообщение сохранено для чтения.",
+    },
+    "outcome.core_unreachable": {
+        "en": "the core could not be reached to start the work",
+        "ru": "не удалось связаться с ядром, чтобы начать работу",
+    },
+    "outcome.actions_heading": {
+        "en": "Actions performed:",
+        "ru": "Выполненные действия:",
+    },
+    "summary.cut_mark": {
+        "en": " … (cut; the full text is kept)",
+        "ru": " … (сокращено; полный текст сохранён)",
+    },
+    # The chat's system event (R26).
+    "event.ready": {
+        "en": "Helper outcomes are ready to report: {helper_ids}.",
+        "ru": "Готовы результаты помощников: {helper_ids}.",
+    },
+}
+
+
+def text(key: str, language: str, **fields: object) -> str:
+    """The owner-facing text `key` in `language`, formatted with `fields`."""
+    variants = _TEXTS[key]
+    template = variants.get(language, variants["en"])
+    return template.format(**fields)
+
+
+def keys() -> list[str]:
+    """All text keys, for tests that check every text exists in every supported language."""
+    return sorted(_TEXTS)
+
+
+def variants(key: str) -> dict[str, str]:
+    return dict(_TEXTS[key])

@@ -1,0 +1,3 @@
+from starter.cli import main
+
+main()

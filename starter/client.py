@@ -1,0 +1,264 @@
+"""The importable async client Iva uses: start, list, show, close, unreported, read, delivered.
+
+Writes go to the owner's coordinator workflow (start by update-with-start); reads go straight to the
+store, so listing works while no worker runs (R27). Every operation is scoped to one owner (R34).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, cast
+
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from domain.owner_book import RefusalCode
+from domain.requests import HelperRequest, RequestError, check_id
+from domain.rows import (
+    Admission,
+    CloseAnswer,
+    DeliveredAnswer,
+    HelperRow,
+    HelperView,
+    ReadAnswer,
+    RowState,
+)
+from domain.settings import Settings
+from store.helper_store import HelperStore
+from store.results import ResultDirectories
+from workflows.client import connect_temporal
+from workflows.coordinator import REFUSED, CoordinatorStart, CoordinatorWorkflow, DeliveredRequest, ReadRequest
+from workflows.names import HELPER_OWNER, coordinator_id
+
+
+class StarterError(Exception):
+    """A starter operation did not happen; `code` is machine-readable, the message says why."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+    def as_json(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.details}}
+
+
+class InvalidRequest(StarterError):
+    code = RefusalCode.INVALID_REQUEST.value
+    exit_code = 2
+
+
+class HelperRefused(StarterError):
+    """The coordinator refused: too many open, rows full, unknown helper, ..."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details)
+        self.code = code
+
+
+class Unavailable(StarterError):
+    code = "unavailable"
+    exit_code = 3
+
+
+class HelperClient:
+    def __init__(self, settings: Settings, store: HelperStore, temporal: Client | None) -> None:
+        self.settings = settings
+        self.store = store
+        self.results = ResultDirectories(settings.results_dir)
+        self._temporal = temporal
+
+    @classmethod
+    async def connect(cls, settings: Settings, *, temporal: bool = True) -> HelperClient:
+        """Open the store; connect to Temporal only when the operation writes (reads need no server)."""
+        try:
+            store = await HelperStore.connect(settings.store_url)
+        except Exception as error:
+            raise Unavailable(f"the store at {_redact(settings.store_url)} cannot be opened: {error}") from None
+        client: Client | None = None
+        if temporal:
+            try:
+                client = await connect_temporal(settings.temporal_address, settings.temporal_namespace)
+            except Exception as error:
+                await store.close()
+                raise Unavailable(f"Temporal at {settings.temporal_address} does not answer: {error}") from None
+        return cls(settings, store, client)
+
+    async def aclose(self) -> None:
+        await self.store.close()
+
+    @property
+    def temporal(self) -> Client:
+        if self._temporal is None:
+            raise Unavailable("this client was opened for reading only")
+        return self._temporal
+
+    # --- writes: through the owner's coordinator ----------------------------------------------------
+
+    async def start(self, request: HelperRequest | dict[str, Any]) -> Admission:
+        """Admit a helper; when this returns, its row exists and its workflow runs (R4)."""
+        if not isinstance(request, HelperRequest):
+            try:
+                request = HelperRequest.parse(request, self.settings.policy.limits)
+            except RequestError as error:
+                raise InvalidRequest(str(error), {"problems": error.problems}) from None
+        else:
+            try:
+                request.check_against(self.settings.policy.limits)
+            except RequestError as error:
+                raise InvalidRequest(str(error), {"problems": error.problems}) from None
+        start = WithStartWorkflowOperation(
+            CoordinatorWorkflow.run,
+            CoordinatorStart(owner=request.owner, policy=self.settings.policy),
+            id=coordinator_id(request.owner),
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            task_queue=self.settings.task_queue,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, request.owner)]),
+            static_summary=f"coordinator of {request.owner}'s helpers",
+        )
+        try:
+            return await self.temporal.execute_update_with_start_workflow(
+                CoordinatorWorkflow.admit,
+                request,
+                start_workflow_operation=start,
+                id=f"admit/{request.helper_id}",
+            )
+        except WorkflowUpdateFailedError as error:
+            raise _refusal(error) from None
+        except RPCError as error:
+            raise Unavailable(f"Temporal refused the admission: {error.message}") from None
+
+    async def close(self, owner: str, helper_id: str) -> CloseAnswer:
+        self._check_ids(owner, [helper_id])
+        answer = await self._update(owner, CoordinatorWorkflow.close, helper_id, missing_helper=helper_id)
+        return cast(CloseAnswer, answer)
+
+    async def read(self, owner: str, turn: str, helper_ids: list[str]) -> ReadAnswer:
+        """Record that chat turn `turn` read these outcomes; nothing is delivered yet (R28)."""
+        self._check_ids(owner, helper_ids)
+        _check_turn(turn)
+        if not helper_ids:
+            raise InvalidRequest("name at least one helper id to read")
+        answer = await self._update(
+            owner, CoordinatorWorkflow.mark_read, ReadRequest(turn=turn, helper_ids=helper_ids), helper_ids[0]
+        )
+        return cast(ReadAnswer, answer)
+
+    async def delivered(self, owner: str, turn: str, answer_chars: int) -> DeliveredAnswer:
+        """Turn `turn` sent a nonempty answer and completed: what it read is delivered (R28)."""
+        self._check_ids(owner, [])
+        _check_turn(turn)
+        if answer_chars <= 0:
+            raise InvalidRequest("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
+        answer = await self._update(
+            owner,
+            CoordinatorWorkflow.mark_delivered,
+            DeliveredRequest(turn=turn, answer_chars=answer_chars),
+            missing_helper=None,
+        )
+        return cast(DeliveredAnswer, answer)
+
+    async def _update(self, owner: str, update: Any, argument: Any, missing_helper: str | None) -> Any:
+        handle = self.temporal.get_workflow_handle(coordinator_id(owner))
+        try:
+            return await handle.execute_update(update, argument)
+        except WorkflowUpdateFailedError as error:
+            raise _refusal(error) from None
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                if missing_helper is None:
+                    return DeliveredAnswer(owner=owner, turn=getattr(argument, "turn", ""), delivered=[])
+                raise HelperRefused(RefusalCode.UNKNOWN_HELPER.value, f"There is no helper {missing_helper}.") from None
+            raise Unavailable(f"Temporal did not take the request: {error.message}") from None
+
+    # --- reads: straight from the store, no worker needed -------------------------------------------
+
+    async def list_helpers(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        self._check_ids(owner, [])
+        rows = await self.store.rows(owner, states)
+        waiting = [r.seq for r in rows if r.state is RowState.WAITING]
+        return [self._view(row, ahead=_ahead(row, waiting)) for row in rows]
+
+    async def show(self, owner: str, helper_id: str) -> HelperView:
+        self._check_ids(owner, [helper_id])
+        row = await self.store.get(owner, helper_id)
+        if row is None:
+            raise HelperRefused(RefusalCode.UNKNOWN_HELPER.value, f"There is no helper {helper_id}.")
+        ahead = await self.store.ahead(owner, row.seq) if row.state is RowState.WAITING else None
+        view = self._view(row, ahead=ahead)
+        view.last_message = row.last_message or None
+        view.full_text = self.results.read_text(Path(row.result_dir))
+        return view
+
+    async def unreported(self, owner: str) -> list[HelperView]:
+        """Finalized outcomes not yet delivered, with summaries, for the chat's next instruction (R27)."""
+        return await self.list_helpers(owner, [RowState.UNREPORTED])
+
+    def _view(self, row: HelperRow, ahead: int | None) -> HelperView:
+        return HelperView(
+            helper_id=row.helper_id,
+            state=row.state,
+            goal_id=row.goal_id,
+            ahead=ahead,
+            steps=row.steps,
+            work_tokens=row.work_tokens,
+            input_tokens=row.input_tokens,
+            model=row.model,
+            outcome_kind=row.outcome_kind,
+            summary=row.summary,
+            admitted_at=row.admitted_at,
+            started_at=row.started_at,
+            deadline_at=row.deadline_at,
+            finished_at=row.finished_at,
+            delivered_at=row.delivered_at,
+            result_dir=row.result_dir,
+            actions=row.actions,
+        )
+
+    @staticmethod
+    def _check_ids(owner: str, helper_ids: list[str]) -> None:
+        try:
+            check_id("owner", owner)
+            for helper_id in helper_ids:
+                check_id("helper id", helper_id)
+        except ValueError as error:
+            raise InvalidRequest(str(error)) from None
+
+
+def _refusal(error: WorkflowUpdateFailedError) -> StarterError:
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.type == REFUSED:
+        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        code = str(details.get("code", "refused"))
+        extra = {"open_ids": details["open_ids"]} if details.get("open_ids") else {}
+        if code == RefusalCode.INVALID_REQUEST.value:
+            return InvalidRequest(cause.message, extra)
+        return HelperRefused(code, cause.message, extra)
+    if isinstance(cause, ApplicationError):
+        return Unavailable(cause.message)
+    return Unavailable(str(cause or error))
+
+
+def _ahead(row: HelperRow, waiting_seqs: list[int]) -> int | None:
+    if row.state is not RowState.WAITING:
+        return None
+    return sum(1 for seq in waiting_seqs if seq < row.seq)
+
+
+def _check_turn(turn: str) -> None:
+    if not turn.strip() or len(turn) > 200:
+        raise InvalidRequest("turn must be 1-200 characters")
+
+
+def _redact(url: str) -> str:
+    return url.split("@")[-1]

@@ -1,0 +1,283 @@
+"""The store's one interface: guarded writes for activities, fast reads for the starter (R27).
+
+Writers pass the row's admission `seq` and their `generation`. A state write applies only while the
+stored generation is not newer (the same generation again is an idempotent retry); a progress write
+applies only at exactly the running generation. Both return whether they applied, so a stale writer
+learns it lost without changing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from domain.core_api import Action
+from domain.limits import Limits
+from domain.outcome import OutcomeKind
+from domain.rows import HelperRow, RowState
+from domain.work import Usage
+from store.database import create_engine, migrate
+from store.schema import ChatEventRecordRow, HelperRowRecord, ParkedSessionRecord, UsageRecord
+
+row_table = cast(Table, HelperRowRecord.__table__)
+usage_table = cast(Table, UsageRecord.__table__)
+events_table = cast(Table, ChatEventRecordRow.__table__)
+parked_table = cast(Table, ParkedSessionRecord.__table__)
+
+# Columns a state write may set; anything else is a programming error caught at once.
+WRITABLE = frozenset(
+    {
+        "state",
+        "session_id",
+        "finish_requested",
+        "steps",
+        "work_tokens",
+        "input_tokens",
+        "last_message",
+        "outcome_kind",
+        "summary",
+        "actions",
+        "started_at",
+        "deadline_at",
+        "finished_at",
+        "delivered_at",
+        "keep_until",
+    }
+)
+
+
+class HelperStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    async def connect(cls, url: str, *, run_migrations: bool = True) -> HelperStore:
+        engine = create_engine(url)
+        if run_migrations:
+            await migrate(engine)
+        return cls(engine)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # --- writes (activities only) -----------------------------------------------------------------
+
+    async def insert_admitted(self, row: HelperRow) -> bool:
+        """Insert the admitted row (generation 1). False if the same admission was already written."""
+        values = _to_columns(row)
+        async with self.engine.begin() as connection:
+            try:
+                await connection.execute(insert(row_table).values(**values))
+                return True
+            except IntegrityError:
+                pass
+        existing = await self.get(row.owner, row.helper_id)
+        if existing is not None and existing.seq == row.seq:
+            return False
+        raise ValueError(f"row {row.owner}/{row.helper_id} exists with another admission")
+
+    async def write_state(self, owner: str, helper_id: str, seq: int, generation: int, **changes: Any) -> bool:
+        unknown = set(changes) - WRITABLE
+        if unknown:
+            raise ValueError(f"not writable: {sorted(unknown)}")
+        values = {name: _column_value(value) for name, value in changes.items()}
+        statement = (
+            update(row_table)
+            .where(
+                row_table.c.owner == owner,
+                row_table.c.helper_id == helper_id,
+                row_table.c.seq == seq,
+                row_table.c.generation <= generation,
+            )
+            .values(**values, generation=generation, updated_at=_now())
+        )
+        async with self.engine.begin() as connection:
+            result = await connection.execute(statement)
+            return bool(result.rowcount)
+
+    async def write_progress(
+        self, owner: str, helper_id: str, seq: int, generation: int, usage: Usage, last_message: str | None
+    ) -> bool:
+        values: dict[str, Any] = {
+            "steps": usage.steps,
+            "work_tokens": usage.work_tokens,
+            "input_tokens": usage.input_tokens,
+            "updated_at": _now(),
+        }
+        if last_message is not None:
+            values["last_message"] = last_message
+        statement = (
+            update(row_table)
+            .where(
+                row_table.c.owner == owner,
+                row_table.c.helper_id == helper_id,
+                row_table.c.seq == seq,
+                row_table.c.generation == generation,
+                row_table.c.state == RowState.RUNNING.value,
+            )
+            .values(**values)
+        )
+        async with self.engine.begin() as connection:
+            result = await connection.execute(statement)
+            return bool(result.rowcount)
+
+    async def remove_rows(self, owner: str, helper_ids: Sequence[str]) -> list[str]:
+        """Delete rows; returns the result directories they pointed at."""
+        if not helper_ids:
+            return []
+        async with self.engine.begin() as connection:
+            found = await connection.execute(
+                select(row_table.c.result_dir).where(row_table.c.owner == owner, row_table.c.helper_id.in_(helper_ids))
+            )
+            directories = [str(d) for d in found.scalars()]
+            await connection.execute(
+                delete(row_table).where(row_table.c.owner == owner, row_table.c.helper_id.in_(helper_ids))
+            )
+        return directories
+
+    async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
+        values = {
+            "owner": row.owner,
+            "helper_id": row.helper_id,
+            "seq": row.seq,
+            "goal_id": row.goal_id,
+            "model": row.model,
+            "outcome_kind": kind.value,
+            "steps": usage.steps,
+            "work_tokens": usage.work_tokens,
+            "input_tokens": usage.input_tokens,
+            "started_at": row.started_at,
+            "finished_at": finished_at,
+        }
+        async with self.engine.begin() as connection:
+            # A retried finalization: usage is recorded once per admission.
+            with contextlib.suppress(IntegrityError):
+                await connection.execute(insert(usage_table).values(**values))
+
+    async def record_event(
+        self,
+        *,
+        owner: str,
+        key: str,
+        helper_ids: list[str],
+        state: str,
+        attempts: int,
+        receipt_id: str | None,
+        last_error: str | None,
+    ) -> None:
+        table = events_table
+        values = {
+            "owner": owner,
+            "helper_ids": helper_ids,
+            "state": state,
+            "attempts": attempts,
+            "receipt_id": receipt_id,
+            "last_error": last_error,
+            "updated_at": _now(),
+        }
+        async with self.engine.begin() as connection:
+            result = await connection.execute(update(table).where(table.c.key == key).values(**values))
+            if not result.rowcount:
+                await connection.execute(insert(table).values(key=key, **values))
+
+    async def record_parked(self, owner: str, helper_id: str, session_id: str, error: str) -> None:
+        table = parked_table
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(table).where(table.c.session_id == session_id))
+            await connection.execute(
+                insert(table).values(
+                    session_id=session_id, owner=owner, helper_id=helper_id, error=error, parked_at=_now()
+                )
+            )
+
+    # --- reads (the starter, Iva) ------------------------------------------------------------------
+
+    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
+        async with self.engine.connect() as connection:
+            result = await connection.execute(
+                select(row_table).where(row_table.c.owner == owner, row_table.c.helper_id == helper_id)
+            )
+            record = result.mappings().first()
+        return None if record is None else _to_row(record)
+
+    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
+        statement = select(row_table).where(row_table.c.owner == owner).order_by(row_table.c.seq)
+        if states is not None:
+            statement = statement.where(row_table.c.state.in_([s.value for s in states]))
+        async with self.engine.connect() as connection:
+            result = await connection.execute(statement)
+            return [_to_row(record) for record in result.mappings()]
+
+    async def ahead(self, owner: str, seq: int) -> int:
+        """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""
+        statement = select(func.count()).where(
+            row_table.c.owner == owner, row_table.c.state == RowState.WAITING.value, row_table.c.seq < seq
+        )
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(statement)).scalar_one())
+
+    async def usage(self, owner: str) -> list[dict[str, Any]]:
+        table = usage_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
+            return [dict(record) for record in result.mappings()]
+
+    async def events(self, owner: str) -> list[dict[str, Any]]:
+        table = events_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
+            return [dict(record) for record in result.mappings()]
+
+    async def parked(self, owner: str) -> list[dict[str, Any]]:
+        table = parked_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).where(table.c.owner == owner))
+            return [dict(record) for record in result.mappings()]
+
+    async def result_dirs(self) -> set[str]:
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(row_table.c.result_dir))
+            return {str(d) for d in result.scalars()}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; everything this store writes is UTC.
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def _column_value(value: Any) -> Any:
+    if isinstance(value, RowState | OutcomeKind):
+        return value.value
+    if isinstance(value, list):
+        return [item.model_dump(mode="json") if isinstance(item, Action) else item for item in value]
+    return value
+
+
+def _to_columns(row: HelperRow) -> dict[str, Any]:
+    values = row.model_dump(mode="python")
+    values["state"] = row.state.value
+    values["outcome_kind"] = row.outcome_kind.value if row.outcome_kind else None
+    values["limits"] = row.limits.model_dump()
+    values["actions"] = [a.model_dump(mode="json") for a in row.actions]
+    values["boundary"] = list(row.boundary)
+    return values
+
+
+def _to_row(record: Any) -> HelperRow:
+    data = dict(record)
+    for name in ("admitted_at", "started_at", "deadline_at", "finished_at", "delivered_at", "keep_until", "updated_at"):
+        data[name] = _aware(data[name])
+    data["limits"] = Limits(**data["limits"])
+    return HelperRow.model_validate(data)

@@ -1,0 +1,73 @@
+"""Result directories: the full outcome text of each helper, beside its row (R18, R29).
+
+A directory is named after the owner, the helper and its admission `seq`, so a helper id reused after
+retention never meets an old directory. Removal failures are logged and reported, never raised: the
+row operation that asked for the removal still succeeds, and `sweep_orphans` cleans up later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+OUTCOME_TEXT = "outcome.md"
+OUTCOME_JSON = "outcome.json"
+
+
+class ResultDirectories:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_for(self, owner: str, helper_id: str, seq: int) -> Path:
+        return self.root / owner / f"{helper_id}.{seq}"
+
+    def write_outcome(self, directory: Path, text: str, record: dict[str, Any]) -> None:
+        """Write both files atomically (temp file, then rename), so a reader never sees half an outcome."""
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomically(directory / OUTCOME_TEXT, text)
+        _write_atomically(directory / OUTCOME_JSON, json.dumps(record, ensure_ascii=False, indent=2))
+
+    def read_text(self, directory: Path) -> str | None:
+        try:
+            return (directory / OUTCOME_TEXT).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def remove(self, directory: Path) -> bool:
+        """Remove a result directory; False (and a log line) when it could not be removed."""
+        try:
+            shutil.rmtree(directory)
+        except FileNotFoundError:
+            return True
+        except OSError as error:
+            log.warning("could not remove result directory %s: %s; the orphan sweep will retry", directory, error)
+            return False
+        return True
+
+    def sweep_orphans(self, known: set[Path]) -> list[Path]:
+        """Remove directories no row points at (a crash between row and directory removal)."""
+        removed: list[Path] = []
+        if not self.root.exists():
+            return removed
+        for owner_dir in self.root.iterdir():
+            if not owner_dir.is_dir():
+                continue
+            for directory in owner_dir.iterdir():
+                if directory.is_dir() and directory.resolve() not in known and self.remove(directory):
+                    removed.append(directory)
+        return removed
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(path)

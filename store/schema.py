@@ -1,0 +1,107 @@
+"""The store's tables. Alembic migrations in `store/migrations` create them; this module is their map.
+
+Rows are a projection of workflow state, written only by activities. Every write to a helper row
+carries the admission `seq` and a writer `generation`, so a retried or late write can never
+overwrite a newer state (SPEC "Parts", R19).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: DateTime(timezone=True),
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class HelperRowRecord(Base):
+    __tablename__ = "helper_rows"
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    helper_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    goal_id: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    task: Mapped[str] = mapped_column(Text)
+    boundary: Mapped[list[Any]] = mapped_column(JSON)
+    language: Mapped[str] = mapped_column(String(8))
+    model: Mapped[str] = mapped_column(String(100))
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON)
+    session_id: Mapped[str | None] = mapped_column(String(200))
+    finish_requested: Mapped[bool] = mapped_column(default=False)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    work_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_message: Mapped[str] = mapped_column(Text, default="")
+    outcome_kind: Mapped[str | None] = mapped_column(String(16))
+    summary: Mapped[str | None] = mapped_column(Text)
+    actions: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    result_dir: Mapped[str] = mapped_column(String(500))
+    admitted_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    deadline_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]
+    keep_until: Mapped[datetime | None]
+    generation: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime]
+
+
+class UsageRecord(Base):
+    """Usage per helper with its model (R31); kept after the row expires."""
+
+    __tablename__ = "helper_usage"
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    helper_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    goal_id: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(100))
+    outcome_kind: Mapped[str] = mapped_column(String(16))
+    steps: Mapped[int] = mapped_column(Integer)
+    work_tokens: Mapped[int] = mapped_column(BigInteger)
+    input_tokens: Mapped[int] = mapped_column(BigInteger)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime]
+
+
+class ChatEventRecordRow(Base):
+    """Each system event offered to the chat, with its delivery state (R26)."""
+
+    __tablename__ = "chat_events"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    helper_ids: Mapped[list[Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    receipt_id: Mapped[str | None] = mapped_column(String(200))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime]
+
+
+class ParkedSessionRecord(Base):
+    """A core session whose cleanup reset failed (R20): the outcome and slot are unaffected."""
+
+    __tablename__ = "parked_sessions"
+
+    session_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    helper_id: Mapped[str] = mapped_column(String(64))
+    error: Mapped[str] = mapped_column(Text)
+    parked_at: Mapped[datetime]

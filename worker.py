@@ -1,0 +1,117 @@
+"""The worker: runs the coordinator and helper workflows and their activities. `python worker.py`.
+
+Configuration comes from the environment (see docs/configuration.md). In Kubernetes run N replicas;
+on SIGTERM the worker stops polling, lets running activities finish or heartbeat their cancellation,
+and Temporal hands the rest to the other replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.chat import ChatActivities
+from activities.chat_client import ChatClient
+from activities.core_client import CoreClient
+from activities.rows import RowActivities
+from activities.session import SessionActivities
+from domain.settings import Settings, SettingsError
+from store.helper_store import HelperStore
+from store.results import ResultDirectories
+from workflows.client import connect_temporal
+from workflows.coordinator import CoordinatorWorkflow
+from workflows.helper import HelperWorkflow
+
+log = logging.getLogger("helper.worker")
+
+WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow]
+
+
+def activities_of(
+    store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, keep_ms: int
+) -> list[object]:
+    rows = RowActivities(store, results, keep_ms)
+    session = SessionActivities(store, core)
+    chat_activities = ChatActivities(store, chat)
+    return [
+        rows.record_admission,
+        rows.remove_rows,
+        rows.mark_closed,
+        rows.finalize_outcome,
+        rows.coordinator_write,
+        session.open_session,
+        session.follow_session,
+        session.finish_session,
+        session.cancel_session,
+        session.reset_session,
+        chat_activities.offer_chat_event,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """A started worker with its store and HTTP clients; everything is closed on exit."""
+    store = await HelperStore.connect(settings.store_url)
+    core = CoreClient(settings.core_url, settings.policy.check_ms)
+    chat = ChatClient(settings.chat_url, settings.policy.check_ms)
+    results = ResultDirectories(settings.results_dir)
+    worker = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=activities_of(store, results, core, chat, settings.policy.keep_ms),  # type: ignore[arg-type]
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+    try:
+        async with worker:
+            yield worker
+    finally:
+        await core.aclose()
+        await chat.aclose()
+        await store.close()
+
+
+async def serve(settings: Settings) -> None:
+    client = await connect_temporal(settings.temporal_address, settings.temporal_namespace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with running_worker(client, settings):
+        log.info("worker polling %s on %s", settings.task_queue, settings.temporal_address)
+        await stop.wait()
+        log.info("worker stopping")
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("HELPER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = Settings.from_env()
+    except SettingsError as error:
+        print(error, file=sys.stderr)
+        os._exit(2)
+    code = 0
+    try:
+        asyncio.run(serve(settings))
+    except Exception:
+        log.exception("worker failed")
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # sdk-python#300: the interpreter can crash at exit after a worker ran; skip the teardown.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

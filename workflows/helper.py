@@ -1,0 +1,342 @@
+"""The helper workflow: one background turn from its slot to its one outcome (R7, R9-R25).
+
+It waits for a running slot, opens the core session with a key derived from itself, follows the
+session with one long heartbeating activity, keeps the deadline and the hard ceiling on durable
+timers, finalizes exactly one outcome, hands the row and the slot back to the coordinator, and
+resets the session as cleanup. Decisions come from `domain.follow`; I/O happens in activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.rows import RowActivities
+    from activities.session import SessionActivities
+    from domain.activity_io import (
+        CancelResult,
+        Finalize,
+        HelperStart,
+        MarkClosed,
+        OpenedSession,
+        OpenSession,
+        RowKey,
+        SessionRef,
+    )
+    from domain.follow import FollowRequest, FollowResult, Verdict, terminal_outcome_kind
+    from domain.outcome import OutcomeKind
+    from domain.owner_book import FinishedNotice
+    from domain.rows import RowState
+    from domain.texts import text
+    from workflows import options
+    from workflows.names import HELPER_CLOSED, HELPER_FINISHED, HELPER_OUTCOME, HELPER_STATE, coordinator_id
+
+
+@workflow.defn
+class HelperWorkflow:
+    @workflow.init
+    def __init__(self, start: HelperStart) -> None:
+        self.start = start
+        self.slot = start.slot_granted
+        self.close_requested = False
+        self.generation = 1  # the coordinator wrote the admitted row at generation 1
+        self.session_id: str | None = None
+        self.state = RowState.RUNNING if start.slot_granted else RowState.WAITING
+        self.finish_reason: str | None = None  # "deadline" or "work_ceiling" once finish-now was asked
+        self.outcome: OutcomeKind | None = None
+        self.closing = False  # closed by the owner while running; the slot waits for the core's stop
+        self._follow: asyncio.Task[FollowResult]
+
+    @workflow.signal
+    def slot_granted(self) -> None:
+        self.slot = True
+
+    @workflow.signal
+    def close(self) -> None:
+        self.close_requested = True
+
+    @workflow.query
+    def status(self) -> dict[str, str | None]:
+        return {
+            "state": self.state.value,
+            "session_id": self.session_id,
+            "outcome": self.outcome.value if self.outcome else None,
+        }
+
+    @workflow.run
+    async def run(self, start: HelperStart) -> str:
+        workflow.set_current_details(f"waiting for a running slot · {start.title}")
+        await workflow.wait_condition(lambda: self.slot or self.close_requested)
+        if self.close_requested:
+            await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, explanation=self._text("outcome.closed"))
+            return OutcomeKind.CLOSED.value
+        kind = await self._run_session(start)
+        return kind.value
+
+    # --- the running phase -----------------------------------------------------------------------
+
+    async def _run_session(self, start: HelperStart) -> OutcomeKind:
+        limits = start.limits
+        started_at = workflow.now()
+        deadline_at = started_at + timedelta(milliseconds=limits.deadline_ms)
+        hard_at = started_at + timedelta(milliseconds=limits.hard_ceiling_ms)
+        # Durable timers: they fire after worker and server restarts too (R15, R25).
+        deadline = asyncio.ensure_future(
+            workflow.sleep(timedelta(milliseconds=limits.deadline_ms), summary="deadline: ask for a partial outcome")
+        )
+        hard = asyncio.ensure_future(
+            workflow.sleep(timedelta(milliseconds=limits.hard_ceiling_ms), summary="hard ceiling: deadline + grace")
+        )
+        self.state = RowState.RUNNING
+        workflow.upsert_search_attributes([HELPER_STATE.value_set(RowState.RUNNING.value)])
+        workflow.set_current_details(
+            f"running · deadline {deadline_at:%H:%M:%S} UTC · hard ceiling {hard_at:%H:%M:%S} UTC · {start.title}"
+        )
+
+        self.generation += 1
+        opening = workflow.start_activity_method(
+            SessionActivities.open_session,
+            OpenSession(
+                row=self._row_key(),
+                idempotency_key=self._idempotency_key(),
+                limits=limits,
+                started_at=started_at,
+                deadline_at=deadline_at,
+            ),
+            **options.core_call(start.check_ms),
+        )
+        await workflow.wait_condition(lambda: opening.done() or hard.done())
+        if not opening.done():
+            opening.cancel()
+            return await self._finalize(
+                OutcomeKind.FAILED,
+                RowState.UNREPORTED,
+                explanation=self._text("outcome.failed", reason=self._text("outcome.core_unreachable")),
+            )
+        try:
+            opened: OpenedSession = opening.result()
+        except ActivityError as error:
+            deadline.cancel()
+            hard.cancel()
+            return await self._finalize(
+                OutcomeKind.FAILED, RowState.UNREPORTED, explanation=self._text("outcome.failed", reason=_cause(error))
+            )
+        self.session_id = opened.session_id
+        try:
+            return await self._follow_until_final(start, deadline, hard)
+        finally:
+            deadline.cancel()
+            hard.cancel()
+
+    async def _follow_until_final(
+        self, start: HelperStart, deadline: asyncio.Future[None], hard: asyncio.Future[None]
+    ) -> OutcomeKind:
+        self._follow = self._start_follow(watch_work_ceiling=True)
+        stopping_for_authorization = False
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    self._follow.done()
+                    or hard.done()
+                    or (self.close_requested and not self.closing)
+                    or (deadline.done() and self.finish_reason is None and not self.closing)
+                )
+            )
+            closing = self.closing
+            follow = self._follow
+            if hard.done():
+                follow.cancel()
+                if closing:
+                    return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
+                return await self._finalize(
+                    OutcomeKind.PARTIAL,
+                    RowState.UNREPORTED,
+                    explanation=self._text(
+                        "stop.hard_ceiling",
+                        grace_minutes=start.limits.grace_ms // 60_000,
+                        deadline_minutes=start.limits.deadline_ms // 60_000,
+                    ),
+                )
+            if self.close_requested and not closing:
+                self.closing = True
+                if await self._close_running():
+                    follow.cancel()
+                    return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
+                continue  # the slot stays held until the core confirms the stop (R7)
+            if deadline.done() and self.finish_reason is None and not closing:
+                self.finish_reason = "deadline"
+                await self._finish_now()
+                continue
+            result = await self._follow_result(follow)
+            match result.verdict:
+                case Verdict.TERMINAL:
+                    assert result.status is not None
+                    kind = terminal_outcome_kind(
+                        result.status, closing=closing, stopping_for_authorization=stopping_for_authorization
+                    )
+                    state = RowState.CLOSED if kind is OutcomeKind.CLOSED else RowState.UNREPORTED
+                    return await self._finalize(kind, state, self._explanation(kind, start), result)
+                case Verdict.QUESTION:
+                    if closing:
+                        return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
+                    return await self._finalize(OutcomeKind.QUESTION, RowState.UNREPORTED, "", result)
+                case Verdict.AUTHORIZATION:
+                    # Without a webhook an authorization wait ends by a cleanup cancel (seed, R17).
+                    stopping_for_authorization = True
+                    cancelled = await workflow.execute_activity_method(
+                        SessionActivities.cancel_session, self._session_ref(), **options.core_call(start.check_ms)
+                    )
+                    if cancelled.stopped:
+                        kind = OutcomeKind.CLOSED if closing else OutcomeKind.AUTHORIZATION
+                        state = RowState.CLOSED if closing else RowState.UNREPORTED
+                        return await self._finalize(kind, state, "", result)
+                    self._follow = self._start_follow(watch_work_ceiling=False)
+                case Verdict.WORK_CEILING:
+                    self.finish_reason = "work_ceiling"
+                    await self._finish_now()
+                    self._follow = self._start_follow(watch_work_ceiling=False)
+                case Verdict.LOST:
+                    kind = OutcomeKind.CLOSED if closing else OutcomeKind.INTERRUPTED
+                    explanation = (
+                        self._text("outcome.closed")
+                        if closing
+                        else self._text("outcome.interrupted", reason=result.error or "session not found")
+                    )
+                    state = RowState.CLOSED if closing else RowState.UNREPORTED
+                    return await self._finalize(kind, state, explanation, None)
+                case Verdict.CORE_FAILED:
+                    return await self._finalize(
+                        OutcomeKind.FAILED,
+                        RowState.UNREPORTED,
+                        self._text("outcome.failed", reason=result.error or "the core failed"),
+                        None,
+                    )
+
+    def _start_follow(self, *, watch_work_ceiling: bool) -> asyncio.Task[FollowResult]:
+        assert self.session_id is not None
+        start = self.start
+        return workflow.start_activity_method(
+            SessionActivities.follow_session,
+            FollowRequest(
+                owner=start.owner,
+                helper_id=start.helper_id,
+                seq=start.seq,
+                session_id=self.session_id,
+                generation=self.generation,
+                ceiling_tokens=start.limits.ceiling_tokens,
+                watch_work_ceiling=watch_work_ceiling,
+                tuning=start.follow,
+            ),
+            **options.follow(start.check_ms, start.follow),
+        )
+
+    async def _follow_result(self, follow: asyncio.Task[FollowResult]) -> FollowResult:
+        try:
+            return await follow
+        except ActivityError as error:
+            return FollowResult(verdict=Verdict.CORE_FAILED, error=_cause(error))
+
+    async def _finish_now(self) -> None:
+        """Ask the core for the partial outcome (R13, R15); if it cannot be asked, the hard ceiling still holds."""
+        try:
+            await workflow.execute_activity_method(
+                SessionActivities.finish_session,
+                self._session_ref(),
+                **options.core_call(self.start.check_ms, give_up_after=timedelta(minutes=1)),
+            )
+        except ActivityError as error:
+            workflow.logger.warning("finish-now for %s failed: %s", self.start.helper_id, _cause(error))
+
+    async def _close_running(self) -> bool:
+        """Close the row at once and cancel the session; True when the core confirms the turn stopped (R21)."""
+        self.generation += 1
+        await workflow.execute_activity_method(
+            RowActivities.mark_closed, MarkClosed(row=self._row_key()), **options.STORE_WRITE
+        )
+        self.state = RowState.CLOSED
+        await self._tell_coordinator(HELPER_CLOSED, self.start.helper_id)
+        cancelled: CancelResult = await workflow.execute_activity_method(
+            SessionActivities.cancel_session, self._session_ref(), **options.core_call(self.start.check_ms)
+        )
+        return cancelled.stopped
+
+    # --- the one finalizer -----------------------------------------------------------------------
+
+    async def _finalize(
+        self, kind: OutcomeKind, state: RowState, explanation: str, result: FollowResult | None = None
+    ) -> OutcomeKind:
+        """Write the outcome once (R19), hand the row and slot back, then reset the session (R20)."""
+        start = self.start
+        finished_at = workflow.now()
+        self.generation += 1
+        final = Finalize(
+            row=self._row_key(),
+            kind=kind,
+            state=state,
+            language=start.language,
+            model=start.model,
+            explanation=explanation,
+            question=result.question if result else None,
+            authorization=result.authorization if result else None,
+            actions=result.actions if result else [],
+            refusals=result.refusals if result else [],
+            usage=result.usage if result and result.usage.steps else None,
+            summary_max=start.summary_max,
+            finished_at=finished_at,
+        )
+        await workflow.execute_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
+        self.outcome = kind
+        self.state = state
+        workflow.upsert_search_attributes([HELPER_STATE.value_set(state.value), HELPER_OUTCOME.value_set(kind.value)])
+        workflow.set_current_details(f"{kind.value} · {start.title}")
+        await self._tell_coordinator(
+            HELPER_FINISHED,
+            FinishedNotice(helper_id=start.helper_id, kind=kind, generation=self.generation, finished_at=finished_at),
+        )
+        if self.session_id is not None:
+            await workflow.execute_activity_method(
+                SessionActivities.reset_session, self._session_ref(), **options.core_call(start.check_ms)
+            )
+        return kind
+
+    # --- small helpers ----------------------------------------------------------------------------
+
+    async def _tell_coordinator(self, signal: str, payload: object) -> None:
+        handle = workflow.get_external_workflow_handle(coordinator_id(self.start.owner))
+        await handle.signal(signal, payload)
+
+    def _explanation(self, kind: OutcomeKind, start: HelperStart) -> str:
+        if kind is OutcomeKind.CLOSED:
+            return self._text("outcome.closed")
+        if kind is not OutcomeKind.PARTIAL or self.finish_reason is None:
+            return ""
+        if self.finish_reason == "work_ceiling":
+            return self._text("stop.work_ceiling", ceiling_tokens=f"{start.limits.ceiling_tokens:,}")
+        return self._text("stop.deadline", deadline_minutes=start.limits.deadline_ms // 60_000)
+
+    def _text(self, key: str, **fields: object) -> str:
+        return text(key, self.start.language, **fields)
+
+    def _row_key(self) -> RowKey:
+        start = self.start
+        return RowKey(owner=start.owner, helper_id=start.helper_id, seq=start.seq, generation=self.generation)
+
+    def _session_ref(self) -> SessionRef:
+        assert self.session_id is not None
+        return SessionRef(owner=self.start.owner, helper_id=self.start.helper_id, session_id=self.session_id)
+
+    def _idempotency_key(self) -> str:
+        # Stable across retries and worker restarts, distinct for a helper id reused after retention (R9).
+        info = workflow.info()
+        return f"{info.workflow_id}/{info.first_execution_run_id}"
+
+
+def _cause(error: ActivityError) -> str:
+    cause = error.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause or error)
