@@ -1,0 +1,43 @@
+"""The models this core offers, by the name a CreateSession request selects.
+
+A factory turns a request into a ready model, or raises `ValueError` (e.g. `ScriptError`) for a
+request the model cannot run; create answers that with a 400 Problem. Tests and the demo may pass
+their own catalog to `create_app` / `running_core`, e.g. a model that records every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from domain.core_api import CreateSession
+from reference_core.model import Model
+from reference_core.script import ScriptEnd, parse_script
+from reference_core.scripted_model import MODEL_NAME, ScriptedModel
+
+
+@dataclass(frozen=True)
+class TurnFaults:
+    """How a turn misbehaves on cancel, for simulating slow or silent cores; a real model has none."""
+
+    cancel_delay_ms: int = 0  # a cancel stops the turn only after this delay
+    ignores_cancel: bool = False  # a cancel never stops the turn (a core that stays silent)
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    model: Model
+    faults: TurnFaults = field(default_factory=TurnFaults)
+
+
+ModelFactory = Callable[[CreateSession], PreparedModel]
+
+
+def scripted(request: CreateSession) -> PreparedModel:
+    script = parse_script(request.task)
+    faults = TurnFaults(cancel_delay_ms=script.cancel_delay_ms, ignores_cancel=script.end is ScriptEnd.HANG)
+    return PreparedModel(ScriptedModel(script, request.task, request.language), faults)
+
+
+def default_models() -> dict[str, ModelFactory]:
+    return {MODEL_NAME: scripted}

@@ -1,0 +1,163 @@
+"""The session service behind the HTTP API: create (idempotent), read, finish, cancel, reset, recover.
+
+A session with a live turn is changed through its `Turn`; any other session (paused or terminal, or
+every session after a restart) through its stored snapshot. On start, every session the store still
+holds as running belongs to a core that stopped under it: it becomes `interrupted`, never replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from domain.core_api import (
+    CancelAnswer,
+    CreateSession,
+    ResetAnswer,
+    SessionCreated,
+    SessionStatus,
+    Snapshot,
+)
+from reference_core.model_catalog import ModelFactory, PreparedModel
+from reference_core.problems import CoreProblem
+from reference_core.script import ScriptError
+from reference_core.store import SessionStore, StoredSession
+from reference_core.texts import LANGUAGES
+from reference_core.turn import Turn, cancel_now, interrupt
+from reference_core.world import World
+
+logger = logging.getLogger(__name__)
+
+
+def _not_found(session_id: str) -> CoreProblem:
+    return CoreProblem(404, "session_not_found", f"session_id: there is no session {session_id!r}")
+
+
+class SessionService:
+    def __init__(self, db_path: Path, models: Mapping[str, ModelFactory]) -> None:
+        self._db_path = db_path
+        self._models = dict(models)
+        self._world = World()
+        self._turns: dict[str, Turn] = {}
+        self._store_or_none: SessionStore | None = None
+
+    @property
+    def _store(self) -> SessionStore:
+        if self._store_or_none is None:
+            raise RuntimeError("the session service is not started")
+        return self._store_or_none
+
+    def start(self) -> None:
+        self._store_or_none = SessionStore(self._db_path)
+        interrupted = 0
+        for session_id in self._store.session_ids_with_status(SessionStatus.RUNNING):
+            stored = self._store.load(session_id)
+            if stored is None:
+                continue
+            interrupt(stored.snapshot, stored.request.language)
+            self._store.save(stored.snapshot)
+            interrupted += 1
+        if interrupted:
+            logger.warning("%d sessions were running when the core stopped; they are now interrupted", interrupted)
+
+    async def stop(self) -> None:
+        """Stop every turn without writing: the next start marks them interrupted."""
+        for turn in list(self._turns.values()):
+            await turn.abort()
+        self._turns.clear()
+        if self._store_or_none is not None:
+            self._store_or_none.close()
+            self._store_or_none = None
+
+    # API operations.
+
+    def create(self, request: CreateSession) -> SessionCreated:
+        existing = self._store.find_key(request.idempotency_key)
+        if existing is not None:
+            if (existing.owner, existing.helper_id) != (request.owner, request.helper_id):
+                raise CoreProblem(
+                    409,
+                    "idempotency_key_conflict",
+                    "idempotency_key: this key already names a session of another owner or helper",
+                )
+            return SessionCreated(session_id=existing.session_id, created=False)
+        prepared = self._prepare(request)
+        snapshot = Snapshot(session_id=f"s-{uuid.uuid4().hex}", status=SessionStatus.RUNNING, input_tokens_total=0)
+        self._store.insert(request, snapshot)
+        turn = Turn(
+            request=request,
+            snapshot=snapshot,
+            prepared=prepared,
+            world=self._world.of(request.owner),
+            store=self._store,
+            on_finished=self._turn_finished,
+        )
+        self._turns[snapshot.session_id] = turn
+        turn.start()
+        logger.info("session %s created for %s/%s", snapshot.session_id, request.owner, request.helper_id)
+        return SessionCreated(session_id=snapshot.session_id, created=True)
+
+    def snapshot(self, session_id: str) -> Snapshot:
+        return self._load(session_id).snapshot
+
+    def finish(self, session_id: str) -> Snapshot:
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.request_finish()
+        # Paused and terminal sessions make no further calls: finish changes nothing there.
+        return self._load(session_id).snapshot
+
+    async def cancel(self, session_id: str) -> CancelAnswer:
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            return await turn.cancel()
+        stored = self._load(session_id)
+        snapshot = stored.snapshot
+        if not snapshot.status.is_terminal:
+            cancel_now(snapshot, stored.request.language)
+            self._store.save(snapshot)
+        return CancelAnswer(stopped=True, status=snapshot.status)
+
+    async def reset(self, session_id: str) -> ResetAnswer:
+        turn = self._turns.pop(session_id, None)
+        if turn is not None:
+            await turn.abort()
+        self._load(session_id)
+        self._store.remove(session_id)
+        logger.info("session %s reset", session_id)
+        return ResetAnswer(reset=True)
+
+    # Helpers.
+
+    def _load(self, session_id: str) -> StoredSession:
+        stored = self._store.load(session_id)
+        if stored is None:
+            raise _not_found(session_id)
+        return stored
+
+    def _prepare(self, request: CreateSession) -> PreparedModel:
+        """Check what the contract's types cannot (language, model, script) before anything is written."""
+        if request.language not in LANGUAGES:
+            raise CoreProblem(
+                400,
+                "unsupported_language",
+                f"language: {request.language!r} is not supported; use one of {', '.join(LANGUAGES)}",
+            )
+        factory = self._models.get(request.model)
+        if factory is None:
+            raise CoreProblem(
+                400,
+                "unknown_model",
+                f"model: {request.model!r} is not offered by this core; known models: {', '.join(self._models)}",
+            )
+        try:
+            return factory(request)
+        except ScriptError as error:
+            raise CoreProblem(400, "invalid_script", f"task: {error}") from None
+        except ValueError as error:
+            raise CoreProblem(400, "invalid_task", f"task: {error}") from None
+
+    def _turn_finished(self, session_id: str) -> None:
+        self._turns.pop(session_id, None)

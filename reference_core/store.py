@@ -1,0 +1,124 @@
+"""Durable sessions of the reference core in one SQLite file (stdlib sqlite3).
+
+One row per session: its idempotency key, the create request and the latest snapshot. A reset
+clears the request and snapshot but keeps the key, so a late retry of the same create can never
+start a second session (R9). Every write is a single autocommitted statement in WAL mode: cheap
+enough to run on the event loop, and the loop's single thread makes create-or-find race-free.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from domain.core_api import CreateSession, SessionStatus, Snapshot
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id      TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    owner           TEXT NOT NULL,
+    helper_id       TEXT NOT NULL,
+    request         TEXT,            -- CreateSession JSON; NULL after a reset
+    snapshot        TEXT,            -- Snapshot JSON; NULL after a reset
+    status          TEXT,
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL,
+    reset_at        TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_by_status ON sessions (status);
+"""
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """What an idempotency key names, even after the session was reset."""
+
+    session_id: str
+    owner: str
+    helper_id: str
+    removed: bool
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    request: CreateSession
+    snapshot: Snapshot
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class SessionStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._connection = sqlite3.connect(path, isolation_level=None)
+        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._connection.execute("PRAGMA synchronous=NORMAL")
+        self._connection.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def find_key(self, idempotency_key: str) -> KeyRecord | None:
+        row = self._connection.execute(
+            "SELECT session_id, owner, helper_id, reset_at IS NOT NULL FROM sessions WHERE idempotency_key = ?",
+            (idempotency_key,),
+        ).fetchone()
+        if row is None:
+            return None
+        return KeyRecord(session_id=row[0], owner=row[1], helper_id=row[2], removed=bool(row[3]))
+
+    def insert(self, request: CreateSession, snapshot: Snapshot) -> None:
+        now = _now()
+        self._connection.execute(
+            "INSERT INTO sessions (session_id, idempotency_key, owner, helper_id, request, snapshot, status,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                snapshot.session_id,
+                request.idempotency_key,
+                request.owner,
+                request.helper_id,
+                request.model_dump_json(),
+                snapshot.model_dump_json(),
+                snapshot.status.value,
+                now,
+                now,
+            ),
+        )
+
+    def load(self, session_id: str) -> StoredSession | None:
+        row = self._connection.execute(
+            "SELECT request, snapshot FROM sessions WHERE session_id = ? AND reset_at IS NULL", (session_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return StoredSession(
+            request=CreateSession.model_validate_json(row[0]),
+            snapshot=Snapshot.model_validate_json(row[1]),
+        )
+
+    def save(self, snapshot: Snapshot) -> None:
+        self._connection.execute(
+            "UPDATE sessions SET snapshot = ?, status = ?, updated_at = ? WHERE session_id = ? AND reset_at IS NULL",
+            (snapshot.model_dump_json(), snapshot.status.value, _now(), snapshot.session_id),
+        )
+
+    def remove(self, session_id: str) -> None:
+        """Forget the session's content; the key stays as a tombstone (no second session, ever)."""
+        now = _now()
+        self._connection.execute(
+            "UPDATE sessions SET request = NULL, snapshot = NULL, status = NULL, updated_at = ?, reset_at = ?"
+            " WHERE session_id = ?",
+            (now, now, session_id),
+        )
+
+    def session_ids_with_status(self, status: SessionStatus) -> list[str]:
+        rows = self._connection.execute(
+            "SELECT session_id FROM sessions WHERE status = ? AND reset_at IS NULL ORDER BY created_at",
+            (status.value,),
+        ).fetchall()
+        return [row[0] for row in rows]
