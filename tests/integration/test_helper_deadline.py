@@ -1,0 +1,104 @@
+"""The 45-minute deadline and the 47-minute hard ceiling, on the time-skipping server (R15, R7, R10)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+from domain.outcome import OutcomeKind
+from domain.rows import RowState
+from starter.client import HelperClient
+from store.helper_store import HelperStore
+from tests.fakes.fake_core import FakeCore, serving_fake_core
+from tests.helpers import eventually, helper_request, settings_for, skip_time
+from worker import running_worker
+
+CLOSED_PORT = "http://127.0.0.1:9"
+
+
+async def test_deadline_asks_for_partial_and_core_answers_within_grace(time_env: WorkflowEnvironment, tmp_path: Path):
+    """R15: at 45 minutes the helper asks for a partial outcome; the core answers within the grace."""
+    core = FakeCore(on_finish="partial")
+    async with serving_fake_core(core) as core_url:
+        settings = settings_for(tmp_path, core_url, CLOSED_PORT)
+        store = await HelperStore.connect(settings.store_url)
+        async with running_worker(time_env.client, settings):
+            client = HelperClient(settings, store, time_env.client)
+            admission = await client.start(helper_request("ann", "h1"))
+            assert admission.status == "running"
+            session = (await eventually(lambda: list(core.sessions.values())))[0]
+            session.add_step(1_000, 100, "first findings: the report is in the finance folder")
+            await skip_time(time_env, timedelta(minutes=46))
+            row = await eventually(lambda: _final_row(store, "ann", "h1"))
+        assert row.outcome_kind is OutcomeKind.PARTIAL
+        assert row.state is RowState.UNREPORTED
+        assert core.finish_calls == 1
+        assert "45-minute deadline" in (row.summary or "")
+        assert "finance folder" in (row.summary or "")
+        await store.close()
+
+
+async def _final_row(store: HelperStore, owner: str, helper_id: str):
+    row = await store.get(owner, helper_id)
+    return row if row is not None and row.outcome_kind is not None else None
+
+
+async def test_hard_ceiling_finalizes_with_last_message_when_core_stays_silent(
+    time_env: WorkflowEnvironment, tmp_path: Path
+):
+    """R15, R7: the core ignores finish-now; at 47 minutes the helper finalizes with the last completed
+    message and frees its slot, so a waiting helper starts."""
+    core = FakeCore(on_finish="ignore")
+    async with serving_fake_core(core) as core_url:
+        settings = settings_for(tmp_path, core_url, CLOSED_PORT, max_running=1, max_open=2)
+        store = await HelperStore.connect(settings.store_url)
+        async with running_worker(time_env.client, settings):
+            client = HelperClient(settings, store, time_env.client)
+            assert (await client.start(helper_request("bob", "silent"))).status == "running"
+            waiting = await client.start(helper_request("bob", "next"))
+            assert (waiting.status, waiting.ahead) == ("waiting", 0)
+            session = await eventually(lambda: core.sessions.get("fake-1"))
+            session.add_step(2_000, 300, "draft ready: three suppliers compared")
+            await skip_time(time_env, timedelta(minutes=48))
+            row = await eventually(lambda: _final_row(store, "bob", "silent"))
+            assert row.outcome_kind is OutcomeKind.PARTIAL
+            assert core.finish_calls == 1
+            assert "did not finish within 2 minutes" in (row.summary or "")
+            assert "three suppliers compared" in (row.summary or "")
+            assert row.finished_at is not None and row.started_at is not None
+            assert timedelta(minutes=47) <= row.finished_at - row.started_at < timedelta(minutes=48)
+            # The freed slot passed to the waiting helper, which created its own session.
+            await eventually(lambda: core.create_calls == 2)
+            assert core.session_of("next").status == "running"
+            assert core.reset_calls == 1  # the silent session was reset as cleanup (R20)
+        await store.close()
+
+
+async def test_hard_ceiling_holds_when_the_core_is_down(time_env: WorkflowEnvironment, tmp_path: Path):
+    """R15, R10: the core goes down mid-session; every call fails fast, and at 47 minutes the helper
+    finalizes with the last completed message it saw."""
+    core = FakeCore()
+    server = serving_fake_core(core)
+    core_url = await server.__aenter__()
+    settings = settings_for(tmp_path, core_url, CLOSED_PORT)
+    store = await HelperStore.connect(settings.store_url)
+    async with running_worker(time_env.client, settings):
+        client = HelperClient(settings, store, time_env.client)
+        await client.start(helper_request("cat", "h1", language="ru"))
+        session = await eventually(lambda: core.sessions.get("fake-1"))
+        session.add_step(1_500, 200, "найдено два договора")
+        await eventually(lambda: _row_has_steps(store, "cat", "h1"))
+        await server.__aexit__(None, None, None)  # the core is down from here on
+        await skip_time(time_env, timedelta(minutes=48))
+        row = await eventually(lambda: _final_row(store, "cat", "h1"))
+    assert row.outcome_kind is OutcomeKind.PARTIAL
+    assert "найдено два договора" in (row.summary or "")
+    assert "Ядро не завершило работу" in (row.summary or "")
+    await store.close()
+
+
+async def _row_has_steps(store: HelperStore, owner: str, helper_id: str) -> bool:
+    row = await store.get(owner, helper_id)
+    return row is not None and row.steps > 0
