@@ -40,7 +40,7 @@ class RowActivities:
             helper_id=request.helper_id,
             seq=new.seq,
             goal_id=request.goal_id,
-            state=RowState.WAITING,
+            state=RowState.RUNNING if new.starts_now else RowState.WAITING,
             task=request.task,
             boundary=list(request.boundary),
             language=request.language,

@@ -33,6 +33,7 @@ class NewRow(BaseModel):
     seq: int
     limits: Limits
     admitted_at: datetime
+    starts_now: bool = False
 
 
 class RemoveRows(BaseModel):

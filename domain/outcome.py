@@ -72,6 +72,8 @@ def compose_outcome_text(
     parts: list[str] = []
     if explanation:
         parts.append(explanation)
+    # The question or the authorization needed leads, in the owner's language, even when the
+    # core's last message already contains it: the summary must carry it (R16, R17).
     if kind is OutcomeKind.QUESTION and question:
         parts.append(text("outcome.question", language, question=question))
     if kind is OutcomeKind.AUTHORIZATION and authorization:

@@ -163,7 +163,7 @@ class CoordinatorWorkflow:
                 )
             await workflow.execute_activity_method(
                 RowActivities.record_admission,
-                NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now),
+                NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, starts_now=starts_now),
                 **options.ADMISSION_WRITE,
             )
             await workflow.start_child_workflow(

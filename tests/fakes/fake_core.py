@@ -46,9 +46,7 @@ class FakeSession:
     cancel_requested: bool = False
 
     def add_step(self, input_tokens: int, output_tokens: int, message: str | None = None) -> None:
-        self.steps.append(
-            StepUsage(index=len(self.steps) + 1, input_tokens=input_tokens, output_tokens=output_tokens)
-        )
+        self.steps.append(StepUsage(index=len(self.steps) + 1, input_tokens=input_tokens, output_tokens=output_tokens))
         self.last_message = message or f"step {len(self.steps)} done"
 
     def end(self, status: SessionStatus, text: str | None = None, stop_reason: StopReason | None = None) -> None:

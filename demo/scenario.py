@@ -1,0 +1,362 @@
+"""The demo: helpers launched through the starter exactly as Iva would, and each one's life shown live.
+
+Two owners. Anna (English) gets three helpers at once (one mails a report with authority, one asks a
+question, one runs into the work ceiling), a fourth that is refused, then three long runs of which one
+is closed while running: its slot stays held until the core confirms the stop, and a helper admitted
+meanwhile waits for exactly that slot. Boris (Russian) gets one helper that hits the work ceiling, to
+show the stop explained in his language. Iva's side reads the unreported outcomes and marks them
+delivered after answering, as a chat turn would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from domain.outcome import OutcomeKind
+from domain.rows import HelperView, RowState
+from domain.settings import Settings
+from reference_core.script import scripted_task
+from starter.client import HelperClient, HelperRefused
+
+ANNA = "anna"
+BORIS = "boris"
+
+
+@dataclass
+class Expected:
+    owner: str
+    helper_id: str
+    outcome: OutcomeKind | None  # None: must be refused
+    check: Callable[[HelperView], str | None] | None = None  # returns a problem, or None
+
+
+@dataclass
+class Report:
+    problems: list[str] = field(default_factory=list)
+
+    def expect(self, condition: bool, problem: str) -> None:
+        if not condition:
+            self.problems.append(problem)
+
+
+def _say(who: str, message: str) -> None:
+    print(f"{datetime.now():%H:%M:%S}  {who:<24} {message}", flush=True)
+
+
+class Watcher:
+    """Polls the store (as Iva reads it) and the chat's inbox, printing every change of every helper."""
+
+    def __init__(self, client: HelperClient, chat_url: str, owners: list[str]) -> None:
+        self.client = client
+        self.chat_url = chat_url
+        self.owners = owners
+        self.seen: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.events_seen: dict[str, int] = {}
+        self.views: dict[tuple[str, str], HelperView] = {}
+        self.events: dict[str, list[dict[str, Any]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.poll()
+
+    async def _run(self) -> None:
+        while True:
+            await self.poll()
+            await asyncio.sleep(0.4)
+
+    async def poll(self) -> None:
+        async with httpx.AsyncClient(timeout=5) as http:
+            for owner in self.owners:
+                for view in await self.client.list_helpers(owner):
+                    self._show(owner, view)
+                try:
+                    events = (await http.get(f"{self.chat_url}/v1/owners/{owner}/events")).json()
+                except httpx.HTTPError:
+                    continue
+                self.events[owner] = events
+                for event in events[self.events_seen.get(owner, 0) :]:
+                    _say(f"chat({owner})", f"system event {event['key']}: {event['text']}")
+                self.events_seen[owner] = len(events)
+
+    def _show(self, owner: str, view: HelperView) -> None:
+        key = (owner, view.helper_id)
+        self.views[key] = view
+        shape = (view.state, view.steps, view.outcome_kind, view.ahead)
+        if self.seen.get(key) == shape:
+            return
+        self.seen[key] = shape
+        who = f"{owner}/{view.helper_id}"
+        if view.outcome_kind is not None and view.state in (RowState.UNREPORTED, RowState.CLOSED, RowState.DELIVERED):
+            summary = (view.summary or "").replace("\n", " ")
+            _say(who, f"{view.state.value} · outcome {view.outcome_kind.value}: {summary[:160]}")
+            for action in view.actions:
+                _say(who, f"  action · {action.tool} · {action.whom}: {action.what}")
+        elif view.state is RowState.WAITING:
+            _say(who, f"waiting for a slot · {view.ahead} ahead")
+        elif view.state is RowState.CLOSED:
+            _say(who, "closed (its slot stays held until the core confirms the stop)")
+        else:
+            _say(who, f"{view.state.value} · {view.steps} steps · {view.work_tokens:,} work tokens")
+
+
+async def run_scenario(settings: Settings) -> list[str]:
+    """Run the whole demo; return the problems found (empty when every helper did what it should)."""
+    client = await HelperClient.connect(settings)
+    watcher = Watcher(client, settings.chat_url, [ANNA, BORIS])
+    watcher.start()
+    report = Report()
+    try:
+        await _first_wave(client, watcher, report, settings)
+        await _close_while_running(client, watcher, report)
+        await _iva_reads_and_answers(client, report)
+    finally:
+        await watcher.stop()
+        await client.aclose()
+    _check_outcomes(watcher, report)
+    return report.problems
+
+
+async def _start(client: HelperClient, owner: str, helper_id: str, task: str, **fields: Any) -> Any:
+    request = {"owner": owner, "helper_id": helper_id, "task": task, "model": "scripted", **fields}
+    admission = await client.start(request)
+    where = "running now" if admission.status == "running" else f"waiting, {admission.ahead} ahead"
+    _say(f"{owner}/{helper_id}", f"admitted · {where}")
+    return admission
+
+
+async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, settings: Settings) -> None:
+    print("\n— Anna hands three tasks to helpers; a fourth is one too many —", flush=True)
+    await _start(
+        client,
+        ANNA,
+        "mail-report",
+        scripted_task(
+            "Find the Q3 revenue note and mail a short summary to Bob.",
+            steps=4,
+            step_ms=900,
+            tool_calls=[
+                {"step": 1, "tool": "search_notes", "args": {"query": "Q3"}},
+                {
+                    "step": 3,
+                    "tool": "send_mail",
+                    "args": {"to": "bob@example.com", "subject": "Q3 revenue", "body": "Revenue grew 12%."},
+                },
+            ],
+        ),
+        boundary=["send_mail to bob@example.com"],
+    )
+    await _start(
+        client,
+        ANNA,
+        "pick-venue",
+        scripted_task(
+            "Shortlist venues for the team dinner on Friday.",
+            steps=3,
+            step_ms=900,
+            end="question",
+            question="Should the venue be within walking distance of the office, or is a taxi fine?",
+        ),
+    )
+    await _start(
+        client,
+        ANNA,
+        "market-scan",
+        scripted_task(
+            "Scan every competitor's pricing page and compare plans.",
+            end="run",
+            steps=80,
+            step_ms=900,
+            input_tokens=150_000,
+            input_growth=120_000,
+            output_tokens=150_000,
+        ),
+    )
+    # The fourth goes through the console script, as Iva's tool call would, to show a refusal.
+    refused = await _cli(
+        settings,
+        ["start", "--owner", ANNA, "--id", "extra", "--model", "scripted", "--task", "Book a table for Saturday."],
+    )
+    code, answer = refused
+    error = answer.get("error", {})
+    _say(f"{ANNA}/extra", f"refused (exit {code}) · {error.get('code')}: {error.get('message')}")
+    report.expect(
+        code == 1 and error.get("code") == "too_many_open", f"extra: expected a too_many_open refusal, got {answer}"
+    )
+    report.expect(
+        sorted(error.get("open_ids", [])) == ["mail-report", "market-scan", "pick-venue"],
+        f"extra: the refusal should name the three open helpers, got {error.get('open_ids')}",
+    )
+    await _start(
+        client,
+        BORIS,
+        "obzor-rynka",
+        scripted_task(
+            "Собрать все отзывы о поставщиках за год.",
+            end="run",
+            steps=80,
+            step_ms=900,
+            input_tokens=200_000,
+            input_growth=200_000,
+            output_tokens=200_000,
+        ),
+        language="ru",
+    )
+    await _wait_for(
+        lambda: all(
+            watcher.views.get((owner, helper_id)) is not None
+            and watcher.views[(owner, helper_id)].outcome_kind is not None
+            for owner, helper_id in [
+                (ANNA, "mail-report"),
+                (ANNA, "pick-venue"),
+                (ANNA, "market-scan"),
+                (BORIS, "obzor-rynka"),
+            ]
+        ),
+        "the first wave to finish",
+        timeout=120,
+    )
+
+
+async def _close_while_running(client: HelperClient, watcher: Watcher, report: Report) -> None:
+    print("\n— Three long runs; one is closed while running; a new helper waits for its slot —", flush=True)
+    long_run = {"end": "run", "steps": 80, "step_ms": 1000}
+    await _start(
+        client, ANNA, "long-a", scripted_task("Watch the shared inbox for replies.", cancel_delay_ms=4000, **long_run)
+    )
+    await _start(client, ANNA, "long-b", scripted_task("Draft the weekly digest.", **long_run))
+    await _start(client, ANNA, "long-c", scripted_task("Collect travel options for March.", **long_run))
+    await _wait_for(
+        lambda: all(_steps(watcher, ANNA, h) >= 2 for h in ("long-a", "long-b", "long-c")), "long runs to start"
+    )
+    answer = await client.close(ANNA, "long-a")
+    _say(f"{ANNA}/long-a", f"close answered · row {answer.state.value} · slot held: {answer.slot_held}")
+    report.expect(
+        answer.state is RowState.CLOSED and answer.slot_held, f"long-a: closed row with slot held, got {answer}"
+    )
+    admission = await _start(
+        client, ANNA, "after-close", scripted_task("Summarize today's calendar.", steps=3, step_ms=700)
+    )
+    report.expect(
+        admission.status == "waiting" and admission.ahead == 0,
+        f"after-close: should wait for long-a's slot with nobody ahead, got {admission}",
+    )
+    await _wait_for(lambda: _kind(watcher, ANNA, "after-close") is not None, "after-close to finish", timeout=60)
+    for helper_id in ("long-b", "long-c"):
+        await client.close(ANNA, helper_id)
+    await _wait_for(
+        lambda: all(_kind(watcher, ANNA, h) is OutcomeKind.CLOSED for h in ("long-a", "long-b", "long-c")),
+        "the long runs to stop",
+        timeout=60,
+    )
+    closed_at = watcher.views[(ANNA, "long-a")].finished_at
+    started_at = watcher.views[(ANNA, "after-close")].started_at
+    report.expect(
+        closed_at is not None and started_at is not None and started_at >= closed_at,
+        f"after-close started at {started_at}, before long-a's slot was freed at {closed_at}",
+    )
+
+
+async def _iva_reads_and_answers(client: HelperClient, report: Report) -> None:
+    print("\n— Iva reads the unreported outcomes in a turn, answers, and marks them delivered —", flush=True)
+    unreported = await client.unreported(ANNA)
+    ids = [view.helper_id for view in unreported]
+    _say(f"iva({ANNA})", f"unreported: {', '.join(ids) or 'none'}")
+    if not ids:
+        report.expect(False, "no unreported outcomes for Anna")
+        return
+    await client.read(ANNA, "turn-1", ids)
+    answer = "Here is what your helpers found: ..."
+    delivered = await client.delivered(ANNA, "turn-1", answer_chars=len(answer))
+    _say(f"iva({ANNA})", f"answered in turn-1 and marked delivered: {', '.join(delivered.delivered)}")
+    report.expect(sorted(delivered.delivered) == sorted(ids), f"delivered {delivered.delivered}, read {ids}")
+
+
+def _check_outcomes(watcher: Watcher, report: Report) -> None:
+    def kind_is(owner: str, helper_id: str, kind: OutcomeKind) -> None:
+        actual = _kind(watcher, owner, helper_id)
+        report.expect(actual is kind, f"{owner}/{helper_id}: expected outcome {kind.value}, got {actual}")
+
+    kind_is(ANNA, "mail-report", OutcomeKind.COMPLETED)
+    kind_is(ANNA, "pick-venue", OutcomeKind.QUESTION)
+    kind_is(ANNA, "market-scan", OutcomeKind.PARTIAL)
+    kind_is(ANNA, "after-close", OutcomeKind.COMPLETED)
+    for helper_id in ("long-a", "long-b", "long-c"):
+        kind_is(ANNA, helper_id, OutcomeKind.CLOSED)
+    kind_is(BORIS, "obzor-rynka", OutcomeKind.PARTIAL)
+    mail = watcher.views.get((ANNA, "mail-report"))
+    report.expect(
+        mail is not None and any(a.tool == "send_mail" and "bob@example.com" in a.whom for a in mail.actions),
+        "mail-report: the outcome should list the mail sent to bob@example.com",
+    )
+    scan = watcher.views.get((ANNA, "market-scan"))
+    report.expect(
+        scan is not None and "work ceiling" in (scan.summary or ""), "market-scan: stop should name the work ceiling"
+    )
+    obzor = watcher.views.get((BORIS, "obzor-rynka"))
+    report.expect(
+        obzor is not None and "пределе работы" in (obzor.summary or ""), "obzor-rynka: stop should be in Russian"
+    )
+    venue = watcher.views.get((ANNA, "pick-venue"))
+    report.expect(
+        venue is not None and "walking distance" in (venue.summary or ""),
+        "pick-venue: outcome should carry the question",
+    )
+    anna_events = watcher.events.get(ANNA, [])
+    report.expect(bool(anna_events), "the chat received no system event for Anna")
+    told = {helper_id for event in anna_events for helper_id in event["helper_ids"]}
+    report.expect(
+        {"mail-report", "pick-venue", "market-scan"} <= told,
+        f"the chat should have been told about the first wave, was told about {sorted(told)}",
+    )
+    report.expect(not told & {"long-a", "long-b", "long-c"}, "closed helpers must not be reported automatically")
+
+
+def _kind(watcher: Watcher, owner: str, helper_id: str) -> OutcomeKind | None:
+    view = watcher.views.get((owner, helper_id))
+    return None if view is None else view.outcome_kind
+
+
+def _steps(watcher: Watcher, owner: str, helper_id: str) -> int:
+    view = watcher.views.get((owner, helper_id))
+    return 0 if view is None else view.steps
+
+
+async def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
+        await asyncio.sleep(0.2)
+
+
+async def _cli(settings: Settings, arguments: list[str]) -> tuple[int, dict[str, Any]]:
+    environment = {
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_RESULTS_DIR": str(settings.results_dir),
+        "PATH": "",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "starter", *arguments, stdout=subprocess.PIPE, env=environment
+    )
+    output, _ = await process.communicate()
+    return process.returncode or 0, json.loads(output or b"{}")
+
+
+__all__ = ["HelperRefused", "run_scenario"]

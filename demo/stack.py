@@ -1,0 +1,207 @@
+"""The local stack: Temporal dev server, reference core, reference chat and the worker, as processes.
+
+Everything listens on loopback; state lives in one data folder (SQLite files, logs, result
+directories). `Stack` starts the processes in order, waits until each answers, and stops every
+process it started, in reverse order, however the caller leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+
+from domain.settings import Settings
+from workflows.client import connect_temporal
+from workflows.names import SEARCH_ATTRIBUTES
+
+BIN = Path(sys.executable).parent
+WORKER = Path(__file__).resolve().parent.parent / "worker.py"
+HOST = "127.0.0.1"
+
+
+class StackError(RuntimeError):
+    pass
+
+
+@dataclass
+class Ports:
+    temporal: int = 7233
+    ui: int = 8233
+    core: int = 8310
+    chat: int = 8320
+
+
+@dataclass
+class Stack:
+    data: Path
+    ports: Ports = field(default_factory=Ports)
+    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    @property
+    def logs(self) -> Path:
+        return self.data / "logs"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{HOST}:{self.ports.ui}"
+
+    def settings(self) -> Settings:
+        return Settings(
+            temporal_address=f"{HOST}:{self.ports.temporal}",
+            store_url=f"sqlite+aiosqlite:///{self.data / 'helpers.sqlite3'}",
+            results_dir=self.data / "results",
+            core_url=f"http://{HOST}:{self.ports.core}",
+            chat_url=f"http://{HOST}:{self.ports.chat}",
+        )
+
+    def environment(self) -> dict[str, str]:
+        settings = self.settings()
+        return {
+            **os.environ,
+            "TEMPORAL_ADDRESS": settings.temporal_address,
+            "HELPER_STORE_URL": settings.store_url,
+            "HELPER_RESULTS_DIR": str(settings.results_dir),
+            "HELPER_CORE_URL": settings.core_url,
+            "HELPER_CHAT_URL": settings.chat_url,
+        }
+
+    async def start(self, *, fresh: bool) -> None:
+        if fresh and self.data.exists():
+            shutil.rmtree(self.data)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for name, port in vars(self.ports).items():
+            _require_free(name, port)
+        temporal = [
+            str(BIN / "temporal"),
+            "server",
+            "start-dev",
+            "--ip",
+            HOST,
+            "--port",
+            str(self.ports.temporal),
+            "--ui-port",
+            str(self.ports.ui),
+            "--db-filename",
+            str(self.data / "temporal.sqlite3"),
+            "--log-level",
+            "warn",
+        ]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            temporal += ["--search-attribute", f"{name}={kind}"]
+        self._spawn("temporal", temporal)
+        self._spawn(
+            "reference-core",
+            [
+                sys.executable,
+                "-m",
+                "reference_core",
+                "--host",
+                HOST,
+                "--port",
+                str(self.ports.core),
+                "--db",
+                str(self.data / "core.sqlite3"),
+            ],
+        )
+        self._spawn(
+            "reference-chat",
+            [
+                sys.executable,
+                "-m",
+                "reference_chat",
+                "--host",
+                HOST,
+                "--port",
+                str(self.ports.chat),
+                "--state-file",
+                str(self.data / "chat.jsonl"),
+            ],
+        )
+        await self._wait_for_temporal()
+        await _wait_for_http("reference core", f"http://{HOST}:{self.ports.core}/healthz", self)
+        await _wait_for_http("reference chat", f"http://{HOST}:{self.ports.chat}/healthz", self)
+        self._spawn("worker", [sys.executable, str(WORKER)])
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        log = (self.logs / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True
+        )
+        self.processes.append((name, process))
+
+    async def _wait_for_temporal(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            try:
+                client = await connect_temporal(f"{HOST}:{self.ports.temporal}")
+                await client.workflow_service.get_system_info(GetSystemInfoRequest())
+                return
+            except Exception as error:
+                if time.monotonic() > deadline:
+                    raise StackError(f"Temporal did not answer within {timeout:.0f} s: {error}") from None
+                await asyncio.sleep(0.25)
+
+    def check_alive(self) -> None:
+        for name, process in self.processes:
+            code = process.poll()
+            if code is not None:
+                tail = _tail(self.logs / f"{name}.log")
+                raise StackError(f"{name} exited with code {code}; last log lines:\n{tail}")
+
+    def stop(self) -> None:
+        for _name, process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for _name, process in reversed(self.processes):
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
+
+
+async def _wait_for_http(name: str, url: str, stack: Stack, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(timeout=2) as http:
+        while True:
+            stack.check_alive()
+            try:
+                if (await http.get(url)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise StackError(f"{name} did not answer at {url} within {timeout:.0f} s")
+            await asyncio.sleep(0.1)
+
+
+def _require_free(name: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            raise StackError(
+                f"port {port} ({name}) on {HOST} is in use; stop what holds it or choose another port"
+            ) from None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
