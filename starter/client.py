@@ -6,6 +6,7 @@ store, so listing works while no worker runs (R27). Every operation is scoped to
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -131,7 +132,9 @@ class HelperClient:
                 CoordinatorWorkflow.admit,
                 request,
                 start_workflow_operation=start,
-                id=f"admit/{request.helper_id}",
+                # A fresh update id: a repeated request reaches the handler, which answers with the
+                # helper's current state and starts nothing (R5), instead of a replay of the first answer.
+                id=f"admit/{request.helper_id}/{uuid.uuid4().hex}",
             )
         except WorkflowUpdateFailedError as error:
             raise _refusal(error) from None
