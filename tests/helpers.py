@@ -57,3 +57,8 @@ async def skip_time(env: Any, duration: timedelta, chunk: timedelta = timedelta(
         step = min(chunk, remaining)
         await env.sleep(step)
         remaining -= step
+
+
+async def history_events(client: Any, workflow_id: str) -> list[Any]:
+    """Every event of a workflow's history, to count what a helper costs the server."""
+    return [event async for event in client.get_workflow_handle(workflow_id).fetch_history_events()]

@@ -156,12 +156,12 @@ class CoordinatorWorkflow:
         starts_now = request.helper_id in grant_slots(self.book, now)
         try:
             if evicted:
-                await workflow.execute_activity_method(
+                await workflow.execute_local_activity_method(
                     RowActivities.remove_rows,
                     RemoveRows(owner=self.book.owner, helper_ids=decision.evict),
                     **options.ADMISSION_WRITE,
                 )
-            await workflow.execute_activity_method(
+            await workflow.execute_local_activity_method(
                 RowActivities.record_admission,
                 NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, starts_now=starts_now),
                 **options.ADMISSION_WRITE,
@@ -292,7 +292,7 @@ class CoordinatorWorkflow:
         entry_or_none = self.book.entries.get(helper_id)
         if action is CloseAction.WRITE_CLOSED and entry_or_none is not None:
             entry = apply_closed_by_coordinator(self.book, helper_id)
-            await workflow.execute_activity_method(
+            await workflow.execute_local_activity_method(
                 RowActivities.coordinator_write,
                 CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
                 **options.STORE_WRITE,
@@ -340,7 +340,7 @@ class CoordinatorWorkflow:
         self.messages_this_run += 1
         delivered = apply_delivered(self.book, request.turn, workflow.now())
         for entry in delivered:
-            await workflow.execute_activity_method(
+            await workflow.execute_local_activity_method(
                 RowActivities.coordinator_write,
                 CoordinatorWrite(
                     row=self._row_key(entry),
@@ -409,7 +409,7 @@ class CoordinatorWorkflow:
     # --- retention (R29) -----------------------------------------------------------------------------
 
     async def _remove_rows(self, helper_ids: list[str]) -> None:
-        removed = await workflow.execute_activity_method(
+        removed = await workflow.execute_local_activity_method(
             RowActivities.remove_rows,
             RemoveRows(owner=self.book.owner, helper_ids=helper_ids),
             **options.STORE_WRITE,

@@ -91,8 +91,9 @@ class HelperWorkflow:
         hard = asyncio.ensure_future(
             workflow.sleep(timedelta(milliseconds=limits.hard_ceiling_ms), summary="hard ceiling: deadline + grace")
         )
+        if self.state is not RowState.RUNNING:  # a helper that started with its slot already shows running
+            workflow.upsert_search_attributes([HELPER_STATE.value_set(RowState.RUNNING.value)])
         self.state = RowState.RUNNING
-        workflow.upsert_search_attributes([HELPER_STATE.value_set(RowState.RUNNING.value)])
         workflow.set_current_details(
             f"running · deadline {deadline_at:%H:%M:%S} UTC · hard ceiling {hard_at:%H:%M:%S} UTC · {start.title}"
         )
@@ -254,7 +255,7 @@ class HelperWorkflow:
     async def _close_running(self) -> bool:
         """Close the row at once and cancel the session; True when the core confirms the turn stopped (R21)."""
         self.generation += 1
-        await workflow.execute_activity_method(
+        await workflow.execute_local_activity_method(
             RowActivities.mark_closed, MarkClosed(row=self._row_key()), **options.STORE_WRITE
         )
         self.state = RowState.CLOSED
@@ -288,19 +289,23 @@ class HelperWorkflow:
             summary_max=start.summary_max,
             finished_at=finished_at,
         )
-        await workflow.execute_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
+        await workflow.execute_local_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
         self.outcome = kind
         self.state = state
         workflow.upsert_search_attributes([HELPER_STATE.value_set(state.value), HELPER_OUTCOME.value_set(kind.value)])
         workflow.set_current_details(f"{kind.value} · {start.title}")
-        await self._tell_coordinator(
-            HELPER_FINISHED,
-            FinishedNotice(helper_id=start.helper_id, kind=kind, generation=self.generation, finished_at=finished_at),
+        notice = FinishedNotice(
+            helper_id=start.helper_id, kind=kind, generation=self.generation, finished_at=finished_at
         )
+        # The notice frees the slot at once; the reset is cleanup and runs beside it (R20).
+        cleanup = []
         if self.session_id is not None:
-            await workflow.execute_activity_method(
-                SessionActivities.reset_session, self._session_ref(), **options.core_call(start.check_ms)
+            cleanup.append(
+                workflow.execute_activity_method(
+                    SessionActivities.reset_session, self._session_ref(), **options.core_call(start.check_ms)
+                )
             )
+        await asyncio.gather(self._tell_coordinator(HELPER_FINISHED, notice), *cleanup)
         return kind
 
     # --- small helpers ----------------------------------------------------------------------------

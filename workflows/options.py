@@ -9,7 +9,10 @@ from temporalio.common import RetryPolicy
 
 from domain.limits import FollowTuning
 
-# Store writes must eventually happen (a finalization is never dropped): retry until the store is back.
+# Store writes run as local activities: one marker event instead of three plus a workflow task, and
+# no round trip through the server. They are idempotent (generation guards), so re-running one after
+# a lost workflow task is harmless.
+# A store write must eventually happen (a finalization is never dropped): retry until the store is back.
 STORE_WRITE: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),

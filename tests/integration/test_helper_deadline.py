@@ -12,8 +12,9 @@ from domain.rows import RowState
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.helpers import eventually, helper_request, settings_for, skip_time
+from tests.helpers import eventually, helper_request, history_events, settings_for, skip_time
 from worker import running_worker
+from workflows.names import helper_workflow_id
 
 CLOSED_PORT = "http://127.0.0.1:9"
 
@@ -32,6 +33,9 @@ async def test_deadline_asks_for_partial_and_core_answers_within_grace(time_env:
             session.add_step(1_000, 100, "first findings: the report is in the finance folder")
             await skip_time(time_env, timedelta(minutes=46))
             row = await eventually(lambda: _final_row(store, "ann", "h1"))
+            events = await eventually(lambda: _completed_history(time_env, "ann", "h1"))
+        # One long follow activity, not a timer loop: the whole 45-minute life fits in a small history.
+        assert len(events) <= 50, f"{len(events)} history events"
         assert row.outcome_kind is OutcomeKind.PARTIAL
         assert row.state is RowState.UNREPORTED
         assert core.finish_calls == 1
@@ -97,6 +101,11 @@ async def test_hard_ceiling_holds_when_the_core_is_down(time_env: WorkflowEnviro
     assert "найдено два договора" in (row.summary or "")
     assert "Ядро не завершило работу" in (row.summary or "")
     await store.close()
+
+
+async def _completed_history(env: WorkflowEnvironment, owner: str, helper_id: str):
+    events = await history_events(env.client, helper_workflow_id(owner, helper_id))
+    return events if events and events[-1].HasField("workflow_execution_completed_event_attributes") else None
 
 
 async def _row_has_steps(store: HelperStore, owner: str, helper_id: str) -> bool:
