@@ -77,6 +77,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Помощник прерван, потому что ядро потеряло его сессию ({reason}). "
         "Ничего не повторялось; попросите снова, чтобы выполнить задачу заново.",
     },
+    "reason.turn_interrupted": {
+        "en": "the core stopped the turn before it finished",
+        "ru": "ядро остановило ход до его завершения",
+    },
     "outcome.failed": {
         "en": "The helper failed: {reason}",
         "ru": "Помощник завершился с ошибкой: {reason}",

@@ -317,6 +317,8 @@ class HelperWorkflow:
     def _explanation(self, kind: OutcomeKind, start: HelperStart) -> str:
         if kind is OutcomeKind.CLOSED:
             return self._text("outcome.closed")
+        if kind is OutcomeKind.INTERRUPTED:
+            return self._text("outcome.interrupted", reason=self._text("reason.turn_interrupted"))
         if kind is not OutcomeKind.PARTIAL or self.finish_reason is None:
             return ""
         if self.finish_reason == "work_ceiling":

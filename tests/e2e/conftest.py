@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +19,7 @@ from reference_chat.server import running_chat
 from reference_core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
+from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import settings_for
 from worker import running_worker
 
@@ -36,7 +39,7 @@ class Stack:
     chat_url: str
     owner: str
 
-    async def chat_events(self, owner: str | None = None) -> list[dict[str, object]]:
+    async def chat_events(self, owner: str | None = None) -> list[dict[str, Any]]:
         async with httpx.AsyncClient() as http:
             response = await http.get(f"{self.chat_url}/v1/owners/{owner or self.owner}/events")
             return list(response.json())
@@ -44,10 +47,35 @@ class Stack:
 
 @pytest.fixture
 async def stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
-        settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
-        store = await HelperStore.connect(settings.store_url)
-        async with running_worker(dev_env.client, settings):
-            client = HelperClient(settings, store, dev_env.client)
-            yield Stack(dev_env, settings, client, store, core_url, chat_url, f"owner-{uuid.uuid4().hex[:8]}")
+    """The reference core and chat, a worker, a store: the real parts, in one event loop."""
+    async with (
+        running_core(tmp_path / "core.sqlite3") as core_url,
+        running_chat() as chat_url,
+        _stack(dev_env, tmp_path, core_url, chat_url) as built,
+    ):
+        yield built
+
+
+@pytest.fixture
+async def fake_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[tuple[Stack, FakeCore]]:
+    """A programmable core that misbehaves on cue; HTTP calls bounded at 400 ms to keep hangs short."""
+    core = FakeCore()
+    async with serving_fake_core(core) as core_url, running_chat() as chat_url:
+        follow = E2E_FOLLOW.model_copy(update={"silence_ms": 2_000, "bad_answers": 3})
+        async with _stack(dev_env, tmp_path, core_url, chat_url, follow=follow, check_ms=400) as built:
+            yield built, core
+
+
+@contextlib.asynccontextmanager
+async def _stack(
+    env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_url: str, **policy: object
+) -> AsyncIterator[Stack]:
+    policy.setdefault("follow", E2E_FOLLOW)
+    settings = settings_for(tmp_path, core_url, chat_url, **policy)
+    store = await HelperStore.connect(settings.store_url)
+    try:
+        async with running_worker(env.client, settings):
+            client = HelperClient(settings, store, env.client)
+            yield Stack(env, settings, client, store, core_url, chat_url, f"owner-{uuid.uuid4().hex[:8]}")
+    finally:
         await store.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 
 from domain.outcome import OutcomeKind
@@ -29,11 +32,21 @@ async def test_three_run_a_fourth_is_refused_and_each_reaches_its_outcome(stack:
         "Mail the Q3 summary to Bob.",
         steps=3,
         step_ms=200,
-        tool_calls=[{"step": 2, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}],
+        tool_calls=[
+            {"step": 2, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
+        ],
     )
-    question = scripted_task("Pick a venue.", steps=2, step_ms=200, end="question", question="Walking distance or taxi?")
+    question = scripted_task(
+        "Pick a venue.", steps=2, step_ms=200, end="question", question="Walking distance or taxi?"
+    )
     heavy = scripted_task(
-        "Scan competitors.", end="run", steps=80, step_ms=200, input_tokens=300_000, input_growth=0, output_tokens=200_000
+        "Scan competitors.",
+        end="run",
+        steps=80,
+        step_ms=200,
+        input_tokens=300_000,
+        input_growth=0,
+        output_tokens=200_000,
     )
     admissions = [
         await stack.client.start(helper_request(owner, "mail", mail, boundary=("send_mail",))),
@@ -53,7 +66,7 @@ async def test_three_run_a_fourth_is_refused_and_each_reaches_its_outcome(stack:
     assert sorted(refusal.value.details["open_ids"]) == ["mail", "scan", "venue"]
     assert await stack.store.get(owner, "fourth") is None  # a refusal writes nothing
 
-    done = {h: await eventually(lambda h=h: _outcome(stack, h), timeout=30) for h in ("mail", "venue", "scan")}
+    done = {h: await eventually(functools.partial(_outcome, stack, h), timeout=30) for h in ("mail", "venue", "scan")}
     assert done["mail"].outcome_kind is OutcomeKind.COMPLETED
     assert [(a.tool, a.whom) for a in done["mail"].actions] == [("send_mail", "bob@example.com")]
     assert done["venue"].outcome_kind is OutcomeKind.QUESTION
@@ -71,7 +84,7 @@ async def test_three_run_a_fourth_is_refused_and_each_reaches_its_outcome(stack:
 
 async def _told_about(stack: Stack, helper_ids: set[str]):
     events = await stack.chat_events()
-    told = {h for event in events for h in event["helper_ids"]}  # type: ignore[union-attr]
+    told = {h for event in events for h in event["helper_ids"]}
     return events if helper_ids <= told else None
 
 
@@ -80,7 +93,9 @@ async def test_closing_a_running_helper_holds_its_slot_until_the_core_confirms(s
     core confirms the cancellation; a helper admitted meanwhile waits and then takes exactly that slot."""
     owner = stack.owner
     long = {"end": "run", "steps": 80, "step_ms": 300}
-    await stack.client.start(helper_request(owner, "slow-stop", scripted_task("Watch inbox.", cancel_delay_ms=2500, **long)))
+    await stack.client.start(
+        helper_request(owner, "slow-stop", scripted_task("Watch inbox.", cancel_delay_ms=2500, **long))
+    )
     await stack.client.start(helper_request(owner, "b", scripted_task("Digest.", **long)))
     await stack.client.start(helper_request(owner, "c", scripted_task("Travel.", **long)))
     await eventually(lambda: _has_steps(stack, "slow-stop"))
@@ -109,7 +124,7 @@ async def test_closing_a_running_helper_holds_its_slot_until_the_core_confirms(s
     assert unknown.value.code == "unknown_helper"
     for helper_id in ("b", "c"):
         await stack.client.close(owner, helper_id)
-    told = {h for event in await stack.chat_events() for h in event["helper_ids"]}  # type: ignore[union-attr]
+    told = {h for event in await stack.chat_events() for h in event["helper_ids"]}
     assert not told & {"slow-stop", "b", "c"}  # closed helpers report nothing automatically
 
 
@@ -135,14 +150,15 @@ async def test_same_id_is_idempotent_and_bad_requests_write_nothing(stack: Stack
     rows = await stack.client.list_helpers(owner)
     assert [r.helper_id for r in rows] == ["once"]
 
-    for bad, field in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"helper_id": "bad id!"}, "helper id"),
         ({"task": "   "}, "task"),
         ({"language": "xx"}, "language"),
         ({"limits": {"deadline_ms": 10**9}}, "deadline_ms"),
         ({"task": "x" * 20_001}, "task"),
         ({"task": "bad \udcff bytes"}, "UTF-8"),
-    ]:
+    ]
+    for bad, field in cases:
         request = {"owner": owner, "helper_id": "fresh", "task": "ok", "model": "scripted", **bad}
         with pytest.raises(InvalidRequest) as error:
             await stack.client.start(request)
@@ -157,7 +173,7 @@ async def test_unreported_read_and_delivered_in_a_turn(stack: Stack):
     for helper_id in ("r1", "r2"):
         await stack.client.start(helper_request(owner, helper_id, scripted_task("Look up.", steps=1, step_ms=50)))
     for helper_id in ("r1", "r2"):
-        await eventually(lambda h=helper_id: _outcome(stack, h), timeout=20)
+        await eventually(functools.partial(_outcome, stack, helper_id), timeout=20)
     assert {v.helper_id for v in await stack.client.unreported(owner)} == {"r1", "r2"}
 
     await stack.client.read(owner, "turn-7", ["r1"])
