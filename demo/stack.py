@@ -47,6 +47,7 @@ class Stack:
     data: Path
     ports: Ports = field(default_factory=Ports)
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    commands: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def logs(self) -> Path:
@@ -56,13 +57,14 @@ class Stack:
     def ui_url(self) -> str:
         return f"http://{HOST}:{self.ports.ui}"
 
-    def settings(self) -> Settings:
+    def settings(self, **overrides: object) -> Settings:
         return Settings(
             temporal_address=f"{HOST}:{self.ports.temporal}",
             store_url=f"sqlite+aiosqlite:///{self.data / 'helpers.sqlite3'}",
             results_dir=self.data / "results",
             core_url=f"http://{HOST}:{self.ports.core}",
             chat_url=f"http://{HOST}:{self.ports.chat}",
+            **overrides,  # type: ignore[arg-type]
         )
 
     def environment(self) -> dict[str, str]:
@@ -138,7 +140,24 @@ class Stack:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True
         )
+        self.commands[name] = command
         self.processes.append((name, process))
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process, as a crash or an evicted pod would end it."""
+        for index, (known, process) in enumerate(self.processes):
+            if known == name:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                del self.processes[index]
+                return
+        raise StackError(f"no running process {name}")
+
+    async def respawn(self, name: str) -> None:
+        """Start a killed process again with the same command, state files and ports."""
+        self._spawn(name, self.commands[name])
+        if name == "temporal":
+            await self._wait_for_temporal()
 
     async def _wait_for_temporal(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

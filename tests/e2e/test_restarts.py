@@ -1,0 +1,105 @@
+"""Restarts lose nothing (R25): the worker killed mid-helper, and the Temporal server killed and restarted
+on its SQLite file. Every part runs as its own process here, exactly as in `make run`."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from demo.stack import Ports, Stack
+from domain.limits import FollowTuning, Policy
+from domain.outcome import OutcomeKind
+from domain.rows import RowState
+from reference_core.script import scripted_task
+from starter.client import HelperClient
+from tests.helpers import eventually, helper_request
+
+pytestmark = pytest.mark.e2e
+
+HELPERS = [f"h{n}" for n in range(1, 6)]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+async def processes(tmp_path: Path) -> AsyncIterator[Stack]:
+    stack = Stack(tmp_path / "data", Ports(_free_port(), _free_port(), _free_port(), _free_port()))
+    try:
+        await stack.start(fresh=True)
+        yield stack
+    finally:
+        stack.stop()
+
+
+class SlotWatch:
+    """Samples the store while helpers run: the most rows ever running at once."""
+
+    def __init__(self, client: HelperClient, owner: str) -> None:
+        self.client, self.owner, self.most = client, owner, 0
+        self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            running = await self.client.list_helpers(self.owner, [RowState.RUNNING])
+            self.most = max(self.most, len(running))
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> int:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        return self.most
+
+
+async def _run_through(stack: Stack, crash: str) -> None:
+    # Five open helpers, three slots: two wait. The follow heartbeat times out 3 s after a worker dies.
+    policy = Policy(max_open=5, check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200))
+    client = await HelperClient.connect(stack.settings(policy=policy))
+    owner = "rita"
+    try:
+        for helper_id in HELPERS:
+            task = scripted_task(f"Task {helper_id}.", steps=8, step_ms=700)
+            await client.start(helper_request(owner, helper_id, task))
+        watch = SlotWatch(client, owner)
+        await eventually(lambda: _any_steps(client, owner), timeout=30)
+        stack.kill(crash)
+        await asyncio.sleep(2)
+        await stack.respawn(crash)
+        done = await eventually(lambda: _all_final(client, owner), timeout=120, interval=0.2)
+        most_running = await watch.stop()
+    finally:
+        await client.aclose()
+    assert {row.helper_id: row.outcome_kind for row in done} == dict.fromkeys(HELPERS, OutcomeKind.COMPLETED)
+    assert most_running <= 3
+    with sqlite3.connect(stack.data / "core.sqlite3") as core_db:
+        per_helper = dict(core_db.execute("SELECT helper_id, COUNT(*) FROM sessions GROUP BY helper_id").fetchall())
+    assert per_helper == dict.fromkeys(HELPERS, 1)  # one create per key: no session created twice
+
+
+async def _any_steps(client: HelperClient, owner: str) -> bool:
+    return any(view.steps >= 1 for view in await client.list_helpers(owner))
+
+
+async def _all_final(client: HelperClient, owner: str):
+    views = await client.list_helpers(owner)
+    return views if len(views) == len(HELPERS) and all(v.outcome_kind is not None for v in views) else None
+
+
+async def test_worker_killed_mid_helper_loses_nothing(processes: Stack):
+    """R25, R9, R6: the worker is SIGKILLed while helpers run and two wait; after it restarts every helper
+    completes, the core saw exactly one session per helper, and never more than three ran at once."""
+    await _run_through(processes, "worker")
+
+
+async def test_temporal_server_killed_and_restarted_on_its_file_loses_nothing(processes: Stack):
+    """R25: the Temporal dev server is SIGKILLed mid-run and restarted on the same SQLite file; the worker
+    reconnects, timers and activities go on, and every helper completes once."""
+    await _run_through(processes, "temporal")
