@@ -64,7 +64,7 @@ class Stack:
             results_dir=self.data / "results",
             core_url=f"http://{HOST}:{self.ports.core}",
             chat_url=f"http://{HOST}:{self.ports.chat}",
-            **overrides,  # type: ignore[arg-type]
+            **overrides,
         )
 
     def environment(self) -> dict[str, str]:
