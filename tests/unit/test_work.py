@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import given
@@ -21,7 +22,7 @@ def independent_work(pairs: list[tuple[int, int]]) -> int:
     if not pairs:
         return 0
     inputs = [inp for inp, _ in pairs]
-    growth = sum(max(0, later - earlier) for earlier, later in zip(inputs, inputs[1:], strict=False))
+    growth = sum(max(0, later - earlier) for earlier, later in itertools.pairwise(inputs))
     return inputs[0] + growth + sum(out for _, out in pairs)
 
 

@@ -1,0 +1,671 @@
+"""The coordinator's pure decisions for one owner (R2-R8, R21-R23, R26-R29)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from domain.limits import Policy
+from domain.outcome import OutcomeKind
+from domain.owner_book import (
+    LEASE_MARGIN,
+    Admit,
+    AlreadyAdmitted,
+    CloseAction,
+    Entry,
+    EventState,
+    FinishedNotice,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    apply_admission,
+    apply_closed_by_coordinator,
+    apply_delivered,
+    apply_event_delivered,
+    apply_finished,
+    apply_read,
+    decide_admission,
+    decide_close,
+    decide_read,
+    expired_leases,
+    expired_rows,
+    grant_slots,
+    next_event,
+    next_wakeup,
+    release_slot,
+    remove_entries,
+    rows_to_evict,
+    summarize_book,
+    undo_admission,
+    withdraw_from_event,
+)
+from domain.requests import HelperRequest
+from domain.rows import RowState
+from domain.texts import text
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+HARD_MS = 2_820_000
+KEEP = timedelta(milliseconds=Policy().keep_ms)
+
+
+def request(helper_id: str, goal_id: str | None = None, language: str = "en") -> HelperRequest:
+    return HelperRequest(owner="anna", helper_id=helper_id, task="task", model="m", goal_id=goal_id, language=language)
+
+
+def book_of(**policy: int) -> OwnerBook:
+    return OwnerBook(owner="anna", policy=Policy(**policy))
+
+
+def admit(book: OwnerBook, helper_id: str, goal_id: str | None = None, now: datetime = T0) -> list[str]:
+    """Admit as the coordinator does: decide, apply, then hand out free slots; returns the grants."""
+    decision = decide_admission(book, request(helper_id, goal_id))
+    assert isinstance(decision, Admit), decision
+    apply_admission(book, request(helper_id, goal_id), decision, now, HARD_MS)
+    return grant_slots(book, now)
+
+
+def finish(book: OwnerBook, helper_id: str, kind: OutcomeKind = OutcomeKind.COMPLETED, now: datetime = T0) -> list[str]:
+    """A helper's FinishedNotice as the coordinator handles it; returns the grants it caused."""
+    generation = book.entries[helper_id].generation + 2
+    assert apply_finished(book, FinishedNotice(helper_id=helper_id, kind=kind, generation=generation, finished_at=now))
+    return grant_slots(book, now)
+
+
+def deliver(book: OwnerBook, helper_id: str, now: datetime = T0, turn: str = "turn-1") -> None:
+    apply_read(book, turn, [helper_id])
+    assert [e.helper_id for e in apply_delivered(book, turn, now)] == [helper_id]
+
+
+def entry(
+    helper_id: str,
+    seq: int,
+    state: RowState,
+    *,
+    goal_id: str | None = None,
+    at: datetime = T0,
+    helper_writes: bool | None = None,
+) -> Entry:
+    """A retained row as the coordinator sees it; finished rows have handed the row back."""
+    writes = state.is_open if helper_writes is None else helper_writes
+    finished = None if writes else at
+    return Entry(
+        helper_id=helper_id,
+        seq=seq,
+        goal_id=goal_id,
+        state=state,
+        helper_writes=writes,
+        holds_slot=state is RowState.RUNNING,
+        hard_ceiling_ms=HARD_MS,
+        admitted_at=at - timedelta(hours=1),
+        finished_at=finished,
+        delivered_at=at if state is RowState.DELIVERED else None,
+    )
+
+
+def full_book(*entries: Entry, **policy: int) -> OwnerBook:
+    book = book_of(**policy)
+    for e in entries:
+        book.entries[e.helper_id] = e
+        if e.state is RowState.WAITING:
+            book.queue.append(e.helper_id)
+    book.next_seq = max((e.seq for e in entries), default=0) + 1
+    return book
+
+
+def unreported_rows(count: int, start: int = 1) -> list[Entry]:
+    return [entry(f"u{i}", i, RowState.UNREPORTED) for i in range(start, start + count)]
+
+
+# --- admission: the open limit (R2) ------------------------------------------------------------------
+
+
+def test_three_open_then_a_fourth_is_refused_naming_the_open_ones() -> None:
+    """R2: at most HELPER_MAX_OPEN open helpers; the refusal names the open ones."""
+    book = book_of()
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    refusal = decide_admission(book, request("h4"))
+    assert isinstance(refusal, Refusal)
+    assert refusal.code is RefusalCode.TOO_MANY_OPEN
+    assert refusal.open_ids == ["h1", "h2", "h3"]
+    assert refusal.message == text("refused.too_many_open", "en", helper_id="h4", max_open=3, open_ids="h1, h2, h3")
+    assert "h4" not in book.entries
+
+
+def test_refusal_is_in_the_requests_language() -> None:
+    """R2, R32: the refusal is written in the owner's language."""
+    book = book_of(max_open=1)
+    admit(book, "h1")
+    refusal = decide_admission(book, request("h2", language="ru"))
+    assert isinstance(refusal, Refusal)
+    assert refusal.message == text("refused.too_many_open", "ru", helper_id="h2", max_open=1, open_ids="h1")
+
+
+def test_waiting_helpers_count_as_open() -> None:
+    """R2: a helper waiting for a slot is open."""
+    book = book_of(max_running=1)
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    assert book.open_ids() == ["h1", "h2", "h3"] and book.queue == ["h2", "h3"]
+    assert isinstance(decide_admission(book, request("h4")), Refusal)
+
+
+def test_a_finished_helper_frees_its_open_place() -> None:
+    """R2: finished (unreported) helpers are not open."""
+    book = book_of()
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    finish(book, "h2")
+    assert book.open_ids() == ["h1", "h3"]
+    assert isinstance(decide_admission(book, request("h4")), Admit)
+
+
+def test_goal_check_leaves_one_open_place() -> None:
+    """R2, R30: a Goal check is admitted only if it leaves one open place for an owner helper."""
+    book = book_of()
+    admit(book, "h1")
+    admit(book, "g1", goal_id="weekly")  # 2 of 3 open: one place left
+    refusal = decide_admission(book, request("g2", goal_id="weekly"))
+    assert isinstance(refusal, Refusal)
+    assert refusal.code is RefusalCode.GOAL_NEEDS_OPEN_PLACE
+    assert refusal.open_ids == ["h1", "g1"]
+    assert refusal.message == text("refused.goal_needs_open_place", "en", helper_id="g2", max_open=3, open_ids="h1, g1")
+    # The owner's own helper still gets the last place.
+    assert isinstance(decide_admission(book, request("h2")), Admit)
+
+
+def test_goal_check_with_one_open_place_is_refused() -> None:
+    """R2: max_open 2, one open: a Goal check would take the last place."""
+    book = book_of(max_open=2)
+    admit(book, "h1")
+    decision = decide_admission(book, request("g1", goal_id="weekly"))
+    assert isinstance(decision, Refusal) and decision.code is RefusalCode.GOAL_NEEDS_OPEN_PLACE
+
+
+# --- admission: idempotency (R5) -----------------------------------------------------------------
+
+
+def test_same_helper_id_is_already_admitted() -> None:
+    """R5: the same helper id returns the existing helper; nothing is admitted twice."""
+    book = book_of()
+    admit(book, "h1")
+    before = book.model_dump()
+    decision = decide_admission(book, request("h1"))
+    assert isinstance(decision, AlreadyAdmitted)
+    assert decision.entry is book.entries["h1"]
+    assert book.model_dump() == before
+
+
+def test_same_helper_id_is_already_admitted_even_when_full() -> None:
+    """R5: idempotency comes before the limits: a repeat of an admitted request is never refused."""
+    book = book_of(max_open=1)
+    admit(book, "h1")
+    assert isinstance(decide_admission(book, request("h2")), Refusal)
+    assert isinstance(decide_admission(book, request("h1")), AlreadyAdmitted)
+    finish(book, "h1")
+    assert isinstance(decide_admission(book, request("h1")), AlreadyAdmitted)
+
+
+# --- admission: the row limit (R3) -----------------------------------------------------------------
+
+
+def test_rows_full_of_unevictable_rows_refuses() -> None:
+    """R3: pending, running, unreported and Goal rows are never removed; nothing to remove: refused."""
+    rows = [
+        entry("w1", 1, RowState.WAITING),
+        entry("r1", 2, RowState.RUNNING),
+        entry("gd", 3, RowState.DELIVERED, goal_id="weekly"),
+        entry("gc", 4, RowState.CLOSED, goal_id="weekly"),
+        *unreported_rows(16, start=5),
+    ]
+    book = full_book(*rows)
+    assert len(book.entries) == 20
+    assert rows_to_evict(book, 1) is None
+    refusal = decide_admission(book, request("new"))
+    assert isinstance(refusal, Refusal)
+    assert refusal.code is RefusalCode.ROWS_FULL
+    assert refusal.message == text("refused.rows_full", "en", helper_id="new", max_rows=20)
+
+
+def test_full_rows_evict_the_oldest_delivered_or_closed_row_without_a_goal() -> None:
+    """R3: admission removes the oldest delivered or closed row without a Goal, and only as many as needed."""
+    rows = [
+        entry("old-goal", 1, RowState.DELIVERED, goal_id="weekly", at=T0 - timedelta(days=3)),
+        entry("closed", 2, RowState.CLOSED, at=T0 - timedelta(hours=2)),
+        entry("delivered", 3, RowState.DELIVERED, at=T0 - timedelta(hours=5)),
+        entry("newer", 4, RowState.DELIVERED, at=T0 - timedelta(hours=1)),
+        *unreported_rows(16, start=5),
+    ]
+    book = full_book(*rows)
+    decision = decide_admission(book, request("new"))
+    assert isinstance(decision, Admit)
+    assert decision.evict == ["delivered"]
+    apply_admission(book, request("new"), decision, T0, HARD_MS)
+    assert "delivered" not in book.entries and "new" in book.entries
+    assert len(book.entries) == 20
+
+
+def test_goal_check_leaves_one_row_place() -> None:
+    """R3, R30: a Goal check needs room for itself and one owner helper: it evicts two, or is refused."""
+    rows = [
+        entry("c1", 1, RowState.CLOSED, at=T0 - timedelta(hours=3)),
+        entry("c2", 2, RowState.CLOSED, at=T0 - timedelta(hours=2)),
+        *unreported_rows(18, start=3),
+    ]
+    book = full_book(*rows)
+    decision = decide_admission(book, request("g1", goal_id="weekly"))
+    assert isinstance(decision, Admit) and decision.evict == ["c1", "c2"]
+    apply_admission(book, request("g1", goal_id="weekly"), decision, T0, HARD_MS)
+    assert len(book.entries) == 19  # one place left for the owner
+
+
+def test_goal_check_refused_when_it_would_take_the_last_row_place() -> None:
+    """R3: 19 unevictable rows: an owner helper fits, a Goal check does not."""
+    book = full_book(*unreported_rows(19))
+    refusal = decide_admission(book, request("g1", goal_id="weekly"))
+    assert isinstance(refusal, Refusal)
+    assert refusal.code is RefusalCode.GOAL_NEEDS_ROW_PLACE
+    assert refusal.message == text("refused.goal_needs_row_place", "en", helper_id="g1")
+    decision = decide_admission(book, request("h1"))
+    assert isinstance(decision, Admit) and decision.evict == []
+
+
+def test_rows_below_the_limit_evict_nothing() -> None:
+    """R3: no eviction while there is room."""
+    book = full_book(entry("d1", 1, RowState.DELIVERED), *unreported_rows(5, start=2))
+    decision = decide_admission(book, request("h1"))
+    assert isinstance(decision, Admit) and decision.evict == []
+
+
+def test_closed_rows_still_written_by_their_helper_are_not_evicted() -> None:
+    """R3, R7: a running helper closed by its owner keeps its row (and slot) until its session stops."""
+    closing = entry("closing", 1, RowState.CLOSED, helper_writes=True)
+    closing.holds_slot = True
+    book = full_book(closing, *unreported_rows(19, start=2))
+    decision = decide_admission(book, request("h1"))
+    assert isinstance(decision, Refusal) and decision.code is RefusalCode.ROWS_FULL
+
+
+# --- admission bookkeeping (R4) -----------------------------------------------------------------
+
+
+def test_admit_says_whether_it_runs_now_and_how_many_are_ahead() -> None:
+    """R4, R6: the answer says runs-now or waits, and how many are ahead."""
+    book = book_of(max_running=1, max_open=5)
+    first = decide_admission(book, request("h1"))
+    assert isinstance(first, Admit) and first.starts_now and first.ahead == 0 and first.seq == 1
+    admit(book, "h1")
+    admit(book, "h2")
+    third = decide_admission(book, request("h3"))
+    assert isinstance(third, Admit) and not third.starts_now and third.ahead == 1 and third.seq == 3
+
+
+def test_undo_admission_forgets_the_helper() -> None:
+    """R4: an admission whose row could not be written holds no place."""
+    book = book_of(max_running=1)
+    admit(book, "h1")
+    admit(book, "h2")
+    undo_admission(book, "h2")
+    assert "h2" not in book.entries and book.queue == []
+    undo_admission(book, "never")  # harmless
+
+
+# --- slots (R6-R8) ----------------------------------------------------------------------------------
+
+
+def test_slots_are_granted_in_admission_order_and_never_more_than_max_running() -> None:
+    """R6, R8: at most max_running hold slots; a freed slot goes at once to the next in admission order."""
+    book = book_of(max_open=5, max_running=2)
+    assert admit(book, "h1") == ["h1"]
+    assert admit(book, "h2") == ["h2"]
+    assert admit(book, "h3") == []
+    assert admit(book, "h4") == []
+    assert book.slot_holders() == ["h1", "h2"] and book.queue == ["h3", "h4"]
+    assert grant_slots(book, T0) == []
+    assert finish(book, "h2") == ["h3"]
+    assert book.entries["h3"].state is RowState.RUNNING and book.entries["h3"].holds_slot
+    assert finish(book, "h1") == ["h4"]
+    assert len(book.slot_holders()) == 2 and book.queue == []
+
+
+def test_grant_sets_a_lease_beyond_the_hard_ceiling() -> None:
+    """R7, R15: a slot is a lease that ends after the hard ceiling plus a margin, never before."""
+    book = book_of()
+    admit(book, "h1", now=T0)
+    lease = T0 + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
+    assert book.entries["h1"].lease_until == lease
+    assert expired_leases(book, lease - timedelta(seconds=1)) == []
+    assert expired_leases(book, lease) == ["h1"]
+    assert release_slot(book, "h1")
+    assert not release_slot(book, "h1"), "releasing twice does nothing"
+    assert not release_slot(book, "unknown")
+    assert book.slot_holders() == [] and book.entries["h1"].lease_until is None
+
+
+def test_closed_running_helper_is_not_open_but_keeps_its_slot() -> None:
+    """R2, R7, R21: closing a running helper frees its open place at once, its slot only at the session's end."""
+    book = book_of()
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    assert decide_close(book, "h1") is CloseAction.FORWARD_TO_HELPER
+    book.entries["h1"].state = RowState.CLOSED  # the helper's HELPER_CLOSED signal, as the coordinator applies it
+    assert book.open_ids() == ["h2", "h3"]
+    assert book.slot_holders() == ["h1", "h2", "h3"]
+    decision = decide_admission(book, request("h4"))
+    assert isinstance(decision, Admit) and not decision.starts_now and decision.ahead == 0
+    assert admit(book, "h4") == []  # it waits: the closed helper still holds its slot
+    assert finish(book, "h1", OutcomeKind.CLOSED) == ["h4"]
+    assert book.entries["h1"].state is RowState.CLOSED and not book.entries["h1"].holds_slot
+
+
+# --- a helper's end (R19, R26) ---------------------------------------------------------------------------
+
+
+def test_finished_notice_hands_the_row_back_and_frees_the_slot() -> None:
+    """R19, R26: a finalized outcome is unreported; the slot is freed; the coordinator now writes the row."""
+    book = book_of()
+    admit(book, "h1")
+    notice = FinishedNotice(helper_id="h1", kind=OutcomeKind.PARTIAL, generation=4, finished_at=T0)
+    e = apply_finished(book, notice)
+    assert e is book.entries["h1"]
+    assert (e.state, e.outcome_kind, e.generation, e.finished_at) == (RowState.UNREPORTED, OutcomeKind.PARTIAL, 4, T0)
+    assert not e.helper_writes and not e.holds_slot and e.lease_until is None and e.keep_until is None
+
+
+def test_closed_notice_starts_retention() -> None:
+    """R29: a closed outcome is kept HELPER_KEEP_MS from its finish."""
+    book = book_of()
+    admit(book, "h1")
+    e = apply_finished(book, FinishedNotice(helper_id="h1", kind=OutcomeKind.CLOSED, generation=3, finished_at=T0))
+    assert e is not None and e.state is RowState.CLOSED and e.keep_until == T0 + KEEP
+
+
+def test_repeated_finished_notice_changes_nothing() -> None:
+    """R19: a finalized outcome never changes; a repeated notice is ignored."""
+    book = book_of(max_running=1)
+    admit(book, "h1")
+    admit(book, "h2")
+    finish(book, "h1")
+    before = book.model_dump()
+    for kind in OutcomeKind:
+        notice = FinishedNotice(helper_id="h1", kind=kind, generation=99, finished_at=T0 + timedelta(hours=1))
+        assert apply_finished(book, notice) is None
+    assert grant_slots(book, T0) == []
+    assert book.model_dump() == before
+    unknown = FinishedNotice(helper_id="nobody", kind=OutcomeKind.FAILED, generation=1, finished_at=T0)
+    assert apply_finished(book, unknown) is None
+
+
+def test_notice_keeps_the_newer_generation() -> None:
+    """R19: the coordinator never goes back to an older writer generation."""
+    book = book_of()
+    admit(book, "h1")
+    book.entries["h1"].generation = 7
+    apply_finished(book, FinishedNotice(helper_id="h1", kind=OutcomeKind.COMPLETED, generation=5, finished_at=T0))
+    assert book.entries["h1"].generation == 7
+
+
+def test_helper_closed_while_waiting_leaves_the_queue() -> None:
+    """R6, R21: a waiting helper closed by its owner never takes a slot."""
+    book = book_of(max_running=1)
+    admit(book, "h1")
+    admit(book, "h2")
+    admit(book, "h3")
+    assert decide_close(book, "h2") is CloseAction.FORWARD_TO_HELPER
+    apply_finished(book, FinishedNotice(helper_id="h2", kind=OutcomeKind.CLOSED, generation=2, finished_at=T0))
+    assert book.queue == ["h3"]
+    assert finish(book, "h1") == ["h3"]
+
+
+# --- close (R21-R23) --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (entry("x", 1, RowState.WAITING), CloseAction.FORWARD_TO_HELPER),
+        (entry("x", 1, RowState.RUNNING), CloseAction.FORWARD_TO_HELPER),
+        (entry("x", 1, RowState.CLOSED, helper_writes=True), CloseAction.FORWARD_TO_HELPER),
+        (entry("x", 1, RowState.UNREPORTED), CloseAction.WRITE_CLOSED),
+        (entry("x", 1, RowState.UNREPORTED, goal_id="weekly"), CloseAction.WRITE_CLOSED),
+        (entry("x", 1, RowState.DELIVERED), CloseAction.REMOVE),
+        (entry("x", 1, RowState.DELIVERED, goal_id="weekly"), CloseAction.WRITE_CLOSED),
+        (entry("x", 1, RowState.CLOSED), CloseAction.NOTHING),
+        (entry("x", 1, RowState.CLOSED, goal_id="weekly"), CloseAction.NOTHING),
+    ],
+    ids=lambda v: (
+        v.value if isinstance(v, CloseAction) else f"{v.state.value}-goal={v.goal_id}-writes={v.helper_writes}"
+    ),
+)
+def test_decide_close_for_each_state(row: Entry, expected: CloseAction) -> None:
+    """R21-R23: forward while the helper writes; withdraw unreported; remove delivered (Goal rows are kept)."""
+    assert decide_close(full_book(row.model_copy()), "x") is expected
+
+
+def test_close_unknown_helper_is_refused() -> None:
+    """R34: closing a helper the owner does not have is refused."""
+    refusal = decide_close(book_of(), "nobody")
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.UNKNOWN_HELPER
+    assert "nobody" in refusal.message
+
+
+def test_closing_an_unreported_outcome_withdraws_its_report() -> None:
+    """R22, R29: the row is closed at a newer generation, kept from its finish, unread and unannounced."""
+    book = book_of()
+    admit(book, "h1")
+    admit(book, "h2")
+    finish(book, "h1")
+    finish(book, "h2")
+    event = next_event(book)
+    assert event is not None and event.helper_ids == ["h1", "h2"]
+    apply_read(book, "turn-1", ["h1", "h2"])
+    generation = book.entries["h1"].generation
+    e = apply_closed_by_coordinator(book, "h1")
+    assert e.state is RowState.CLOSED and e.generation == generation + 1 and e.keep_until == T0 + KEEP
+    assert book.turn_reads["turn-1"] == ["h2"]
+    assert book.event is not None and book.event.helper_ids == ["h2"]
+    assert [d.helper_id for d in apply_delivered(book, "turn-1", T0)] == ["h2"]
+    assert decide_close(book, "h1") is CloseAction.NOTHING
+
+
+def test_withdrawing_the_last_outcome_drops_the_event() -> None:
+    """R22: an event left with nothing to say is not offered."""
+    book = book_of()
+    admit(book, "h1")
+    finish(book, "h1")
+    assert next_event(book) is not None
+    apply_closed_by_coordinator(book, "h1")
+    assert book.event is None
+    assert next_event(book) is None
+
+
+def test_withdraw_leaves_a_delivered_event_alone() -> None:
+    """R26: an event the chat already received is history; it is not edited."""
+    book = book_of()
+    admit(book, "h1")
+    finish(book, "h1")
+    next_event(book)
+    apply_event_delivered(book, "receipt-1")
+    withdraw_from_event(book, "h1")
+    assert book.event is not None and book.event.helper_ids == ["h1"]
+    withdraw_from_event(book, "not-in-it")
+
+
+def test_closing_a_delivered_helper_without_goal_removes_it() -> None:
+    """R23: the coordinator removes the row at once."""
+    book = book_of()
+    admit(book, "h1")
+    finish(book, "h1")
+    deliver(book, "h1")
+    assert decide_close(book, "h1") is CloseAction.REMOVE
+    remove_entries(book, ["h1"])
+    assert "h1" not in book.entries
+    assert isinstance(decide_close(book, "h1"), Refusal)
+
+
+# --- reading and delivery (R27, R28) ---------------------------------------------------------------
+
+
+def test_decide_read_accepts_only_unreported_outcomes() -> None:
+    """R27, R28: only unreported outcomes can be read; unknown and others are refused."""
+    book = full_book(
+        entry("u", 1, RowState.UNREPORTED),
+        entry("r", 2, RowState.RUNNING),
+        entry("d", 3, RowState.DELIVERED),
+    )
+    book.entries["r"].language = "ru"
+    assert decide_read(book, ["u"]) is None
+    assert decide_read(book, []) is None
+    unknown = decide_read(book, ["u", "nobody"])
+    assert isinstance(unknown, Refusal) and unknown.code is RefusalCode.UNKNOWN_HELPER
+    running = decide_read(book, ["r"])
+    assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_UNREPORTED
+    assert running.message == text("refused.not_unreported", "ru", helper_id="r")
+    delivered = decide_read(book, ["d"])
+    assert isinstance(delivered, Refusal) and delivered.code is RefusalCode.NOT_UNREPORTED
+
+
+def test_only_what_the_turn_read_is_delivered() -> None:
+    """R28: delivery marks exactly what that turn read, and only outcomes still unreported."""
+    book = full_book(*unreported_rows(4))
+    assert apply_read(book, "turn-a", ["u1", "u2"]) == ["u1", "u2"]
+    assert apply_read(book, "turn-a", ["u2", "u3"]) == ["u1", "u2", "u3"]
+    assert apply_read(book, "turn-b", ["u4"]) == ["u4"]
+    apply_closed_by_coordinator(book, "u3")  # closed after it was read: not delivered
+    book.turn_reads["turn-a"].append("u3")  # even if it were still listed
+    later = T0 + timedelta(minutes=3)
+    delivered = apply_delivered(book, "turn-a", later)
+    assert [e.helper_id for e in delivered] == ["u1", "u2"]
+    for e in delivered:
+        assert e.state is RowState.DELIVERED and e.delivered_at == later and e.keep_until == later + KEEP
+        assert e.generation == 2
+    assert book.entries["u3"].state is RowState.CLOSED
+    assert book.entries["u4"].state is RowState.UNREPORTED
+    assert book.turn_reads == {"turn-b": ["u4"]}
+    assert apply_delivered(book, "turn-a", later) == [], "a repeated delivery changes nothing"
+
+
+def test_an_outcome_read_but_not_answered_is_read_again() -> None:
+    """R28: a turn that read but never answered delivers nothing; the next turn may read it again."""
+    book = full_book(*unreported_rows(1))
+    apply_read(book, "turn-crashed", ["u1"])
+    assert book.entries["u1"].state is RowState.UNREPORTED
+    assert decide_read(book, ["u1"]) is None
+    apply_read(book, "turn-2", ["u1"])
+    assert [e.helper_id for e in apply_delivered(book, "turn-2", T0)] == ["u1"]
+    assert apply_delivered(book, "turn-crashed", T0) == []
+
+
+def test_unknown_turn_delivers_nothing() -> None:
+    """R28: nothing is delivered without a read."""
+    book = full_book(*unreported_rows(2))
+    assert apply_delivered(book, "never-read", T0) == []
+    assert all(e.state is RowState.UNREPORTED for e in book.entries.values())
+
+
+def test_removed_entries_leave_the_turn_reads() -> None:
+    """R28, R29: a removed row is not delivered later."""
+    book = full_book(*unreported_rows(2))
+    apply_read(book, "turn", ["u1", "u2"])
+    remove_entries(book, ["u1", "absent"])
+    assert book.turn_reads == {"turn": ["u2"]}
+
+
+# --- retention (R29) ------------------------------------------------------------------------------------
+
+
+def test_closed_rows_expire_keep_ms_after_their_finish_and_delivered_after_delivery() -> None:
+    """R29: closed rows from their finish, delivered rows from delivery; never before."""
+    book = book_of()
+    admit(book, "closed", now=T0)
+    admit(book, "delivered", now=T0)
+    admit(book, "unreported", now=T0)
+    finish(book, "closed", OutcomeKind.CLOSED, now=T0)
+    finish(book, "delivered", now=T0)
+    finish(book, "unreported", now=T0)
+    delivered_at = T0 + timedelta(hours=5)
+    deliver(book, "delivered", now=delivered_at)
+    assert expired_rows(book, T0 + KEEP - timedelta(seconds=1)) == []
+    assert expired_rows(book, T0 + KEEP) == ["closed"]
+    assert expired_rows(book, delivered_at + KEEP) == ["closed", "delivered"]
+    assert "unreported" not in expired_rows(book, T0 + 100 * KEEP)
+
+
+def test_rows_still_written_or_holding_a_slot_never_expire() -> None:
+    """R7, R29: a closed row whose helper still runs is not removed under it."""
+    closing = entry("closing", 1, RowState.CLOSED, helper_writes=True)
+    closing.holds_slot = True
+    closing.keep_until = T0
+    holder = entry("holder", 2, RowState.CLOSED)
+    holder.holds_slot = True
+    holder.keep_until = T0
+    book = full_book(closing, holder)
+    assert expired_rows(book, T0 + 100 * KEEP) == []
+
+
+def test_next_wakeup_is_the_earliest_expiry_or_lease_end() -> None:
+    """R8, R29: one timer for the earliest retention expiry or lease end; none when nothing is due."""
+    book = book_of()
+    assert next_wakeup(book) is None
+    admit(book, "h1", now=T0)
+    lease = T0 + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
+    assert next_wakeup(book) == lease
+    finish(book, "h1", OutcomeKind.CLOSED, now=T0 + timedelta(minutes=1))
+    assert next_wakeup(book) == T0 + timedelta(minutes=1) + KEEP
+    admit(book, "h2", now=T0 + timedelta(minutes=2))
+    assert next_wakeup(book) == T0 + timedelta(minutes=2) + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
+
+
+def test_next_wakeup_ignores_rows_the_helper_still_writes() -> None:
+    """R29: a helper's own row is not expired by the coordinator."""
+    row = entry("x", 1, RowState.CLOSED, helper_writes=True)
+    row.keep_until = T0
+    assert next_wakeup(full_book(row)) is None
+
+
+# --- the chat outbox (R26) ---------------------------------------------------------------------------
+
+
+def test_one_event_for_every_unannounced_outcome() -> None:
+    """R26: one event carries several outcomes, with a key that makes a repeat harmless."""
+    book = book_of()
+    assert next_event(book) is None
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    finish(book, "h2")
+    finish(book, "h1")
+    event = next_event(book)
+    assert event is not None
+    assert event.key == "helpers-ready:anna:1" and event.helper_ids == ["h1", "h2"]
+    assert event.state is EventState.PENDING and event.attempts == 0
+    finish(book, "h3")
+    assert next_event(book) is event, "the event in flight is offered again, unchanged"
+    assert event.helper_ids == ["h1", "h2"]
+    apply_event_delivered(book, "receipt-9")
+    delivered = book.event
+    assert delivered is event and delivered.state is EventState.DELIVERED and delivered.receipt_id == "receipt-9"
+    assert book.entries["h1"].announced and book.entries["h2"].announced
+    second = next_event(book)
+    assert second is not None and second.key == "helpers-ready:anna:2" and second.helper_ids == ["h3"]
+    apply_event_delivered(book, "receipt-10")
+    assert next_event(book) is None
+
+
+def test_apply_event_delivered_without_event_is_harmless() -> None:
+    """R26: a late receipt with nothing in flight changes nothing."""
+    book = book_of()
+    before = book.model_dump()
+    apply_event_delivered(book, "receipt")
+    assert book.model_dump() == before
+
+
+def test_summarize_book_counts() -> None:
+    """Counts for logs and the Web UI."""
+    book = book_of(max_running=1)
+    admit(book, "h1")
+    admit(book, "h2")
+    admit(book, "h3")
+    finish(book, "h1")
+    summary = summarize_book(book)
+    assert (summary.open, summary.running, summary.waiting, summary.rows, summary.unreported) == (2, 1, 1, 3, 1)

@@ -1,0 +1,563 @@
+"""A stateful property test of the coordinator's book (R2-R8, R19, R21-R23, R26-R30).
+
+The machine drives `OwnerBook` exactly as `workflows/coordinator.py` combines the pure functions:
+admission (decide, apply, hand out slots), a helper's HELPER_FINISHED notice (apply, hand out slots),
+its HELPER_CLOSED signal, the owner's close (decide, then forward / write closed / remove), reads and
+deliveries per chat turn, timers (lease ends, retention expiry) and the chat outbox. After every step
+it checks the limits and the ordering rules; at every admission and removal it checks the choice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from domain.limits import Policy
+from domain.outcome import OutcomeKind
+from domain.owner_book import (
+    AlreadyAdmitted,
+    CloseAction,
+    Entry,
+    EventState,
+    FinishedNotice,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    apply_admission,
+    apply_closed_by_coordinator,
+    apply_delivered,
+    apply_event_delivered,
+    apply_finished,
+    apply_read,
+    decide_admission,
+    decide_close,
+    decide_read,
+    expired_leases,
+    expired_rows,
+    grant_slots,
+    next_event,
+    next_wakeup,
+    release_slot,
+    remove_entries,
+)
+from domain.requests import HelperRequest
+from domain.rows import RowState
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+TURNS = ("turn-a", "turn-b")
+RUNNING_KINDS = [k for k in OutcomeKind if k is not OutcomeKind.CLOSED]
+MIN_TOTAL_STEPS = 10_000
+TIME_BUDGET_S = 90.0
+
+policies = st.one_of(
+    st.just(Policy()),
+    st.builds(
+        Policy,
+        max_open=st.integers(1, 5),
+        max_running=st.integers(1, 3),
+        max_rows=st.integers(2, 4) | st.integers(2, 8),
+        keep_ms=st.sampled_from([60_000, 3_600_000, 86_400_000]),
+    ),
+)
+pick = st.integers(min_value=0, max_value=1_000_000)
+EXERCISED = [
+    "owner helper admitted",
+    "goal check admitted",
+    "granted to a waiting helper",
+    "evicted at admission",
+    *(
+        f"refused {code.value}"
+        for code in (
+            RefusalCode.TOO_MANY_OPEN,
+            RefusalCode.GOAL_NEEDS_OPEN_PLACE,
+            RefusalCode.ROWS_FULL,
+            RefusalCode.GOAL_NEEDS_ROW_PLACE,
+        )
+    ),
+    "closed while holding a slot",
+    "coordinator closed a unreported row",
+    "coordinator closed a delivered row",
+    "removed on close",
+    "delivered",
+    "read but closed before the answer",
+    "lease ended",
+    "expired rows removed",
+    "event delivered",
+]
+
+
+@dataclass
+class Counter:
+    steps: int = 0
+    runs: int = 0
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def saw(self, what: str, count: int = 1) -> None:
+        self.seen[what] = self.seen.get(what, 0) + count
+
+
+STEPS = Counter()
+
+
+def eviction_key(entry: Entry) -> tuple[datetime, int]:
+    return (entry.delivered_at or entry.finished_at or entry.admitted_at, entry.seq)
+
+
+class OwnerBookMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.book = OwnerBook(owner="anna")
+        self.now = T0
+        self.next_id = 0
+        self.granted_seqs: list[int] = []
+        self.close_requested: set[str] = set()
+        STEPS.runs += 1
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        STEPS.steps += 1
+
+    def _grant(self, admitting: str | None = None) -> list[str]:
+        """The coordinator's `_hand_out_slots`: grant, and remember the order of grants."""
+        holders_before = self._holders()
+        granted = grant_slots(self.book, self.now)
+        for helper_id in granted:
+            entry = self.book.entries[helper_id]
+            if helper_id != admitting:
+                STEPS.saw("granted to a waiting helper")
+            assert entry.state is RowState.RUNNING and entry.holds_slot and entry.helper_writes
+            self.granted_seqs.append(entry.seq)
+        assert holders_before + len(granted) <= self.book.policy.max_running
+        return granted
+
+    def _finish(self, helper_id: str, kind: OutcomeKind, generation_step: int) -> None:
+        entry = self.book.entries[helper_id]
+        notice = FinishedNotice(
+            helper_id=helper_id,
+            kind=kind,
+            generation=entry.generation + generation_step,
+            finished_at=self.now,
+        )
+        applied = apply_finished(self.book, notice)
+        assert applied is entry
+        assert not entry.helper_writes and not entry.holds_slot and helper_id not in self.book.queue
+        expected = RowState.CLOSED if kind is OutcomeKind.CLOSED else RowState.UNREPORTED
+        assert entry.state is expected and entry.outcome_kind is kind and entry.finished_at == self.now
+        self.close_requested.discard(helper_id)
+        self._grant()
+
+    def _remove(self, helper_ids: list[str]) -> None:
+        """The coordinator's `_remove_rows`: only finished, delivered or closed rows ever go."""
+        for helper_id in helper_ids:
+            entry = self.book.entries[helper_id]
+            assert entry.state in (RowState.DELIVERED, RowState.CLOSED), entry
+            assert not entry.helper_writes and not entry.holds_slot, entry
+            assert helper_id not in self.book.queue
+        remove_entries(self.book, helper_ids)
+        for helper_id in helper_ids:
+            assert helper_id not in self.book.entries
+            assert all(helper_id not in ids for ids in self.book.turn_reads.values())
+
+    # Counted here from the entries, not with the book's own methods, so a wrong method cannot hide.
+    def _open(self) -> list[str]:
+        by_seq = sorted(self.book.entries.values(), key=lambda e: e.seq)
+        return [e.helper_id for e in by_seq if e.state in (RowState.WAITING, RowState.RUNNING)]
+
+    def _holders(self) -> int:
+        return sum(e.holds_slot for e in self.book.entries.values())
+
+    def _ids(self) -> list[str]:
+        return [e.helper_id for e in sorted(self.book.entries.values(), key=lambda e: e.seq)]
+
+    def _running_helpers(self) -> list[str]:
+        """Helpers that got a slot (lease possibly ended) and follow their session, not closing."""
+        return [
+            e.helper_id
+            for e in self.book.entries.values()
+            if e.helper_writes and e.state is RowState.RUNNING and e.helper_id not in self.close_requested
+        ]
+
+    def _closing_helpers(self) -> list[str]:
+        return [
+            e.helper_id for e in self.book.entries.values() if e.helper_writes and e.helper_id in self.close_requested
+        ]
+
+    def _unreported(self) -> list[str]:
+        return [e.helper_id for e in self.book.entries.values() if e.state is RowState.UNREPORTED]
+
+    def _finished(self) -> list[str]:
+        return [e.helper_id for e in self.book.entries.values() if not e.helper_writes]
+
+    # --- rules ----------------------------------------------------------------------------------------
+
+    @initialize(policy=policies)
+    def start(self, policy: Policy) -> None:
+        self.book = OwnerBook(owner="anna", policy=policy)
+
+    @rule(
+        goal=st.booleans(),
+        language=st.sampled_from(["en", "ru"]),
+        hard_ceiling_ms=st.sampled_from([600_000, 2_820_000, 2_820_000]),
+    )
+    def admit(self, goal: bool, language: str, hard_ceiling_ms: int) -> None:
+        """R2-R6: admission as the coordinator's `admit` update does it."""
+        self._step()
+        book, policy = self.book, self.book.policy
+        helper_id = f"{'g' if goal else 'h'}{self.next_id}"
+        self.next_id += 1
+        request = HelperRequest(
+            owner="anna",
+            helper_id=helper_id,
+            task="task",
+            model="m",
+            language=language,
+            goal_id="weekly" if goal else None,
+        )
+        reserve = 1 if goal else 0
+        open_before = self._open()
+        rows_before = len(book.entries)
+        evictable = sorted((e for e in book.entries.values() if e.evictable), key=eviction_key)
+        needed = max(0, rows_before + 1 + reserve - policy.max_rows)
+        before = book.model_dump()
+        decision = decide_admission(book, request)
+        assert not isinstance(decision, AlreadyAdmitted)
+        if isinstance(decision, Refusal):
+            STEPS.saw(f"refused {decision.code.value}")
+            assert book.model_dump() == before, "a refusal changes nothing"
+            if len(open_before) + 1 > policy.max_open - reserve:
+                expected = RefusalCode.GOAL_NEEDS_OPEN_PLACE if goal else RefusalCode.TOO_MANY_OPEN
+                assert decision.code is expected
+                assert decision.open_ids == open_before
+            else:
+                expected = RefusalCode.GOAL_NEEDS_ROW_PLACE if goal else RefusalCode.ROWS_FULL
+                assert decision.code is expected
+                assert len(evictable) < needed, "refused although rows could be removed"
+            return
+        # Admitted: only if it fits, removing exactly the oldest removable rows needed.
+        assert len(open_before) + 1 <= policy.max_open - reserve
+        assert decision.evict == [e.helper_id for e in evictable[:needed]]
+        assert decision.ahead == len(book.queue)
+        assert decision.seq == book.next_seq
+        for helper_id_out in decision.evict:
+            out = book.entries[helper_id_out]
+            assert out.evictable and out.goal_id is None
+            assert out.state in (RowState.DELIVERED, RowState.CLOSED)
+        STEPS.saw("evicted at admission", len(decision.evict))
+        apply_admission(book, request, decision, self.now, hard_ceiling_ms)
+        STEPS.saw("goal check admitted" if goal else "owner helper admitted")
+        for helper_id_out in decision.evict:
+            assert helper_id_out not in book.entries
+        granted = self._grant(admitting=helper_id)
+        assert decision.starts_now == (helper_id in granted)
+        if goal:
+            # R2, R3: a Goal check never takes the last open place or the last row place.
+            assert len(self._open()) <= policy.max_open - 1
+            assert len(book.entries) <= policy.max_rows - 1
+
+    @precondition(lambda self: bool(self.book.entries))
+    @rule(which=pick)
+    def admit_again(self, which: int) -> None:
+        """R5: the same helper id again returns the existing helper and changes nothing."""
+        self._step()
+        ids = self._ids()
+        helper_id = ids[which % len(ids)]
+        existing = self.book.entries[helper_id]
+        before = self.book.model_dump()
+        request = HelperRequest(owner="anna", helper_id=helper_id, task="again", model="m", goal_id=existing.goal_id)
+        decision = decide_admission(self.book, request)
+        assert isinstance(decision, AlreadyAdmitted) and decision.entry is existing
+        assert self.book.model_dump() == before
+
+    @precondition(lambda self: bool(self._running_helpers()))
+    @rule(which=pick, kind=st.sampled_from(RUNNING_KINDS), generation_step=st.integers(1, 4))
+    def helper_finishes(self, which: int, kind: OutcomeKind, generation_step: int) -> None:
+        """R19, R26, R7, R8: a running helper's one outcome; its slot passes on at once."""
+        self._step()
+        helpers = sorted(self._running_helpers())
+        self._finish(helpers[which % len(helpers)], kind, generation_step)
+
+    @precondition(lambda self: bool(self._closing_helpers()))
+    @rule(which=pick, confirmed=st.booleans())
+    def closing_helper_acts(self, which: int, confirmed: bool) -> None:
+        """R21, R7: a helper told to close: a waiting one finalizes closed; a running one closes its row at
+        once (HELPER_CLOSED) and keeps its slot until the core confirms the stop."""
+        self._step()
+        helpers = sorted(self._closing_helpers())
+        helper_id = helpers[which % len(helpers)]
+        entry = self.book.entries[helper_id]
+        if entry.state is RowState.RUNNING:
+            # The coordinator's `helper_closed` signal handler.
+            held = entry.holds_slot
+            entry.state = RowState.CLOSED
+            assert helper_id not in self._open() and helper_id not in self.book.open_ids(), (
+                "a closed helper is not open"
+            )
+            assert entry.holds_slot == held, "closing does not free the slot (R7)"
+            assert self._grant() == []
+            STEPS.saw("closed while holding a slot" if held else "closed after its lease ended")
+            if not confirmed:
+                return
+        self._finish(helper_id, OutcomeKind.CLOSED, 1)
+
+    @precondition(lambda self: bool(self._finished()))
+    @rule(which=pick, kind=st.sampled_from(list(OutcomeKind)))
+    def repeated_notice(self, which: int, kind: OutcomeKind) -> None:
+        """R19: a repeated HELPER_FINISHED changes nothing."""
+        self._step()
+        ids = sorted(self._finished())
+        helper_id = ids[which % len(ids)]
+        before = self.book.model_dump()
+        notice = FinishedNotice(helper_id=helper_id, kind=kind, generation=10_000, finished_at=self.now)
+        assert apply_finished(self.book, notice) is None
+        assert self._grant() == []
+        assert self.book.model_dump() == before
+
+    @rule(which=pick, target_rows=st.sampled_from(["any", "finished", "unknown"]))
+    def owner_closes(self, which: int, target_rows: str) -> None:
+        """R21-R23: the coordinator's `close` update."""
+        self._step()
+        ids = {"any": self._ids(), "finished": sorted(self._finished()), "unknown": []}[target_rows]
+        if target_rows == "unknown" or not ids:
+            refusal = decide_close(self.book, "nobody")
+            assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.UNKNOWN_HELPER
+            return
+        self._close(ids[which % len(ids)])
+
+    @precondition(lambda self: any(e.state is RowState.DELIVERED for e in self.book.entries.values()))
+    @rule(which=pick)
+    def owner_closes_a_delivered_row(self, which: int) -> None:
+        """R23: closing a delivered helper removes it at once, unless it is a Goal row."""
+        self._step()
+        ids = sorted(e.helper_id for e in self.book.entries.values() if e.state is RowState.DELIVERED)
+        self._close(ids[which % len(ids)])
+
+    def _close(self, helper_id: str) -> None:
+        entry = self.book.entries[helper_id]
+        state, goal = entry.state, entry.goal_id
+        action = decide_close(self.book, helper_id)
+        if entry.helper_writes:
+            assert action is CloseAction.FORWARD_TO_HELPER
+            entry.close_requested = True
+            self.close_requested.add(helper_id)
+        elif state is RowState.UNREPORTED or (state is RowState.DELIVERED and goal is not None):
+            assert action is CloseAction.WRITE_CLOSED
+            generation = entry.generation
+            apply_closed_by_coordinator(self.book, helper_id)
+            STEPS.saw(f"coordinator closed a {state.value} row")
+            assert entry.state is RowState.CLOSED and entry.generation == generation + 1
+            assert entry.keep_until == (entry.finished_at or entry.admitted_at) + timedelta(
+                milliseconds=self.book.policy.keep_ms
+            )
+            assert all(helper_id not in reads for reads in self.book.turn_reads.values())
+            event = self.book.event
+            assert event is None or event.state is EventState.DELIVERED or helper_id not in event.helper_ids
+        elif state is RowState.DELIVERED:
+            assert action is CloseAction.REMOVE
+            STEPS.saw("removed on close")
+            self._remove([helper_id])
+        else:
+            assert state is RowState.CLOSED and action is CloseAction.NOTHING
+
+    @rule(turn=st.sampled_from(TURNS), which=st.lists(pick, max_size=3))
+    def chat_reads(self, turn: str, which: list[int]) -> None:
+        """R27, R28: a chat turn reads unreported outcomes; anything else is refused."""
+        self._step()
+        self._read(turn, which)
+
+    def _read(self, turn: str, which: list[int]) -> list[str]:
+        unreported = sorted(self._unreported())
+        chosen = sorted({unreported[w % len(unreported)] for w in which}) if unreported else []
+        assert decide_read(self.book, chosen) is None
+        reads_before = list(self.book.turn_reads.get(turn, []))
+        reads = apply_read(self.book, turn, chosen)
+        assert reads == reads_before + [h for h in chosen if h not in reads_before]
+        others = [h for h in self._ids() if h not in unreported]
+        if others:
+            refusal = decide_read(self.book, [others[0]])
+            assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_UNREPORTED
+        return chosen
+
+    @precondition(lambda self: bool(self._unreported()))
+    @rule(which=st.lists(pick, min_size=1, max_size=3))
+    def chat_turn_reads_and_answers(self, which: list[int]) -> None:
+        """R27, R28: the common case: a turn reads unreported outcomes, answers and completes."""
+        self._step()
+        self._read("turn-now", which)
+        self._answer("turn-now")
+
+    @precondition(lambda self: bool(self._unreported()))
+    @rule(which=st.lists(pick, min_size=1, max_size=3), closing=pick)
+    def owner_closes_during_a_turn(self, which: list[int], closing: int) -> None:
+        """R22, R28: an outcome read by a turn, then closed before the turn answered, is not delivered."""
+        self._step()
+        chosen = self._read("turn-now", which)
+        closed = chosen[closing % len(chosen)]
+        self._close(closed)
+        assert self.book.entries[closed].state is RowState.CLOSED
+        assert closed not in self._answer("turn-now")
+        STEPS.saw("read but closed before the answer")
+
+    @rule(turn=st.sampled_from(TURNS))
+    def chat_turn_answered(self, turn: str) -> None:
+        """R28: only what this turn read, and only what is still unreported, is delivered."""
+        self._step()
+        self._answer(turn)
+
+    def _answer(self, turn: str) -> list[str]:
+        reads = list(self.book.turn_reads.get(turn, []))
+        expected = [h for h in reads if h in self.book.entries and self.book.entries[h].state is RowState.UNREPORTED]
+        delivered = apply_delivered(self.book, turn, self.now)
+        STEPS.saw("delivered", len(delivered))
+        assert [e.helper_id for e in delivered] == expected
+        keep = timedelta(milliseconds=self.book.policy.keep_ms)
+        for entry in delivered:
+            assert entry.state is RowState.DELIVERED and entry.delivered_at == self.now
+            assert entry.keep_until == self.now + keep
+        assert turn not in self.book.turn_reads
+        return [e.helper_id for e in delivered]
+
+    @rule(received=st.booleans())
+    def chat_outbox(self, received: bool) -> None:
+        """R26: one event for the unannounced outcomes; delivered only with a receipt."""
+        self._step()
+        in_flight = self.book.event is not None and self.book.event.state is not EventState.DELIVERED
+        pending = [
+            e.helper_id
+            for e in sorted(self.book.entries.values(), key=lambda e: e.seq)
+            if e.state is RowState.UNREPORTED and not e.announced
+        ]
+        event = next_event(self.book)
+        if not in_flight:
+            if not pending:
+                assert event is None
+                return
+            assert event is not None and event.helper_ids == pending and event.state is EventState.PENDING
+        assert event is not None
+        if received:
+            apply_event_delivered(self.book, f"receipt-{event.key}")
+            STEPS.saw("event delivered")
+            assert event.state is EventState.DELIVERED
+            for helper_id in event.helper_ids:
+                if helper_id in self.book.entries:
+                    assert self.book.entries[helper_id].announced
+
+    @rule(minutes=st.integers(1, 30) | st.integers(1, 24 * 60))
+    def time_passes(self, minutes: int) -> None:
+        """R7, R8, R29: a late timer: lease ends release slots, expired rows go."""
+        self._step()
+        self._expire(self.now + timedelta(minutes=minutes))
+
+    @precondition(lambda self: next_wakeup(self.book) is not None)
+    @rule(helpers_finish_first=st.sampled_from([True, True, True, False]))
+    def wakeup_fires(self, helpers_finish_first: bool) -> None:
+        """R8, R29: the coordinator's one timer fires exactly at the next wakeup. Helpers usually finish
+        before their lease ends, so most of the time this is the next retention expiry."""
+        self._step()
+        moment = next_wakeup(self.book)
+        assert moment is not None
+        retention = [e.keep_until for e in self.book.entries.values() if e.keep_until and not e.helper_writes]
+        if helpers_finish_first and retention:
+            assert min(retention) >= moment
+            moment = min(retention)
+        self._expire(max(moment, self.now))
+
+    def _expire(self, now: datetime) -> None:
+        """The coordinator's `_expire`."""
+        self.now = now
+        for helper_id in expired_leases(self.book, now):
+            assert self.book.entries[helper_id].lease_until is not None
+            assert release_slot(self.book, helper_id)
+            STEPS.saw("lease ended")
+        self._grant()
+        expired = expired_rows(self.book, now)
+        for helper_id in expired:
+            keep_until = self.book.entries[helper_id].keep_until
+            assert keep_until is not None and keep_until <= now
+        due = [
+            e.helper_id
+            for e in self.book.entries.values()
+            if e.keep_until is not None and e.keep_until <= now and not e.helper_writes and not e.holds_slot
+        ]
+        assert sorted(expired) == sorted(due)
+        STEPS.saw("expired rows removed", len(expired))
+        self._remove(expired)
+
+    # --- invariants -----------------------------------------------------------------------------------
+
+    @invariant()
+    def limits_hold(self) -> None:
+        """R2, R3, R6: open, slot holders and rows within the policy."""
+        policy = self.book.policy
+        assert len(self._open()) <= policy.max_open
+        assert self._holders() <= policy.max_running
+        assert self.book.open_ids() == self._open()
+        assert len(self.book.slot_holders()) == self._holders()
+        assert len(self.book.entries) <= policy.max_rows
+
+    @invariant()
+    def free_slots_never_idle_while_helpers_wait(self) -> None:
+        """R8: a freed slot passes on at once: never a waiting helper and a free slot together."""
+        assert not (self.book.queue and self._holders() < self.book.policy.max_running)
+
+    @invariant()
+    def grants_follow_admission_order(self) -> None:
+        """R6: slots are granted in admission order; the queue is in admission order."""
+        assert self.granted_seqs == sorted(set(self.granted_seqs))
+        queue_seqs = [self.book.entries[h].seq for h in self.book.queue]
+        assert queue_seqs == sorted(queue_seqs)
+        if self.granted_seqs and queue_seqs:
+            assert self.granted_seqs[-1] < queue_seqs[0]
+
+    @invariant()
+    def entries_are_consistent(self) -> None:
+        """R7, R19: only a helper that still writes its row holds a slot or waits; seqs are unique."""
+        seqs = [e.seq for e in self.book.entries.values()]
+        assert len(seqs) == len(set(seqs)) and all(s < self.book.next_seq for s in seqs)
+        for entry in self.book.entries.values():
+            if entry.holds_slot:
+                assert entry.helper_writes and entry.lease_until is not None
+            if entry.state is RowState.WAITING:
+                assert entry.helper_writes and entry.helper_id in self.book.queue
+            if not entry.helper_writes:
+                assert entry.state in (RowState.UNREPORTED, RowState.DELIVERED, RowState.CLOSED)
+                assert entry.outcome_kind is not None and entry.finished_at is not None
+        for helper_id in self.book.queue:
+            assert self.book.entries[helper_id].state is RowState.WAITING
+
+
+def test_owner_book_state_machine() -> None:
+    """R2-R8, R19, R21-R23, R26-R30: at least 10,000 coordinator steps keep every invariant."""
+    STEPS.steps = 0
+    STEPS.runs = 0
+    STEPS.seen.clear()
+    started = time.monotonic()
+    run_state_machine_as_test(
+        OwnerBookMachine,
+        settings=settings(
+            max_examples=400,
+            stateful_step_count=60,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+    elapsed = time.monotonic() - started
+    print(f"owner book state machine: {STEPS.steps} steps in {STEPS.runs} runs, {elapsed:.1f} s")
+    print("  " + ", ".join(f"{name}: {count}" for name, count in sorted(STEPS.seen.items())))
+    assert STEPS.steps >= MIN_TOTAL_STEPS, f"only {STEPS.steps} steps ran"
+    # The machine reached every situation it is meant to check (else the invariants pass vacuously).
+    missing = [what for what in EXERCISED if STEPS.seen.get(what, 0) == 0]
+    assert not missing, f"never exercised: {missing}"
+    assert elapsed < TIME_BUDGET_S

@@ -1,0 +1,166 @@
+"""Configuration from the environment: defaults, overrides, and errors that name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from domain.limits import (
+    HELPER_CEILING_TOKENS,
+    HELPER_CHECK_MS,
+    HELPER_DEADLINE_MS,
+    HELPER_GRACE_MS,
+    HELPER_INPUT_CEILING_TOKENS,
+    HELPER_KEEP_MS,
+    HELPER_MAX_OPEN,
+    HELPER_MAX_ROWS,
+    HELPER_MAX_RUNNING,
+    HELPER_SUMMARY_MAX,
+    TURN_MAX_STEPS_HELPER,
+    FollowTuning,
+)
+from domain.settings import Settings, SettingsError
+
+# variable -> (the raw value to set, the Settings field it lands in)
+OVERRIDES: dict[str, tuple[str, str]] = {
+    "TEMPORAL_ADDRESS": ("temporal.example:7233", "temporal_address"),
+    "TEMPORAL_NAMESPACE": ("helpers-prod", "temporal_namespace"),
+    "HELPER_TASK_QUEUE": ("helpers-eu", "task_queue"),
+    "HELPER_STORE_URL": ("postgresql+asyncpg://iva@db/helpers", "store_url"),
+    "HELPER_RESULTS_DIR": ("/var/lib/helpers/results", "results_dir"),
+    "HELPER_CORE_URL": ("http://core:8310", "core_url"),
+    "HELPER_CHAT_URL": ("http://chat:8320", "chat_url"),
+}
+# variable -> (the dotted setting it lands in, a value different from the default)
+INT_OVERRIDES: dict[str, tuple[str, int]] = {
+    "HELPER_MAX_OPEN": ("policy.max_open", 5),
+    "HELPER_MAX_RUNNING": ("policy.max_running", 2),
+    "HELPER_MAX_ROWS": ("policy.max_rows", 40),
+    "HELPER_KEEP_MS": ("policy.keep_ms", 3_600_000),
+    "HELPER_SUMMARY_MAX": ("policy.summary_max", 900),
+    "HELPER_CHECK_MS": ("policy.check_ms", 5_000),
+    "HELPER_DEADLINE_MS": ("policy.limits.deadline_ms", 600_000),
+    "HELPER_GRACE_MS": ("policy.limits.grace_ms", 60_000),
+    "HELPER_CEILING_TOKENS": ("policy.limits.ceiling_tokens", 250_000),
+    "TURN_MAX_STEPS_HELPER": ("policy.limits.max_steps", 40),
+    "HELPER_INPUT_CEILING_TOKENS": ("policy.limits.max_input_tokens", 2_000_000),
+    "HELPER_POLL_MS": ("policy.follow.poll_ms", 250),
+    "HELPER_FOLLOW_WINDOW_MS": ("policy.follow.window_ms", 30_000),
+    "HELPER_FOLLOW_RESUME_MS": ("policy.follow.resume_ms", 2_000),
+    "HELPER_CORE_SILENCE_MS": ("policy.follow.silence_ms", 120_000),
+    "HELPER_CORE_BAD_ANSWERS": ("policy.follow.bad_answers", 3),
+}
+
+
+def setting(settings: Settings, dotted: str) -> object:
+    value: object = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def test_defaults_are_the_seeds_constants() -> None:
+    """SPEC Limits: without variables every limit is the seed's default."""
+    settings = Settings.from_env({})
+    assert settings == Settings()
+    policy = settings.policy
+    assert (policy.max_open, policy.max_running, policy.max_rows) == (
+        HELPER_MAX_OPEN,
+        HELPER_MAX_RUNNING,
+        HELPER_MAX_ROWS,
+    )
+    assert (policy.keep_ms, policy.summary_max, policy.check_ms) == (
+        HELPER_KEEP_MS,
+        HELPER_SUMMARY_MAX,
+        HELPER_CHECK_MS,
+    )
+    limits = policy.limits
+    assert (limits.deadline_ms, limits.grace_ms, limits.ceiling_tokens) == (
+        HELPER_DEADLINE_MS,
+        HELPER_GRACE_MS,
+        HELPER_CEILING_TOKENS,
+    )
+    assert (limits.max_steps, limits.max_input_tokens) == (TURN_MAX_STEPS_HELPER, HELPER_INPUT_CEILING_TOKENS)
+    assert policy.follow == FollowTuning()
+    assert (HELPER_MAX_OPEN, HELPER_MAX_RUNNING, HELPER_MAX_ROWS) == (3, 3, 20)
+    assert (HELPER_DEADLINE_MS, HELPER_GRACE_MS, HELPER_CEILING_TOKENS) == (2_700_000, 120_000, 1_000_000)
+    assert (HELPER_CHECK_MS, HELPER_SUMMARY_MAX, HELPER_KEEP_MS) == (15_000, 1_500, 86_400_000)
+    assert (TURN_MAX_STEPS_HELPER, HELPER_INPUT_CEILING_TOKENS) == (80, 4_000_000)
+
+
+@pytest.mark.parametrize("variable", sorted(OVERRIDES))
+def test_each_plain_variable_overrides_its_setting(variable: str) -> None:
+    """Every connection variable is read."""
+    raw, field = OVERRIDES[variable]
+    settings = Settings.from_env({variable: raw})
+    expected: object = Path(raw) if field == "results_dir" else raw
+    assert setting(settings, field) == expected
+    assert settings.model_copy(update={field: getattr(Settings(), field)}) == Settings()
+
+
+@pytest.mark.parametrize("variable", sorted(INT_OVERRIDES))
+def test_each_limit_variable_overrides_its_limit(variable: str) -> None:
+    """SPEC Limits "all configurable": every HELPER_* limit is read from its variable, alone."""
+    dotted, value = INT_OVERRIDES[variable]
+    settings = Settings.from_env({variable: str(value)})
+    assert setting(settings, dotted) == value
+    assert setting(Settings(), dotted) != value, "the test value differs from the default"
+
+
+def test_all_variables_together() -> None:
+    """SPEC Limits: all overrides at once land in their own settings."""
+    env = {name: raw for name, (raw, _) in OVERRIDES.items()}
+    env |= {name: str(value) for name, (_, value) in INT_OVERRIDES.items()}
+    settings = Settings.from_env(env)
+    for name, (dotted, value) in INT_OVERRIDES.items():
+        assert setting(settings, dotted) == value, name
+    assert settings.results_dir == Path("/var/lib/helpers/results")
+
+
+def test_underscores_group_digits() -> None:
+    """Numbers may be written as the seed writes them, with underscores."""
+    assert Settings.from_env({"HELPER_DEADLINE_MS": "2_700_000"}).policy.limits.deadline_ms == 2_700_000
+
+
+def test_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a mapping the process environment is read."""
+    monkeypatch.setenv("HELPER_MAX_OPEN", "7")
+    monkeypatch.setenv("HELPER_CORE_URL", "http://elsewhere:1")
+    settings = Settings.from_env()
+    assert settings.policy.max_open == 7 and settings.core_url == "http://elsewhere:1"
+
+
+@pytest.mark.parametrize("variable", sorted(INT_OVERRIDES))
+@pytest.mark.parametrize("raw", ["many", "1.5", "", "3e2"])
+def test_a_value_that_is_not_a_number_names_the_variable(variable: str, raw: str) -> None:
+    """A bad value is an error naming the variable; nothing starts half-configured."""
+    with pytest.raises(SettingsError, match=variable):
+        Settings.from_env({variable: raw})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: domain/settings.py from_env(): an out-of-range number (e.g. HELPER_MAX_OPEN=0) fails pydantic "
+        "validation and the error names the field ('max_open: Input should be greater than 0'), not the variable"
+    ),
+)
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [("HELPER_MAX_OPEN", "0"), ("HELPER_DEADLINE_MS", "-1"), ("HELPER_MAX_ROWS", "1"), ("HELPER_POLL_MS", "0")],
+)
+def test_a_value_out_of_range_names_the_variable(variable: str, raw: str) -> None:
+    """A number out of range is an error naming the variable too."""
+    with pytest.raises(SettingsError, match=variable):
+        Settings.from_env({variable: raw})
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [("HELPER_MAX_OPEN", "0"), ("HELPER_DEADLINE_MS", "-1"), ("HELPER_MAX_ROWS", "1"), ("HELPER_SUMMARY_MAX", "10")],
+)
+def test_a_value_out_of_range_is_refused(variable: str, raw: str) -> None:
+    """A number out of range is refused (a SettingsError, never a half-read configuration)."""
+    with pytest.raises(SettingsError, match="bad configuration"):
+        Settings.from_env({variable: raw})
