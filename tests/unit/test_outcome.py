@@ -112,6 +112,22 @@ def test_summary_within_the_smallest_policy_limit(language: str) -> None:
     assert len(summary) <= limit
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: domain/outcome.py summarize() looks for a word boundary with cut.rfind(' ') only; a text whose "
+        "words are separated by line breaks (a list of links or files, one per line) is cut in the middle of a word"
+    ),
+)
+def test_a_line_break_is_a_word_boundary() -> None:
+    """R18: a list with one item per line is cut between items, not inside one."""
+    links = [f"https://example.com/reports/q{i}.pdf" for i in range(200)]
+    summary = summarize("\n".join(links), 300, "en")
+    kept = summary.removesuffix(CUT_MARK["en"])
+    assert summary.endswith(CUT_MARK["en"]) and len(summary) <= 300
+    assert kept.split("\n") == links[: len(kept.split("\n"))]
+
+
 # --- compose_outcome_text (R16-R18, R32) ------------------------------------------------------------
 
 AT = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
@@ -205,3 +221,21 @@ def test_completed_without_message_does_not_claim_a_stop() -> None:
     """R18: the "no message before the stop" line belongs to partial and closed outcomes only."""
     full = compose_outcome_text(kind=OutcomeKind.COMPLETED, language="en", message="")
     assert text("stop.no_message", "en") not in full
+
+
+@pytest.mark.parametrize("kind", list(OutcomeKind))
+@pytest.mark.parametrize("language", ["en", "ru"])
+def test_every_kind_keeps_explanation_then_message(kind: OutcomeKind, language: str) -> None:
+    """R18: for every kind the full text is the explanation, then the last completed message, in that order."""
+    explanation = text("outcome.failed", language, reason="core down")
+    full = compose_outcome_text(kind=kind, language=language, message="Last message.", explanation=explanation)
+    assert full == f"{explanation}\n\nLast message."
+    assert text("stop.no_message", language) not in full
+
+
+@pytest.mark.parametrize("kind", list(OutcomeKind))
+def test_no_message_line_only_for_partial_and_closed(kind: OutcomeKind) -> None:
+    """R15, R18, R21: without a message, only a partial or closed outcome says no message was completed."""
+    full = compose_outcome_text(kind=kind, language="en", message="")
+    expected = text("stop.no_message", "en") if kind in (OutcomeKind.PARTIAL, OutcomeKind.CLOSED) else ""
+    assert full == expected

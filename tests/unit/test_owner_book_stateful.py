@@ -215,6 +215,16 @@ class OwnerBookMachine(RuleBasedStateMachine):
     def admit(self, goal: bool, language: str, hard_ceiling_ms: int) -> None:
         """R2-R6: admission as the coordinator's `admit` update does it."""
         self._step()
+        self._admit(goal, language, hard_ceiling_ms)
+
+    @precondition(lambda self: len(self.book.entries) >= self.book.policy.max_rows - 1)
+    @rule(goal=st.booleans())
+    def admit_with_rows_nearly_full(self, goal: bool) -> None:
+        """R3: admission at the row limit: evict the oldest removable rows, or refuse."""
+        self._step()
+        self._admit(goal, "en", 2_820_000)
+
+    def _admit(self, goal: bool, language: str, hard_ceiling_ms: int) -> None:
         book, policy = self.book, self.book.policy
         helper_id = f"{'g' if goal else 'h'}{self.next_id}"
         self.next_id += 1
@@ -288,6 +298,26 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self._step()
         helpers = sorted(self._running_helpers())
         self._finish(helpers[which % len(helpers)], kind, generation_step)
+
+    @precondition(lambda self: bool(self.book.queue) and bool(self._running_helpers()))
+    @rule(which=pick, kind=st.sampled_from(RUNNING_KINDS))
+    def helper_finishes_while_others_wait(self, which: int, kind: OutcomeKind) -> None:
+        """R6, R8: the freed slot goes at once to the helper admitted first among those waiting."""
+        self._step()
+        first_waiting = self.book.queue[0]
+        helpers = sorted(self._running_helpers())
+        holder = next((h for h in helpers if self.book.entries[h].holds_slot), None)
+        self._finish(helpers[which % len(helpers)] if holder is None else holder, kind, 1)
+        if holder is not None:
+            assert self.book.entries[first_waiting].holds_slot, "the first waiting helper got the freed slot"
+
+    @precondition(lambda self: any(e.holds_slot and e.state is RowState.RUNNING for e in self.book.entries.values()))
+    @rule(which=pick)
+    def owner_closes_a_running_helper(self, which: int) -> None:
+        """R21, R7: the owner closes a helper that holds a slot; the coordinator forwards it to the helper."""
+        self._step()
+        ids = sorted(e.helper_id for e in self.book.entries.values() if e.holds_slot and e.state is RowState.RUNNING)
+        self._close(ids[which % len(ids)])
 
     @precondition(lambda self: bool(self._closing_helpers()))
     @rule(which=pick, confirmed=st.booleans())
