@@ -124,6 +124,7 @@ class SessionActivities:
             return None
         cursor.silent_since = None
         cursor.bad_answers = 0
+        cursor.status = snapshot.status.value
         usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
         message = snapshot.outcome.text if snapshot.outcome and snapshot.outcome.text else snapshot.last_message
         message_hash = zlib.crc32(message.encode("utf-8"))
@@ -135,7 +136,7 @@ class SessionActivities:
             await self.store.write_progress(
                 request.owner, request.helper_id, request.seq, request.generation, usage, message
             )
-            cursor.steps, cursor.work_tokens = usage.steps, usage.work_tokens
+            cursor.steps, cursor.work_tokens, cursor.input_tokens = usage.steps, usage.work_tokens, usage.input_tokens
             cursor.message_length, cursor.message_hash = len(message), message_hash
         verdict = judge(snapshot, usage, request.ceiling_tokens, request.watch_work_ceiling)
         return None if verdict is None else result_from(snapshot, verdict)

@@ -43,8 +43,10 @@ class FollowRequest(BaseModel):
 class FollowCursor(BaseModel):
     """The follow activity's heartbeat details: what it already wrote, and how long the core is silent."""
 
+    status: str | None = None
     steps: int = -1
     work_tokens: int = -1
+    input_tokens: int = 0
     message_length: int = -1
     message_hash: int = 0
     silent_since: datetime | None = None

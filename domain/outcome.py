@@ -49,9 +49,11 @@ def summarize(full_text: str, limit: int, language: str) -> str:
     if len(stripped) <= limit:
         return stripped
     mark = text("summary.cut_mark", language)
-    room = max(0, limit - len(mark))
+    if len(mark) >= limit // 2:  # a limit too small for the mark: cut hard, the limit wins
+        return stripped[:limit]
+    room = limit - len(mark)
     cut = stripped[:room]
-    boundary = cut.rfind(" ")
+    boundary = max(cut.rfind(" "), cut.rfind("\n"), cut.rfind("\t"))
     if boundary > room // 2:  # a word boundary that keeps most of the room
         cut = cut[:boundary]
     return cut.rstrip() + mark

@@ -85,6 +85,7 @@ class ChatEventRecord(BaseModel):
 class OwnerBook(BaseModel):
     owner: str
     policy: Policy = Policy()
+    language: str = Field(default="en", description="The owner's language as of the latest request.")
     next_seq: int = 1
     entries: dict[str, Entry] = Field(default_factory=dict)
     queue: list[str] = Field(default_factory=list, description="Waiting helper ids in admission order (R6).")
@@ -205,6 +206,7 @@ def apply_admission(
     book.entries[entry.helper_id] = entry
     book.queue.append(entry.helper_id)
     book.next_seq += 1
+    book.language = request.language
     return entry
 
 
@@ -238,6 +240,20 @@ def release_slot(book: OwnerBook, helper_id: str) -> bool:
     entry.holds_slot = False
     entry.lease_until = None
     return True
+
+
+def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> None:
+    """A helper workflow that no longer exists (removed by an operator) gives its slot and place back."""
+    entry = book.entries.get(helper_id)
+    if entry is None:
+        return
+    release_slot(book, helper_id)
+    entry.helper_writes = False
+    entry.state = RowState.CLOSED
+    entry.finished_at = entry.finished_at or now
+    entry.keep_until = now + timedelta(milliseconds=book.policy.keep_ms)
+    if helper_id in book.queue:
+        book.queue.remove(helper_id)
 
 
 def expired_leases(book: OwnerBook, now: datetime) -> list[str]:
@@ -290,7 +306,8 @@ def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
     entry = book.entries.get(helper_id)
     if entry is None:
         return Refusal(
-            code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", "en", helper_id=helper_id)
+            code=RefusalCode.UNKNOWN_HELPER,
+            message=text("refused.unknown_helper", book.language, helper_id=helper_id),
         )
     if entry.helper_writes:
         return CloseAction.FORWARD_TO_HELPER
@@ -331,7 +348,8 @@ def decide_read(book: OwnerBook, helper_ids: list[str]) -> Refusal | None:
         entry = book.entries.get(helper_id)
         if entry is None:
             return Refusal(
-                code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", "en", helper_id=helper_id)
+                code=RefusalCode.UNKNOWN_HELPER,
+                message=text("refused.unknown_helper", book.language, helper_id=helper_id),
             )
         if entry.state is not RowState.UNREPORTED:
             return Refusal(

@@ -64,16 +64,29 @@ class Settings(BaseModel):
             "silence_ms": "HELPER_CORE_SILENCE_MS",
             "bad_answers": "HELPER_CORE_BAD_ANSWERS",
         }
+        policy = Policy(
+            **_checked(Policy, env, policy_fields),
+            limits=Limits(**_checked(Limits, env, limit_fields)),
+            follow=FollowTuning(**_checked(FollowTuning, env, follow_fields)),
+        )
         try:
-            policy = Policy(
-                **_ints(env, policy_fields),
-                limits=Limits(**_ints(env, limit_fields)),
-                follow=FollowTuning(**_ints(env, follow_fields)),
-            )
             return cls.model_validate({**values, "policy": policy})
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            raise SettingsError(f"bad configuration: {problems}") from None
+            problem = error.errors()[0]
+            field = str(problem["loc"][0])
+            name = plain.get(field, field)
+            raise SettingsError(f"{name}={env.get(name, '')!r}: {problem['msg']}") from None
+
+
+def _checked(model: type[BaseModel], env: Mapping[str, str], fields: dict[str, str]) -> dict[str, int]:
+    """The integer variables of one model, each checked alone so an error names its variable."""
+    values = _ints(env, fields)
+    for field, value in values.items():
+        try:
+            model.model_validate({field: value})
+        except ValidationError as error:
+            raise SettingsError(f"{fields[field]}={env[fields[field]]!r}: {error.errors()[0]['msg']}") from None
+    return values
 
 
 def _ints(env: Mapping[str, str], fields: dict[str, str]) -> dict[str, int]:

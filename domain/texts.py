@@ -15,7 +15,7 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
     "refused.too_many_open": {
         "en": "Helper {helper_id} was not started: {max_open} helpers are already open ({open_ids}). "
         "Close one or wait until one finishes.",
-        "ru": "Помощник {helper_id} не запущен: уже открыто {max_open} помощника ({open_ids}). "
+        "ru": "Помощник {helper_id} не запущен: открытых помощников уже {max_open} ({open_ids}). "
         "Закройте одного или дождитесь, пока кто-то закончит.",
     },
     "refused.goal_needs_open_place": {

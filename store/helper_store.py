@@ -152,8 +152,8 @@ class HelperStore:
             "steps": usage.steps,
             "work_tokens": usage.work_tokens,
             "input_tokens": usage.input_tokens,
-            "started_at": row.started_at,
-            "finished_at": finished_at,
+            "started_at": _utc(row.started_at) if row.started_at else None,
+            "finished_at": _utc(finished_at),
         }
         async with self.engine.begin() as connection:
             # A retried finalization: usage is recorded once per admission.
@@ -226,19 +226,19 @@ class HelperStore:
         table = usage_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
-            return [dict(record) for record in result.mappings()]
+            return [_plain(record) for record in result.mappings()]
 
     async def events(self, owner: str) -> list[dict[str, Any]]:
         table = events_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
-            return [dict(record) for record in result.mappings()]
+            return [_plain(record) for record in result.mappings()]
 
     async def parked(self, owner: str) -> list[dict[str, Any]]:
         table = parked_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner))
-            return [dict(record) for record in result.mappings()]
+            return [_plain(record) for record in result.mappings()]
 
     async def result_dirs(self) -> set[str]:
         async with self.engine.connect() as connection:
@@ -248,6 +248,11 @@ class HelperStore:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _utc(moment: datetime) -> datetime:
+    # SQLite keeps the clock time and drops the offset: store every moment as UTC.
+    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -260,19 +265,25 @@ def _aware(moment: datetime | None) -> datetime | None:
 def _column_value(value: Any) -> Any:
     if isinstance(value, RowState | OutcomeKind):
         return value.value
+    if isinstance(value, datetime):
+        return _utc(value)
     if isinstance(value, list):
         return [item.model_dump(mode="json") if isinstance(item, Action) else item for item in value]
     return value
 
 
 def _to_columns(row: HelperRow) -> dict[str, Any]:
-    values = row.model_dump(mode="python")
+    values = {name: _column_value(value) for name, value in row.model_dump(mode="python").items()}
     values["state"] = row.state.value
     values["outcome_kind"] = row.outcome_kind.value if row.outcome_kind else None
     values["limits"] = row.limits.model_dump()
     values["actions"] = [a.model_dump(mode="json") for a in row.actions]
     values["boundary"] = list(row.boundary)
     return values
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    return {name: _aware(value) if isinstance(value, datetime) else value for name, value in dict(record).items()}
 
 
 def _to_row(record: Any) -> HelperRow:

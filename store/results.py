@@ -55,6 +55,7 @@ class ResultDirectories:
         removed: list[Path] = []
         if not self.root.exists():
             return removed
+        known = {path.resolve() for path in known}  # rows may hold relative paths (the default root is)
         for owner_dir in self.root.iterdir():
             if not owner_dir.is_dir():
                 continue

@@ -41,11 +41,16 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter
     )
+    await register_search_attributes(env)
+    yield env
+    await env.shutdown()
+
+
+async def register_search_attributes(env: WorkflowEnvironment) -> None:
+    """The test server starts without them, and an unregistered attribute fails the workflow task."""
     await env.client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
             namespace=env.client.namespace,
             search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in SEARCH_KEYS},
         )
     )
-    yield env
-    await env.shutdown()

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         decide_read,
         expired_leases,
         expired_rows,
+        forget_gone_helper,
         grant_slots,
         next_event,
         next_wakeup,
@@ -153,7 +154,8 @@ class CoordinatorWorkflow:
         now = workflow.now()
         evicted = [self.book.entries[helper_id] for helper_id in decision.evict]
         entry = apply_admission(self.book, request, decision, now, limits.hard_ceiling_ms)
-        starts_now = request.helper_id in grant_slots(self.book, now)
+        granted = grant_slots(self.book, now)
+        starts_now = request.helper_id in granted
         try:
             if evicted:
                 await workflow.execute_local_activity_method(
@@ -203,6 +205,9 @@ class CoordinatorWorkflow:
                 type="AdmissionFailed",
                 non_retryable=True,
             ) from None
+        # Helpers queued before this one take the slots they were just given (the new one has its own
+        # in its start input).
+        await self._signal_granted([helper_id for helper_id in granted if helper_id != request.helper_id])
         workflow.logger.info(
             "admitted %s/%s (%s, %s ahead)", request.owner, request.helper_id, entry.state.value, decision.ahead
         )
@@ -242,13 +247,23 @@ class CoordinatorWorkflow:
 
     async def _hand_out_slots(self) -> None:
         """Pass every free slot to the next waiting helper at once, by signal (R8)."""
-        for helper_id in grant_slots(self.book, workflow.now()):
+        await self._signal_granted(grant_slots(self.book, workflow.now()))
+
+    async def _signal_granted(self, helper_ids: list[str]) -> None:
+        gone = False
+        for helper_id in helper_ids:
             handle = workflow.get_external_workflow_handle(helper_workflow_id(self.book.owner, helper_id))
             try:
                 await handle.signal(HelperWorkflow.slot_granted)
             except ApplicationError as error:
-                workflow.logger.error("could not hand a slot to %s: %s", helper_id, error)
-                release_slot(self.book, helper_id)
+                # Only an operator can remove a helper workflow; its row is left for them to read.
+                workflow.logger.error(
+                    "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
+                )
+                forget_gone_helper(self.book, helper_id, workflow.now())
+                gone = True
+        if gone:
+            await self._hand_out_slots()
 
     @workflow.signal(name=HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:

@@ -108,6 +108,7 @@ class HelperWorkflow:
                 started_at=started_at,
                 deadline_at=deadline_at,
             ),
+            summary="create the core session (idempotent key)",
             **options.core_call(start.check_ms),
         )
         await workflow.wait_condition(lambda: opening.done() or hard.done())
@@ -189,7 +190,10 @@ class HelperWorkflow:
                     # Without a webhook an authorization wait ends by a cleanup cancel (seed, R17).
                     stopping_for_authorization = True
                     cancelled = await workflow.execute_activity_method(
-                        SessionActivities.cancel_session, self._session_ref(), **options.core_call(start.check_ms)
+                        SessionActivities.cancel_session,
+                        self._session_ref(),
+                        summary="cleanup cancel of an authorization wait",
+                        **options.core_call(start.check_ms),
                     )
                     if cancelled.stopped:
                         kind = OutcomeKind.CLOSED if closing else OutcomeKind.AUTHORIZATION
@@ -210,6 +214,8 @@ class HelperWorkflow:
                     state = RowState.CLOSED if closing else RowState.UNREPORTED
                     return await self._finalize(kind, state, explanation, None)
                 case Verdict.CORE_FAILED:
+                    if closing:  # closed by the owner: it reports nothing, whatever the core did (R21)
+                        return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
                     return await self._finalize(
                         OutcomeKind.FAILED,
                         RowState.UNREPORTED,
@@ -232,6 +238,7 @@ class HelperWorkflow:
                 watch_work_ceiling=watch_work_ceiling,
                 tuning=start.follow,
             ),
+            summary=f"follow session {self.session_id}: live steps and work tokens in the heartbeat details",
             **options.follow(start.check_ms, start.follow),
         )
 
@@ -247,6 +254,7 @@ class HelperWorkflow:
             await workflow.execute_activity_method(
                 SessionActivities.finish_session,
                 self._session_ref(),
+                summary=f"finish now ({self.finish_reason})",
                 **options.core_call(self.start.check_ms, give_up_after=timedelta(minutes=1)),
             )
         except ActivityError as error:
@@ -261,7 +269,10 @@ class HelperWorkflow:
         self.state = RowState.CLOSED
         await self._tell_coordinator(HELPER_CLOSED, self.start.helper_id)
         cancelled: CancelResult = await workflow.execute_activity_method(
-            SessionActivities.cancel_session, self._session_ref(), **options.core_call(self.start.check_ms)
+            SessionActivities.cancel_session,
+            self._session_ref(),
+            summary="cancel: closed by the owner",
+            **options.core_call(self.start.check_ms),
         )
         return cancelled.stopped
 
@@ -302,7 +313,10 @@ class HelperWorkflow:
         if self.session_id is not None:
             cleanup.append(
                 workflow.execute_activity_method(
-                    SessionActivities.reset_session, self._session_ref(), **options.core_call(start.check_ms)
+                    SessionActivities.reset_session,
+                    self._session_ref(),
+                    summary="reset the session (cleanup)",
+                    **options.core_call(start.check_ms),
                 )
             )
         await asyncio.gather(self._tell_coordinator(HELPER_FINISHED, notice), *cleanup)
@@ -312,7 +326,12 @@ class HelperWorkflow:
 
     async def _tell_coordinator(self, signal: str, payload: object) -> None:
         handle = workflow.get_external_workflow_handle(coordinator_id(self.start.owner))
-        await handle.signal(signal, payload)
+        try:
+            await handle.signal(signal, payload)
+        except ApplicationError as error:
+            # Only an operator can remove a coordinator; the outcome is final and in the store anyway,
+            # and the slot lease of a new coordinator cannot include this helper.
+            workflow.logger.error("could not tell the coordinator %s: %s", signal, error)
 
     def _explanation(self, kind: OutcomeKind, start: HelperStart) -> str:
         if kind is OutcomeKind.CLOSED:

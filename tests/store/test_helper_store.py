@@ -456,17 +456,6 @@ async def test_a_moment_in_another_time_zone_keeps_its_instant(
     store: HelperStore, request: pytest.FixtureRequest
 ) -> None:
     """R29: a moment written with a non-UTC offset is the same instant when read back (retention relies on it)."""
-    if backend(store) == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "BUG: store/helper_store.py _to_columns/_column_value pass aware datetimes to SQLite unconverted; "
-                    "SQLite keeps the wall time and drops the offset, and _aware() then labels it UTC: "
-                    "12:00+03:00 comes back as 12:00+00:00 (3 hours later)"
-                ),
-            )
-        )
     moscow = timezone(timedelta(hours=3))
     admitted = datetime(2026, 3, 1, 12, 0, tzinfo=moscow)  # 09:00 UTC
     assert await store.insert_admitted(row(admitted_at=admitted, updated_at=admitted))
@@ -479,16 +468,6 @@ async def test_a_moment_in_another_time_zone_keeps_its_instant(
 
 async def test_usage_event_and_parked_moments_are_aware(store: HelperStore, request: pytest.FixtureRequest) -> None:
     """R31: the usage, event and parked records carry aware moments, like the rows."""
-    if backend(store) == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "BUG: store/helper_store.py usage()/events()/parked() return raw records; on SQLite their "
-                    "datetimes (finished_at, updated_at, parked_at) are naive, unlike get()/rows() which apply _aware()"
-                ),
-            )
-        )
     started = await running(store)
     await store.record_usage(started, OutcomeKind.COMPLETED, Usage(steps=1), T0 + timedelta(minutes=5))
     await store.record_event(

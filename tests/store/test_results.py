@@ -140,14 +140,6 @@ def test_sweep_reports_only_what_it_could_remove(tmp_path: Path, monkeypatch: py
     assert stubborn.exists() and not loose.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: store/results.py sweep_orphans() compares directory.resolve() with the `known` paths as given; rows "
-        "store result_dir as path_for() made it, relative when HELPER_RESULTS_DIR is relative (the default "
-        "data/results), so a sweep given the rows' own directories deletes every live result"
-    ),
-)
 def test_sweep_keeps_directories_known_by_the_paths_rows_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """R18, R29: a directory a row points at is never swept, whichever form the row stores its path in."""
     monkeypatch.chdir(tmp_path)

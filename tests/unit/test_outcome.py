@@ -96,13 +96,6 @@ def test_cut_keeps_whole_words(words: list[str], limit: int) -> None:
     assert kept.split(" ") == words[: len(kept.split(" "))]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: domain/outcome.py summarize(): when the limit is shorter than the cut mark (31 chars in en, 37 in ru) "
-        "the result is the whole mark, longer than the limit; Policy allows summary_max from 11"
-    ),
-)
 @pytest.mark.parametrize("language", ["en", "ru"])
 def test_summary_within_the_smallest_policy_limit(language: str) -> None:
     """R18: the limit holds for every summary_max a Policy accepts, even one shorter than the cut mark."""
@@ -112,13 +105,6 @@ def test_summary_within_the_smallest_policy_limit(language: str) -> None:
     assert len(summary) <= limit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: domain/outcome.py summarize() looks for a word boundary with cut.rfind(' ') only; a text whose "
-        "words are separated by line breaks (a list of links or files, one per line) is cut in the middle of a word"
-    ),
-)
 def test_a_line_break_is_a_word_boundary() -> None:
     """R18: a list with one item per line is cut between items, not inside one."""
     links = [f"https://example.com/reports/q{i}.pdf" for i in range(200)]

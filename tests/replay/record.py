@@ -1,0 +1,187 @@
+"""Record the histories the replay test keeps: `python -m tests.replay.record` (writes tests/replay/histories/).
+
+Run it after a deliberate, compatible change to the workflows (or when adding a path), commit the new
+files, and keep the old ones: replaying them proves running workflows survive the change. Each history
+is one path a helper (or a coordinator) can take, produced with the real parts: the dev server or the
+time-skipping server, the worker, the reference core or the programmable fake core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import tempfile
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from domain.limits import FollowTuning
+from reference_chat.server import running_chat
+from reference_core.script import scripted_task
+from reference_core.server import running_core
+from starter.client import HelperClient, HelperRefused
+from store.helper_store import HelperStore
+from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
+from tests.fakes.fake_core import FakeCore, serving_fake_core
+from tests.helpers import eventually, helper_request, settings_for, skip_time
+from worker import running_worker
+from workflows.names import coordinator_id, helper_workflow_id
+
+HISTORIES = Path(__file__).parent / "histories"
+FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000)
+OWNER = "recorded"
+
+
+async def _final(client: HelperClient, helper_id: str) -> bool:
+    row = await client.store.get(OWNER, helper_id)
+    return row is not None and row.outcome_kind is not None
+
+
+async def _save(client: Client, workflow_id: str, name: str, *, completed: bool = True) -> None:
+    handle = client.get_workflow_handle(workflow_id)
+    if completed:
+        await eventually(lambda: _completed(client, workflow_id), timeout=30)
+    history = await handle.fetch_history()
+    (HISTORIES / f"{name}.json").write_text(history.to_json())
+    print(f"recorded {name}: {len(history.events)} events")
+
+
+async def _completed(client: Client, workflow_id: str) -> bool:
+    description = await client.get_workflow_handle(workflow_id).describe()
+    return description.status is not None and description.status.name == "COMPLETED"
+
+
+async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> None:
+    """Completed with actions, question, authorization, failed, work ceiling, closed while running and
+    while waiting, interrupted by a core restart; then the coordinator that saw all of it."""
+    async with running_chat() as chat_url:
+        core = running_core(work / "core.sqlite3")
+        core_url = await core.__aenter__()
+        port = int(core_url.rsplit(":", 1)[1])
+        settings = settings_for(work, core_url, chat_url, follow=FAST)
+        store = await HelperStore.connect(settings.store_url)
+        async with running_worker(env.client, settings):
+            client = HelperClient(settings, store, env.client)
+            send = {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
+            wave = {
+                "completed": (scripted_task("Mail Bob.", steps=2, step_ms=50, tool_calls=[send]), ("send_mail",)),
+                "question": (scripted_task("Venue?", steps=1, step_ms=50, end="question", question="Taxi?"), ()),
+                "authorization": (
+                    scripted_task("Pay.", steps=1, step_ms=50, end="authorization", authorization="pay invoice"),
+                    (),
+                ),
+            }
+            for helper_id, (task, boundary) in wave.items():
+                await client.start(helper_request(OWNER, helper_id, task, boundary=boundary))
+            with contextlib.suppress(HelperRefused):
+                await client.start(helper_request(OWNER, "refused"))
+            for helper_id in wave:
+                await eventually(functools.partial(_final, client, helper_id), timeout=30)
+            heavy = scripted_task("Scan.", end="run", steps=80, step_ms=50, input_tokens=400_000, output_tokens=300_000)
+            await client.start(helper_request(OWNER, "work-ceiling", heavy))
+            await client.start(helper_request(OWNER, "failed", scripted_task("Rates.", steps=1, end="fail", error="x")))
+            long = scripted_task("Watch.", end="run", steps=80, step_ms=200, cancel_delay_ms=1500)
+            await client.start(helper_request(OWNER, "closed-running", long))
+            await eventually(lambda: _final(client, "work-ceiling"), timeout=30)
+            await eventually(lambda: _final(client, "failed"), timeout=30)
+            await client.start(helper_request(OWNER, "filler-1", scripted_task("Fill.", end="run", steps=80)))
+            await client.start(helper_request(OWNER, "filler-2", scripted_task("Fill.", end="run", steps=80)))
+            await client.close(OWNER, "closed-running")
+            await client.start(helper_request(OWNER, "closed-waiting", scripted_task("Wait.", steps=1)))
+            await client.close(OWNER, "closed-waiting")
+            await eventually(lambda: _final(client, "closed-running"), timeout=30)
+            await client.close(OWNER, "filler-2")
+            await eventually(lambda: _final(client, "filler-2"), timeout=30)
+            # Interrupted: the core stops and comes back on its file while filler-1 runs.
+            await core.__aexit__(None, None, None)
+            async with running_core(work / "core.sqlite3", port):
+                await eventually(lambda: _final(client, "filler-1"), timeout=30)
+            unreported = [view.helper_id for view in await client.unreported(OWNER)]
+            await client.read(OWNER, "turn-1", unreported)
+            await client.delivered(OWNER, "turn-1", answer_chars=12)
+            await client.close(OWNER, "completed")
+            for name in (
+                "completed",
+                "question",
+                "authorization",
+                "work-ceiling",
+                "failed",
+                "closed-running",
+                "closed-waiting",
+                "filler-1",
+            ):
+                label = "interrupted" if name == "filler-1" else name
+                await _save(env.client, helper_workflow_id(OWNER, name), f"helper-{label}")
+            # The coordinator never ends: its history so far replays like any other.
+            await _save(env.client, coordinator_id(OWNER), "coordinator-lifecycle", completed=False)
+        await store.close()
+
+
+async def record_time_skipped_paths(work: Path) -> None:
+    """The 45-minute deadline answered within grace, and the 47-minute hard ceiling of a silent core."""
+    for name, on_finish in (("helper-deadline-partial", "partial"), ("helper-hard-ceiling", "ignore")):
+        folder = work / name
+        folder.mkdir()
+        await _record_time_skipped(folder, name, FakeCore(on_finish=on_finish))
+
+
+async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:
+    # A server per history: the time-skipping server does not skip while another run's tasks wait.
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter
+    )
+    await register_search_attributes(env)
+    try:
+        async with serving_fake_core(core) as core_url:
+            settings = settings_for(folder, core_url, "http://127.0.0.1:9")
+            store = await HelperStore.connect(settings.store_url)
+            async with running_worker(env.client, settings):
+                client = HelperClient(settings, store, env.client)
+                await client.start(helper_request(name, "h1"))
+                session = await eventually(lambda: core.sessions.get("fake-1"))
+                session.add_step(1_000, 100, "first findings")
+                await skip_time(env, timedelta(minutes=48))
+                await eventually(lambda: _row_final(store, name), timeout=30)
+                await _save(env.client, helper_workflow_id(name, "h1"), name)
+            await store.close()
+    finally:
+        await env.shutdown()
+
+
+async def _row_final(store: HelperStore, owner: str) -> bool:
+    row = await store.get(owner, "h1")
+    return row is not None and row.outcome_kind is not None
+
+
+async def main() -> None:
+    HISTORIES.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=str(TEMPORAL_CLI),
+            data_converter=pydantic_data_converter,
+            search_attributes=SEARCH_KEYS,
+            dev_server_log_level="error",
+        )
+        try:
+            (work / "core").mkdir()
+            await record_reference_core_paths(env, work / "core")
+        finally:
+            await env.shutdown()
+        (work / "skipped").mkdir()
+        await record_time_skipped_paths(work / "skipped")
+
+
+def run(step: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(step())
+    os._exit(0)  # sdk-python#300
+
+
+if __name__ == "__main__":
+    run(main)
