@@ -13,7 +13,6 @@ import contextlib
 import functools
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -178,10 +177,6 @@ async def main() -> None:
         await record_time_skipped_paths(work / "skipped")
 
 
-def run(step: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(step())
-    os._exit(0)  # sdk-python#300
-
-
 if __name__ == "__main__":
-    run(main)
+    asyncio.run(main())
+    os._exit(0)  # sdk-python#300: skip the interpreter teardown after a worker ran
