@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from activities.chat import ChatActivities
 from activities.chat_client import ChatClient
 from activities.core_client import CoreClient
+from activities.goals import GoalActivities
 from activities.rows import RowActivities
 from activities.session import SessionActivities
 from domain.settings import Settings, SettingsError
@@ -29,22 +30,26 @@ from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from workflows.client import connect_temporal
 from workflows.coordinator import CoordinatorWorkflow
+from workflows.goal_check import GoalCheckWorkflow
 from workflows.helper import HelperWorkflow
+from workflows.maintenance import SweepWorkflow, ensure_sweep_schedule
 
 log = logging.getLogger("helper.worker")
 
-WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow]
+WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow, GoalCheckWorkflow, SweepWorkflow]
 
 
 def activities_of(
-    store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, keep_ms: int
+    store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, settings: Settings
 ) -> list[object]:
-    rows = RowActivities(store, results, keep_ms)
+    rows = RowActivities(store, results, settings.policy.keep_ms)
     session = SessionActivities(store, core)
     chat_activities = ChatActivities(store, chat)
+    goals = GoalActivities(settings)
     return [
         rows.record_admission,
         rows.remove_rows,
+        rows.sweep_orphan_directories,
         rows.mark_closed,
         rows.finalize_outcome,
         rows.coordinator_write,
@@ -54,6 +59,7 @@ def activities_of(
         session.cancel_session,
         session.reset_session,
         chat_activities.offer_chat_event,
+        goals.start_goal_check,
     ]
 
 
@@ -68,7 +74,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=activities_of(store, results, core, chat, settings.policy.keep_ms),  # type: ignore[arg-type]
+        activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
     try:
@@ -86,6 +92,7 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    await ensure_sweep_schedule(client, settings.task_queue)
     async with running_worker(client, settings):
         log.info("worker polling %s on %s", settings.task_queue, settings.temporal_address)
         await stop.wait()

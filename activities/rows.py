@@ -58,10 +58,23 @@ class RowActivities:
 
     @activity.defn(name="remove_rows")
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:
-        """Remove rows, then their directories; a directory that resists is logged and left for the sweep."""
-        directories = await self.store.remove_rows(removal.owner, removal.helper_ids)
-        left = [d for d in directories if not self.results.remove(Path(d))]
+        """Remove rows, then their directories. A directory that resists is logged and left for the orphan
+        sweep; the row removal still succeeds (R29)."""
+        stored = await self.store.remove_rows(removal.owner, removal.helper_ids)
+        directories = {Path(d) for d in stored}
+        directories |= {self.results.path_for(removal.owner, row.helper_id, row.seq) for row in removal.rows}
+        left = [str(d) for d in sorted(directories) if not self.results.remove(d)]
         return RemovedRows(removed=removal.helper_ids, directories_left=left)
+
+    @activity.defn(name="sweep_orphan_directories")
+    async def sweep_orphan_directories(self, older_than_s: int) -> int:
+        """Remove result directories no row points at, older than `older_than_s` (a crash or a failed
+        removal left them); young ones may belong to a row being written right now."""
+        known = {Path(d) for d in await self.store.result_dirs()}
+        removed = self.results.sweep_orphans(known, older_than=older_than_s)
+        if removed:
+            log.info("swept %d orphan result directories", len(removed))
+        return len(removed)
 
     @activity.defn(name="mark_closed")
     async def mark_closed(self, close: MarkClosed) -> bool:

@@ -26,7 +26,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
 from domain.settings import Settings
 from reference_core.script import scripted_task
-from starter.client import HelperClient, HelperRefused
+from starter.client import HelperClient
 
 ANNA = "anna"
 BORIS = "boris"
@@ -359,4 +359,3 @@ async def _cli(settings: Settings, arguments: list[str]) -> tuple[int, dict[str,
     return process.returncode or 0, json.loads(output or b"{}")
 
 
-__all__ = ["HelperRefused", "run_scenario"]

@@ -36,9 +36,21 @@ class NewRow(BaseModel):
     starts_now: bool = False
 
 
+class RowToRemove(BaseModel):
+    helper_id: str
+    seq: int
+
+
 class RemoveRows(BaseModel):
+    """Rows to remove with their result directories; the seq names each directory even once the row is gone,
+    so a retry after a crash between the two removals still finds the directory."""
+
     owner: str
-    helper_ids: list[str]
+    rows: list[RowToRemove]
+
+    @property
+    def helper_ids(self) -> list[str]:
+        return [row.helper_id for row in self.rows]
 
 
 class RemovedRows(BaseModel):

@@ -46,7 +46,7 @@ class Entry(BaseModel):
     delivered_at: datetime | None = None
     keep_until: datetime | None = None
     close_requested: bool = False
-    announced: bool = False  # a chat event carrying it was delivered
+    announced: bool = False  # a chat event carrying it was delivered, or given up on
 
     @property
     def is_goal_check(self) -> bool:
@@ -80,6 +80,7 @@ class ChatEventRecord(BaseModel):
     attempts: int = 0
     receipt_id: str | None = None
     last_error: str | None = None
+    first_offered_at: datetime | None = None
 
 
 class OwnerBook(BaseModel):
@@ -429,6 +430,17 @@ def next_event(book: OwnerBook) -> ChatEventRecord | None:
     book.event = ChatEventRecord(key=f"helpers-ready:{book.owner}:{book.next_event_seq}", helper_ids=pending)
     book.next_event_seq += 1
     return book.event
+
+
+def abandon_event(book: OwnerBook) -> None:
+    """Give up offering the current event; its outcomes stay unreported for the chat's next instruction."""
+    if book.event is None:
+        return
+    for helper_id in book.event.helper_ids:
+        entry = book.entries.get(helper_id)
+        if entry is not None:
+            entry.announced = True
+    book.event = None  # its last attempt's state stays in the store's chat_events
 
 
 def apply_event_delivered(book: OwnerBook, receipt_id: str) -> None:

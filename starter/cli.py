@@ -15,11 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from domain.goals import parse_every
+from domain.requests import RequestError
 from domain.rows import RowState
 from domain.settings import Settings, SettingsError
-from starter.client import HelperClient, InvalidRequest, StarterError, Unavailable
+from starter.client import HelperClient
+from starter.errors import InvalidRequest, StarterError, Unavailable
 
-WRITES = {"start", "close", "read", "delivered"}
+WRITES = {"start", "close", "read", "delivered", "goal"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +68,30 @@ def build_parser() -> argparse.ArgumentParser:
     _owner(delivered)
     delivered.add_argument("--turn", required=True)
     delivered.add_argument("--answer-chars", type=int, required=True, help="length of the answer the turn sent")
+    usage = commands.add_parser("usage", help="usage per helper and per model (kept after rows expire)")
+    _owner(usage)
+
+    goal = commands.add_parser("goal", help="Goals: checks that run as helpers on a Temporal Schedule")
+    goal_commands = goal.add_subparsers(dest="goal_command", required=True)
+    add = goal_commands.add_parser("add", help="create a Goal and its Schedule")
+    _owner(add)
+    add.add_argument("--goal", required=True, dest="goal_id")
+    add.add_argument("--every", required=True, help="how often a check runs: 30m, 1h, 1d")
+    add.add_argument("--task", required=True)
+    add.add_argument("--boundary", action="append", default=[])
+    add.add_argument("--language", default="en")
+    add.add_argument("--model", required=True)
+    goal_list = goal_commands.add_parser("list", help="the owner's Goals")
+    _owner(goal_list)
+    for name, text in (
+        ("pause", "stop the checks for now"),
+        ("resume", "start the checks again"),
+        ("run", "run one check now"),
+        ("remove", "remove the Goal and its Schedule"),
+    ):
+        one = goal_commands.add_parser(name, help=text)
+        _owner(one)
+        one.add_argument("--goal", required=True, dest="goal_id")
     return parser
 
 
@@ -125,9 +152,39 @@ async def run(arguments: argparse.Namespace, settings: Settings) -> Any:
                 return await client.read(arguments.owner, arguments.turn, arguments.helper_ids)
             case "delivered":
                 return await client.delivered(arguments.owner, arguments.turn, arguments.answer_chars)
+            case "usage":
+                return await client.usage(arguments.owner)
+            case "goal":
+                return await _goal(client, arguments)
         raise InvalidRequest(f"unknown command {arguments.command}")
     finally:
         await client.aclose()
+
+
+async def _goal(client: HelperClient, arguments: argparse.Namespace) -> Any:
+    match arguments.goal_command:
+        case "add":
+            every = parse_every(arguments.every)
+            return await client.add_goal(
+                {
+                    "owner": arguments.owner,
+                    "goal_id": arguments.goal_id,
+                    "task": arguments.task,
+                    "boundary": arguments.boundary,
+                    "language": arguments.language,
+                    "model": arguments.model,
+                    "every_ms": int(every.total_seconds() * 1000),
+                }
+            )
+        case "list":
+            return await client.list_goals(arguments.owner)
+        case "pause" | "resume":
+            return await client.pause_goal(arguments.owner, arguments.goal_id, paused=arguments.goal_command == "pause")
+        case "run":
+            return await client.run_goal_now(arguments.owner, arguments.goal_id)
+        case "remove":
+            return await client.remove_goal(arguments.owner, arguments.goal_id)
+    raise InvalidRequest(f"unknown goal command {arguments.goal_command}")
 
 
 def _json(value: Any) -> Any:
@@ -146,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
         output = _json(asyncio.run(run(arguments, settings)))
     except SettingsError as error:
         output, code = Unavailable(str(error)).as_json(), Unavailable.exit_code
+    except RequestError as error:
+        invalid = InvalidRequest(str(error), {"problems": error.problems})
+        output, code = invalid.as_json(), invalid.exit_code
     except StarterError as error:
         output, code = error.as_json(), error.exit_code
     print(json.dumps(output, ensure_ascii=False, indent=2))

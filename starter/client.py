@@ -6,20 +6,19 @@ store, so listing works while no worker runs (R27). Every operation is scoped to
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
-    WithStartWorkflowOperation,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from domain.goals import Goal
 from domain.owner_book import RefusalCode
 from domain.requests import HelperRequest, RequestError, check_id
 from domain.rows import (
@@ -32,44 +31,42 @@ from domain.rows import (
     RowState,
 )
 from domain.settings import Settings
+from starter import goals
+from starter.admission import admit
+from starter.errors import HelperRefused, InvalidRequest, Unavailable, refusal_of
+from starter.goals import GoalView
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from workflows.client import connect_temporal
-from workflows.coordinator import REFUSED, CoordinatorStart, CoordinatorWorkflow, DeliveredRequest, ReadRequest
-from workflows.names import HELPER_OWNER, coordinator_id
+from workflows.coordinator import CoordinatorWorkflow, DeliveredRequest, ReadRequest
+from workflows.names import coordinator_id
 
 
-class StarterError(Exception):
-    """A starter operation did not happen; `code` is machine-readable, the message says why."""
-
-    code = "error"
-    exit_code = 1
-
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details or {}
-
-    def as_json(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, **self.details}}
+class UsageLine(BaseModel):
+    helper_id: str
+    seq: int
+    goal_id: str | None
+    model: str
+    outcome_kind: str
+    steps: int
+    work_tokens: int
+    input_tokens: int
+    started_at: datetime | None
+    finished_at: datetime
 
 
-class InvalidRequest(StarterError):
-    code = RefusalCode.INVALID_REQUEST.value
-    exit_code = 2
+class UsageTotal(BaseModel):
+    model: str
+    helpers: int = 0
+    steps: int = 0
+    work_tokens: int = 0
+    input_tokens: int = 0
 
 
-class HelperRefused(StarterError):
-    """The coordinator refused: too many open, rows full, unknown helper, ..."""
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message, details)
-        self.code = code
-
-
-class Unavailable(StarterError):
-    code = "unavailable"
-    exit_code = 3
+class UsageReport(BaseModel):
+    owner: str
+    helpers: list[UsageLine]
+    by_model: list[UsageTotal]
 
 
 class HelperClient:
@@ -118,28 +115,7 @@ class HelperClient:
                 request.check_against(self.settings.policy.limits)
             except RequestError as error:
                 raise InvalidRequest(str(error), {"problems": error.problems}) from None
-        start = WithStartWorkflowOperation(
-            CoordinatorWorkflow.run,
-            CoordinatorStart(owner=request.owner, policy=self.settings.policy),
-            id=coordinator_id(request.owner),
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            task_queue=self.settings.task_queue,
-            search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, request.owner)]),
-            static_summary=f"coordinator of {request.owner}'s helpers",
-        )
-        try:
-            return await self.temporal.execute_update_with_start_workflow(
-                CoordinatorWorkflow.admit,
-                request,
-                start_workflow_operation=start,
-                # A fresh update id: a repeated request reaches the handler, which answers with the
-                # helper's current state and starts nothing (R5), instead of a replay of the first answer.
-                id=f"admit/{request.helper_id}/{uuid.uuid4().hex}",
-            )
-        except WorkflowUpdateFailedError as error:
-            raise _refusal(error) from None
-        except RPCError as error:
-            raise Unavailable(f"Temporal refused the admission: {error.message}") from None
+        return await admit(self.temporal, self.settings, request)
 
     async def close(self, owner: str, helper_id: str) -> CloseAnswer:
         self._check_ids(owner, [helper_id])
@@ -176,7 +152,7 @@ class HelperClient:
         try:
             return await handle.execute_update(update, argument)
         except WorkflowUpdateFailedError as error:
-            raise _refusal(error) from None
+            raise refusal_of(error) from None
         except RPCError as error:
             if error.status is RPCStatusCode.NOT_FOUND:
                 if missing_helper is None:
@@ -184,7 +160,49 @@ class HelperClient:
                 raise HelperRefused(RefusalCode.UNKNOWN_HELPER.value, f"There is no helper {missing_helper}.") from None
             raise Unavailable(f"Temporal did not take the request: {error.message}") from None
 
+    # --- Goals: Temporal Schedules whose checks are helpers (R30) --------------------------------------
+
+    async def add_goal(self, data: dict[str, Any]) -> GoalView:
+        try:
+            goal = Goal.parse(data)
+        except RequestError as error:
+            raise InvalidRequest(str(error), {"problems": error.problems}) from None
+        return await goals.add_goal(self.temporal, self.settings, goal)
+
+    async def list_goals(self, owner: str) -> list[GoalView]:
+        self._check_ids(owner, [])
+        return await goals.list_goals(self.temporal, owner)
+
+    async def pause_goal(self, owner: str, goal_id: str, *, paused: bool) -> GoalView:
+        self._check_ids(owner, [goal_id])
+        return await goals.pause_goal(self.temporal, owner, goal_id, paused=paused)
+
+    async def run_goal_now(self, owner: str, goal_id: str) -> GoalView:
+        self._check_ids(owner, [goal_id])
+        return await goals.run_goal_now(self.temporal, owner, goal_id)
+
+    async def remove_goal(self, owner: str, goal_id: str) -> dict[str, str]:
+        self._check_ids(owner, [goal_id])
+        return await goals.remove_goal(self.temporal, owner, goal_id)
+
     # --- reads: straight from the store, no worker needed -------------------------------------------
+
+    async def usage(self, owner: str) -> UsageReport:
+        """Usage per helper with its model, and totals per model (R31); kept after rows expire."""
+        self._check_ids(owner, [])
+        records = await self.store.usage(owner)
+        totals: dict[str, UsageTotal] = {}
+        for record in records:
+            total = totals.setdefault(record["model"], UsageTotal(model=record["model"]))
+            total.helpers += 1
+            total.steps += record["steps"]
+            total.work_tokens += record["work_tokens"]
+            total.input_tokens += record["input_tokens"]
+        return UsageReport(
+            owner=owner,
+            helpers=[UsageLine.model_validate(record) for record in records],
+            by_model=sorted(totals.values(), key=lambda t: t.model),
+        )
 
     async def list_helpers(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
         self._check_ids(owner, [])
@@ -236,20 +254,6 @@ class HelperClient:
                 check_id("helper id", helper_id)
         except ValueError as error:
             raise InvalidRequest(str(error)) from None
-
-
-def _refusal(error: WorkflowUpdateFailedError) -> StarterError:
-    cause = error.cause
-    if isinstance(cause, ApplicationError) and cause.type == REFUSED:
-        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
-        code = str(details.get("code", "refused"))
-        extra = {"open_ids": details["open_ids"]} if details.get("open_ids") else {}
-        if code == RefusalCode.INVALID_REQUEST.value:
-            return InvalidRequest(cause.message, extra)
-        return HelperRefused(code, cause.message, extra)
-    if isinstance(cause, ApplicationError):
-        return Unavailable(cause.message)
-    return Unavailable(str(cause or error))
 
 
 def _ahead(row: HelperRow, waiting_seqs: list[int]) -> int | None:

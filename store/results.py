@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +51,23 @@ class ResultDirectories:
             return False
         return True
 
-    def sweep_orphans(self, known: set[Path]) -> list[Path]:
-        """Remove directories no row points at (a crash between row and directory removal)."""
+    def sweep_orphans(self, known: set[Path], older_than: float = 0) -> list[Path]:
+        """Remove directories no row points at and not modified for `older_than` seconds."""
         removed: list[Path] = []
         if not self.root.exists():
             return removed
         known = {path.resolve() for path in known}  # rows may hold relative paths (the default root is)
+        cutoff = time.time() - older_than
         for owner_dir in self.root.iterdir():
             if not owner_dir.is_dir():
                 continue
             for directory in owner_dir.iterdir():
-                if directory.is_dir() and directory.resolve() not in known and self.remove(directory):
+                if (
+                    directory.is_dir()
+                    and directory.resolve() not in known
+                    and directory.stat().st_mtime <= cutoff
+                    and self.remove(directory)
+                ):
                     removed.append(directory)
         return removed
 

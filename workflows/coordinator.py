@@ -22,7 +22,15 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 with workflow.unsafe.imports_passed_through():
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
-    from domain.activity_io import CoordinatorWrite, HelperStart, NewRow, OfferEvent, RemoveRows, RowKey
+    from domain.activity_io import (
+        CoordinatorWrite,
+        HelperStart,
+        NewRow,
+        OfferEvent,
+        RemoveRows,
+        RowKey,
+        RowToRemove,
+    )
     from domain.limits import Policy, effective_limits
     from domain.owner_book import (
         AlreadyAdmitted,
@@ -33,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         OwnerBook,
         Refusal,
         RefusalCode,
+        abandon_event,
         apply_admission,
         apply_closed_by_coordinator,
         apply_delivered,
@@ -66,7 +75,10 @@ MAX_MESSAGES_PER_RUN = 500
 MAX_EVENTS_PER_RUN = 8_000
 CLOSE_ACK_WAIT = timedelta(seconds=30)
 OFFER_BACKOFF_FIRST = timedelta(seconds=2)
-OFFER_BACKOFF_MAX = timedelta(seconds=60)
+OFFER_BACKOFF_MAX = timedelta(minutes=5)
+# An event the chat could not take for this long is given up: the outcomes stay unreported and appear in
+# the chat's next instruction anyway (seed: "a lost event leaves the outcome for the next owner message").
+OFFER_GIVE_UP = timedelta(hours=1)
 
 
 class CoordinatorStart(BaseModel):
@@ -137,7 +149,7 @@ class CoordinatorWorkflow:
         await self._hand_out_slots()
         expired = expired_rows(self.book, now)
         if expired:
-            await self._remove_rows(expired)
+            await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
@@ -160,7 +172,7 @@ class CoordinatorWorkflow:
             if evicted:
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows,
-                    RemoveRows(owner=self.book.owner, helper_ids=decision.evict),
+                    self._removal([entry for entry in evicted]),
                     **options.ADMISSION_WRITE,
                 )
             await workflow.execute_local_activity_method(
@@ -313,7 +325,7 @@ class CoordinatorWorkflow:
                 **options.STORE_WRITE,
             )
         elif action is CloseAction.REMOVE:
-            await self._remove_rows([helper_id])
+            await self._remove_rows([self.book.entries[helper_id]])
             return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         entry_or_none = self.book.entries.get(helper_id)
         if entry_or_none is None:
@@ -384,6 +396,7 @@ class CoordinatorWorkflow:
                 continue
             language = self._language_of(event.helper_ids)
             event.state = EventState.ATTEMPTING
+            first_offered_at = event.first_offered_at = event.first_offered_at or workflow.now()
             result = await workflow.execute_activity_method(
                 ChatActivities.offer_chat_event,
                 OfferEvent(
@@ -402,6 +415,11 @@ class CoordinatorWorkflow:
                 continue
             event.state = result.state
             event.last_error = result.error
+            if workflow.now() - first_offered_at >= OFFER_GIVE_UP:
+                workflow.logger.warning("giving up system event %s after %s attempts", event.key, event.attempts)
+                abandon_event(self.book)
+                backoff = OFFER_BACKOFF_FIRST
+                continue
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self.stopping, timeout=backoff, timeout_summary="chat busy or down"
@@ -423,13 +441,16 @@ class CoordinatorWorkflow:
 
     # --- retention (R29) -----------------------------------------------------------------------------
 
-    async def _remove_rows(self, helper_ids: list[str]) -> None:
+    async def _remove_rows(self, entries: list[Entry]) -> None:
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows,
-            RemoveRows(owner=self.book.owner, helper_ids=helper_ids),
-            **options.STORE_WRITE,
+            RowActivities.remove_rows, self._removal(entries), **options.STORE_WRITE
         )
+        if removed.directories_left:
+            workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
         remove_entries(self.book, removed.removed)
+
+    def _removal(self, entries: list[Entry]) -> RemoveRows:
+        return RemoveRows(owner=self.book.owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
 
     # --- queries ------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from domain.rows import RowState
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core
-from starter.client import HelperRefused
+from starter.errors import HelperRefused
 from tests.e2e.conftest import Stack, _stack
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, helper_request

@@ -10,7 +10,7 @@ import pytest
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from reference_core.script import scripted_task
-from starter.client import HelperRefused, InvalidRequest
+from starter.errors import HelperRefused, InvalidRequest
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, helper_request
 from workflows.names import helper_workflow_id

@@ -93,8 +93,8 @@ class FakeCore:
         assert len(self.sessions) == 1, f"expected one session, have {len(self.sessions)}"
         return next(iter(self.sessions.values()))
 
-    def session_of(self, helper_id: str) -> FakeSession:
-        return next(s for s in self.sessions.values() if s.request.helper_id == helper_id)
+    def session_of(self, helper_id: str) -> FakeSession | None:
+        return next((s for s in self.sessions.values() if s.request.helper_id == helper_id), None)
 
     def app(self) -> FastAPI:
         app = FastAPI(title="fake-core")

@@ -24,7 +24,8 @@ from domain.limits import FollowTuning
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core
-from starter.client import HelperClient, HelperRefused
+from starter.client import HelperClient
+from starter.errors import HelperRefused
 from store.helper_store import HelperStore
 from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
 from tests.fakes.fake_core import FakeCore, serving_fake_core

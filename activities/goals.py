@@ -1,0 +1,50 @@
+"""The activity of a Goal check: admit the check as a helper, exactly as Iva would (R30)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from domain.goals import Goal
+from domain.settings import Settings
+from starter.admission import admit
+from starter.errors import HelperRefused, InvalidRequest, Unavailable
+
+
+class GoalCheck(BaseModel):
+    goal: Goal
+    helper_id: str
+
+
+class GoalCheckResult(BaseModel):
+    helper_id: str
+    admitted: bool
+    status: str
+    refusal_code: str | None = None
+    message: str = ""
+
+
+class GoalActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name="start_goal_check")
+    async def start_goal_check(self, check: GoalCheck) -> GoalCheckResult:
+        """A refused check (no place left for it) is a result, not an error: the next one may fit."""
+        request = check.goal.check_request(check.helper_id)
+        try:
+            admission = await admit(activity.client(), self.settings, request)
+        except HelperRefused as refusal:
+            return GoalCheckResult(
+                helper_id=check.helper_id,
+                admitted=False,
+                status="refused",
+                refusal_code=refusal.code,
+                message=refusal.message,
+            )
+        except InvalidRequest as error:
+            raise ApplicationError(error.message, type="InvalidGoal", non_retryable=True) from None
+        except Unavailable as error:
+            raise ApplicationError(error.message, type="Unavailable") from None
+        return GoalCheckResult(helper_id=check.helper_id, admitted=True, status=str(admission.status))

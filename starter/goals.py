@@ -1,0 +1,139 @@
+"""Goals as Temporal Schedules: add, list, pause, resume, run now, remove (R30).
+
+A Goal's Schedule is `helpers/<owner>/goal/<goal id>`; each action starts a GoalCheckWorkflow that admits
+one check as a helper with the Goal id. Overlapping checks are skipped: a Goal never queues up behind
+itself while a check still waits or runs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from domain.goals import Goal
+from domain.settings import Settings
+from starter.errors import HelperRefused, Unavailable
+from workflows.goal_check import GoalCheckWorkflow
+from workflows.names import HELPER_OWNER
+
+
+def goal_schedule_id(owner: str, goal_id: str) -> str:
+    return f"helpers/{owner}/goal/{goal_id}"
+
+
+class GoalView(BaseModel):
+    owner: str
+    goal_id: str
+    every_ms: int
+    paused: bool
+    note: str = ""
+    task: str
+    model: str
+    next_runs: list[str] = []
+    recent_checks: list[str] = []
+
+
+async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView:
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            GoalCheckWorkflow.run,
+            goal,
+            id=f"{goal_schedule_id(goal.owner, goal.goal_id)}/check",
+            task_queue=settings.task_queue,
+            typed_search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, goal.owner)]),
+            static_summary=f"Goal check of {goal.owner}/{goal.goal_id}",
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(milliseconds=goal.every_ms))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        state=ScheduleState(note=f"Goal {goal.goal_id} of {goal.owner}"),
+    )
+    try:
+        await temporal.create_schedule(
+            goal_schedule_id(goal.owner, goal.goal_id),
+            schedule,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, goal.owner)]),
+        )
+    except ScheduleAlreadyRunningError:
+        raise HelperRefused("goal_exists", f"Goal {goal.goal_id} already exists; remove it first") from None
+    except RPCError as error:
+        raise Unavailable(f"Temporal did not create the schedule: {error.message}") from None
+    return await describe_goal(temporal, goal.owner, goal.goal_id)
+
+
+async def describe_goal(temporal: Client, owner: str, goal_id: str) -> GoalView:
+    try:
+        description = await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).describe()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            raise HelperRefused("unknown_goal", f"There is no Goal {goal_id}.") from None
+        raise Unavailable(f"Temporal did not answer: {error.message}") from None
+    action = description.schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    goal = await _goal_of(temporal, action)
+    intervals = description.schedule.spec.intervals
+    return GoalView(
+        owner=owner,
+        goal_id=goal_id,
+        every_ms=int(intervals[0].every.total_seconds() * 1000) if intervals else 0,
+        paused=description.schedule.state.paused,
+        note=description.schedule.state.note or "",
+        task=goal.task if goal else "",
+        model=goal.model if goal else "",
+        next_runs=[moment.isoformat() for moment in description.info.next_action_times[:3]],
+        recent_checks=[str(action.action.workflow_id) for action in description.info.recent_actions[-5:]],  # type: ignore[attr-defined]
+    )
+
+
+async def _goal_of(temporal: Client, action: ScheduleActionStartWorkflow) -> Goal | None:
+    if not action.args:
+        return None
+    payload: Any = action.args[0]
+    if isinstance(payload, Goal):
+        return payload
+    values = await temporal.data_converter.decode([payload], [Goal])
+    goal = values[0]
+    return goal if isinstance(goal, Goal) else None
+
+
+async def list_goals(temporal: Client, owner: str) -> list[GoalView]:
+    prefix = goal_schedule_id(owner, "")
+    ids = [entry.id async for entry in await temporal.list_schedules() if entry.id.startswith(prefix)]
+    return [await describe_goal(temporal, owner, schedule_id.removeprefix(prefix)) for schedule_id in sorted(ids)]
+
+
+async def pause_goal(temporal: Client, owner: str, goal_id: str, *, paused: bool, note: str = "") -> GoalView:
+    handle = temporal.get_schedule_handle(goal_schedule_id(owner, goal_id))
+    await describe_goal(temporal, owner, goal_id)  # a clear error for an unknown Goal
+    if paused:
+        await handle.pause(note=note or "paused by the owner")
+    else:
+        await handle.unpause(note=note or "resumed by the owner")
+    return await describe_goal(temporal, owner, goal_id)
+
+
+async def run_goal_now(temporal: Client, owner: str, goal_id: str) -> GoalView:
+    await describe_goal(temporal, owner, goal_id)
+    await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).trigger()
+    return await describe_goal(temporal, owner, goal_id)
+
+
+async def remove_goal(temporal: Client, owner: str, goal_id: str) -> dict[str, str]:
+    """Stop future checks. Checks already admitted stay helpers; their Goal rows expire like any other."""
+    await describe_goal(temporal, owner, goal_id)
+    await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).delete()
+    return {"owner": owner, "goal_id": goal_id, "removed": "true"}

@@ -1,0 +1,32 @@
+"""One Goal check, started by the Goal's Temporal Schedule (R30): admit a helper carrying the Goal id.
+
+The check's helper id comes from the moment the Schedule started it, so a retried start admits the same
+helper once. Whether it was admitted or refused (it must leave a place for the owner's own helpers) is
+this workflow's result, visible in the Web UI next to the Schedule.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.goals import GoalActivities, GoalCheck, GoalCheckResult
+    from domain.goals import Goal, check_helper_id
+
+
+@workflow.defn
+class GoalCheckWorkflow:
+    @workflow.run
+    async def run(self, goal: Goal) -> GoalCheckResult:
+        helper_id = check_helper_id(goal.goal_id, workflow.info().start_time)
+        return await workflow.execute_activity_method(
+            GoalActivities.start_goal_check,
+            GoalCheck(goal=goal, helper_id=helper_id),
+            start_to_close_timeout=timedelta(seconds=30),
+            # Admission answers at once; if Temporal or the store is briefly away, try for a few minutes.
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=10),
+            summary=f"admit Goal check {helper_id}",
+        )
