@@ -1,4 +1,10 @@
-"""The reference core's HTTP app: exactly the session contract of `domain.core_api`."""
+"""The reference core's HTTP app: exactly the session contract of `domain.core_api`.
+
+The OpenAPI document it serves at `/openapi.json` is the written contract; `docs/core-openapi.json`
+is the same document, exported by `python -m reference_core.openapi` and kept current by a test.
+Every error it answers is a `Problem`, and the document says so (FastAPI's default validation-error
+schema is replaced by `Problem`, since that is what the core really answers).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,31 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Response, status
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
 from domain.core_api import CancelAnswer, CreateSession, Problem, ResetAnswer, SessionCreated, Snapshot
 from reference_core.model_catalog import ModelFactory, default_models
 from reference_core.problems import install_problem_handlers
 from reference_core.sessions import SessionService
 
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "There is no such session."}}
+TITLE = "Reference core"
+DESCRIPTION = (
+    "The agent runtime's session API (eve's contract): one background turn per session, with eve's "
+    "ceilings (80 steps, 4,000,000 cumulative input tokens; R14), the task's authority on irreversible "
+    "tools (R33), finish-now, cancel confirmation and durable sessions. Every error body is a Problem "
+    "{code, message} whose message names what is wrong."
+)
+API_VERSION = "1"
+
+_PROBLEM = "#/components/schemas/Problem"
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "description": "There is no such session (never created, reset, or lost)."}
+}
+
+
+class Health(BaseModel):
+    ok: bool
 
 
 def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) -> FastAPI:
@@ -29,48 +53,96 @@ def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) 
         finally:
             await service.stop()
 
-    app = FastAPI(
-        title="Reference core",
-        description="The agent runtime's session API (eve's contract) with a scripted model.",
-        version="1",
-        lifespan=lifespan,
-    )
+    app = FastAPI(title=TITLE, description=DESCRIPTION, version=API_VERSION, lifespan=lifespan)
     install_problem_handlers(app)
 
     @app.post(
         "/v1/sessions",
+        operation_id="createSession",
+        summary="Create a session (idempotent)",
         status_code=status.HTTP_201_CREATED,
         responses={
-            200: {"model": SessionCreated, "description": "The key names an existing session."},
-            400: {"model": Problem},
-            409: {"model": Problem},
-            422: {"model": Problem},
+            201: {"description": "A new session; its turn is running."},
+            200: {"model": SessionCreated, "description": "The key names an existing session: nothing starts."},
+            400: {"model": Problem, "description": "unknown_model, unsupported_language, invalid_script, …"},
+            409: {"model": Problem, "description": "idempotency_key_conflict: the key is another owner's or helper's."},
+            422: {"model": Problem, "description": "invalid_request: the body does not match CreateSession."},
         },
     )
     async def create_session(request: CreateSession, response: Response) -> SessionCreated:
+        """Start one background turn (R9). The same `idempotency_key` always names the same session, also
+        after a restart or a reset. A refused request writes nothing."""
         created = service.create(request)
         if not created.created:
             response.status_code = status.HTTP_200_OK
         return created
 
-    @app.get("/v1/sessions/{session_id}", responses=_NOT_FOUND)
+    @app.get("/v1/sessions/{session_id}", operation_id="getSession", summary="Read the snapshot", responses=_NOT_FOUND)
     async def get_session(session_id: str) -> Snapshot:
+        """The session's finite snapshot (R11): status, per-step usage, cumulative input, last completed
+        message, question, authorization wait, actions, refusals and, once it ended, the outcome."""
         return service.snapshot(session_id)
 
-    @app.post("/v1/sessions/{session_id}/finish", status_code=status.HTTP_202_ACCEPTED, responses=_NOT_FOUND)
+    @app.post(
+        "/v1/sessions/{session_id}/finish",
+        operation_id="finishSession",
+        summary="Finish now",
+        status_code=status.HTTP_202_ACCEPTED,
+        responses=_NOT_FOUND,
+    )
     async def finish_session(session_id: str) -> Snapshot:
+        """The next model call is the final one, without tools; the session ends `partial` with
+        `stop_reason: finish_now` (R13, R15). Paused or ended sessions do not change."""
         return service.finish(session_id)
 
-    @app.post("/v1/sessions/{session_id}/cancel", responses=_NOT_FOUND)
+    @app.post("/v1/sessions/{session_id}/cancel", operation_id="cancelSession", summary="Cancel", responses=_NOT_FOUND)
     async def cancel_session(session_id: str) -> CancelAnswer:
+        """Stop the turn. `stopped` is true only once the turn has actually stopped (R7); ask again until
+        it is. Paused sessions stop at once; ended sessions answer `stopped: true` with their status."""
         return await service.cancel(session_id)
 
-    @app.post("/v1/sessions/{session_id}/reset", responses=_NOT_FOUND)
+    @app.post("/v1/sessions/{session_id}/reset", operation_id="resetSession", summary="Reset", responses=_NOT_FOUND)
     async def reset_session(session_id: str) -> ResetAnswer:
+        """Cleanup (R20): stop the turn if needed and delete the session; it is 404 afterwards."""
         return await service.reset(session_id)
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, bool]:
-        return {"ok": True}
+    @app.get("/healthz", operation_id="health", summary="Health")
+    async def healthz() -> Health:
+        return Health(ok=True)
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=TITLE, version=API_VERSION, description=DESCRIPTION, routes=app.routes)
+            app.openapi_schema = problems_only(document)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def problems_only(document: dict[str, Any]) -> dict[str, Any]:
+    """Replace FastAPI's validation-error schema by `Problem`, which is what the core answers.
+
+    Operations with a body answer a bad body with a 422 Problem; the others take only a string path
+    parameter, which cannot fail validation, so their 422 is dropped.
+    """
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            error = responses.get("422")
+            if error is None:
+                continue
+            schema = error.get("content", {}).get("application/json", {}).get("schema", {})
+            if schema.get("$ref") != "#/components/schemas/HTTPValidationError":
+                continue
+            if "requestBody" in operation:
+                responses["422"] = {
+                    "description": "invalid_request: the body does not match the schema.",
+                    "content": {"application/json": {"schema": {"$ref": _PROBLEM}}},
+                }
+            else:
+                del responses["422"]
+    schemas = document.get("components", {}).get("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    return document

@@ -6,8 +6,9 @@ prior assistant turns, tool results and core notices) and the tools it may call;
 means this call is the final one and must answer with text. The adapter also owns the selected
 model's compaction threshold, so it reports whether it compacted the context before the call.
 
-The scripted model (`reference_core.scripted_model`) implements this; an OpenAI-compatible adapter
-can implement it the same way by mapping `Conversation` to chat messages and `ToolSpec` to tools.
+The scripted model (`reference_core.scripted_model`) implements this, and so does the
+OpenAI-compatible adapter (`reference_core.openai_model`), which maps `Conversation` to chat
+messages and `ToolSpec` to function tools.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class ToolCall:
     call_id: str
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    # Set by an adapter when the model's arguments could not be read (e.g. not a JSON object); the
+    # call then gets an error result naming this, so the model can try again.
+    arguments_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
 """The models this core offers, by the name a CreateSession request selects.
 
-A factory turns a request into a ready model, or raises `ValueError` (e.g. `ScriptError`) for a
-request the model cannot run; create answers that with a 400 Problem. Tests and the demo may pass
-their own catalog to `create_app` / `running_core`, e.g. a model that records every call.
+Always `scripted` (deterministic: tests, demo, benchmarks); with an OpenAI-compatible API configured
+(`OpenAIConfig`), also `openai:<model>` for each configured model. Any other name is refused at create
+with a 400 `unknown_model`.
+
+A factory turns a request into a ready model, or raises `ValueError` (e.g. `ScriptError`) for a request
+the model cannot run; create answers that with a 400 Problem. Tests and the demo may pass their own
+catalog to `create_app` / `running_core`, e.g. a model that records every call.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 
 from domain.core_api import CreateSession
 from reference_core.model import Model
+from reference_core.openai_model import OpenAIChatModel, OpenAIConfig
 from reference_core.script import ScriptEnd, parse_script
 from reference_core.scripted_model import MODEL_NAME, ScriptedModel
 
@@ -39,5 +44,19 @@ def scripted(request: CreateSession) -> PreparedModel:
     return PreparedModel(ScriptedModel(script, request.task, request.language), faults)
 
 
-def default_models() -> dict[str, ModelFactory]:
-    return {MODEL_NAME: scripted}
+def openai_factory(config: OpenAIConfig, model: str) -> ModelFactory:
+    """Sessions on `model` at the configured OpenAI-compatible API (no faults: cancel stops at once)."""
+
+    def factory(request: CreateSession) -> PreparedModel:
+        return PreparedModel(OpenAIChatModel(config, model))
+
+    return factory
+
+
+def default_models(openai: OpenAIConfig | None = None) -> dict[str, ModelFactory]:
+    """The scripted model, plus `openai:<model>` for each configured model when `openai` is set."""
+    models: dict[str, ModelFactory] = {MODEL_NAME: scripted}
+    if openai is not None:
+        for name, model in openai.catalog_names.items():
+            models[name] = openai_factory(openai, model)
+    return models

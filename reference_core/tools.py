@@ -121,6 +121,8 @@ def parse_arguments(call: ToolCall) -> _Arguments:
     definition = ALL_TOOLS.get(call.name)
     if definition is None:
         raise ValueError(f"unknown tool {call.name!r}; known tools: {', '.join(ALL_TOOLS)}")
+    if call.arguments_error is not None:
+        raise ValueError(f"bad arguments for {call.name}: {call.arguments_error}")
     try:
         return definition.arguments.model_validate(call.arguments)
     except ValidationError as error:

@@ -1,8 +1,7 @@
-"""Fixtures for the core tests.
+"""Fixtures for the reference core's own tests: every module gets its own reference core on a free port.
 
-By default every module gets its own reference core on a free port. Set CORE_CONFORMANCE_URL to run
-the same HTTP tests against another core that offers the "scripted" model (a conformance run, R14);
-tests that need to restart the core or look inside the model are then skipped.
+To check another core against the contract, use the conformance suite: `pytest tests/conformance
+--core-url URL` (see docs/reference-core.md).
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ import pytest_asyncio
 
 from reference_core.model import ModelRequest
 from reference_core.server import running_core
-from tests.reference_core.support import CONFORMANCE_URL, recording_catalog
+from tests.reference_core.support import recording_catalog
 
 
 @pytest_asyncio.fixture(scope="module")
 async def core(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
-    """One reference core per test module with the shipped models, or the core under conformance test."""
-    if CONFORMANCE_URL is not None:
-        yield CONFORMANCE_URL
-        return
+    """One reference core per test module with the shipped models."""
     async with running_core(tmp_path_factory.mktemp("core") / "core.sqlite3") as base_url:
         yield base_url
 
@@ -39,8 +35,6 @@ async def recording(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, list[ModelRequest]]]]:
     """A reference core whose scripted model records every request, keyed by helper id."""
-    if CONFORMANCE_URL is not None:
-        pytest.skip("looks inside the reference core's model")
     models, recorded = recording_catalog()
     async with (
         running_core(tmp_path_factory.mktemp("recording") / "core.sqlite3", models=models) as base_url,

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 
 from domain.core_api import CreateSession, SessionStatus, Snapshot
 from reference_core.model import Model, ModelReply, ModelRequest
 from reference_core.model_catalog import ModelFactory, PreparedModel, scripted
-
-# Set to run the HTTP tests against another core that offers the "scripted" model (R14 conformance).
-CONFORMANCE_URL = os.environ.get("CORE_CONFORMANCE_URL")
-
-local_core_only = pytest.mark.skipif(
-    CONFORMANCE_URL is not None, reason="restarts or inspects the reference core itself"
-)
 
 FAST = {"step_ms": 10, "input_tokens": 1000, "input_growth": 500}
 

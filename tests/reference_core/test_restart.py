@@ -10,11 +10,9 @@ import httpx
 from domain.core_api import SessionStatus
 from reference_core.script import scripted_task
 from reference_core.server import running_core
-from tests.reference_core.support import FAST, create, local_core_only, session_body, settled, snapshot, wait_for
+from tests.reference_core.support import FAST, create, session_body, settled, snapshot, wait_for
 
 RUNNING = {"end": "run", "step_ms": 20, "input_tokens": 1000, "input_growth": 100}
-
-pytestmark = local_core_only
 
 
 async def test_a_running_turn_is_interrupted_by_a_restart_and_not_replayed(tmp_path: Path) -> None:
