@@ -19,6 +19,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.admission import AdmissionActivities
 from activities.chat import ChatActivities
 from activities.chat_client import ChatClient
 from activities.core_client import CoreClient
@@ -42,12 +43,13 @@ WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow, GoalCheckWorkflow, SweepWorkfl
 def activities_of(
     store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, settings: Settings
 ) -> list[object]:
+    admission = AdmissionActivities(store, results)
     rows = RowActivities(store, results, settings.policy.keep_ms)
     session = SessionActivities(store, core)
     chat_activities = ChatActivities(store, chat)
     goals = GoalActivities(settings)
     return [
-        rows.record_admission,
+        admission.admit_helper,
         rows.remove_rows,
         rows.sweep_orphan_directories,
         rows.mark_closed,

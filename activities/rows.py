@@ -14,9 +14,9 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from domain.activity_io import CoordinatorWrite, Finalize, Finalized, MarkClosed, NewRow, RemovedRows, RemoveRows
+from domain.activity_io import CoordinatorWrite, Finalize, Finalized, MarkClosed, RemovedRows, RemoveRows
 from domain.outcome import compose_outcome_text, summarize
-from domain.rows import HelperRow, RowState
+from domain.rows import RowState
 from domain.work import Usage
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
@@ -29,32 +29,6 @@ class RowActivities:
         self.store = store
         self.results = results
         self.keep_ms = keep_ms
-
-    @activity.defn(name="record_admission")
-    async def record_admission(self, new: NewRow) -> None:
-        """Write the admitted row at generation 1 before admission is acknowledged (R4)."""
-        request = new.request
-        directory = self.results.path_for(request.owner, request.helper_id, new.seq)
-        row = HelperRow(
-            owner=request.owner,
-            helper_id=request.helper_id,
-            seq=new.seq,
-            goal_id=request.goal_id,
-            state=RowState.RUNNING if new.starts_now else RowState.WAITING,
-            task=request.task,
-            boundary=list(request.boundary),
-            language=request.language,
-            model=request.model,
-            limits=new.limits,
-            result_dir=str(directory),
-            admitted_at=new.admitted_at,
-            generation=1,
-            updated_at=new.admitted_at,
-        )
-        try:
-            await self.store.insert_admitted(row)
-        except ValueError as error:
-            raise ApplicationError(str(error), non_retryable=True) from None
 
     @activity.defn(name="remove_rows")
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:

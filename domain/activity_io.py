@@ -33,7 +33,6 @@ class NewRow(BaseModel):
     seq: int
     limits: Limits
     admitted_at: datetime
-    starts_now: bool = False
 
 
 class RowToRemove(BaseModel):
@@ -73,6 +72,11 @@ class HelperStart(BaseModel):
     check_ms: int
     follow: FollowTuning
     title: str = Field(description="First line of the task, shown in the Web UI.")
+
+
+class AdmitHelper(BaseModel):
+    row: NewRow
+    start: HelperStart
 
 
 class OpenSession(BaseModel):

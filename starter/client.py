@@ -35,6 +35,7 @@ from starter import goals
 from starter.admission import admit
 from starter.errors import HelperRefused, InvalidRequest, Unavailable, refusal_of
 from starter.goals import GoalView
+from starter.retry import retrying
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from workflows.client import connect_temporal
@@ -150,7 +151,7 @@ class HelperClient:
     async def _update(self, owner: str, update: Any, argument: Any, missing_helper: str | None) -> Any:
         handle = self.temporal.get_workflow_handle(coordinator_id(owner))
         try:
-            return await handle.execute_update(update, argument)
+            return await retrying(lambda: handle.execute_update(update, argument))
         except WorkflowUpdateFailedError as error:
             raise refusal_of(error) from None
         except RPCError as error:

@@ -16,13 +16,14 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
     from domain.activity_io import (
+        AdmitHelper,
         CoordinatorWrite,
         HelperStart,
         NewRow,
@@ -67,12 +68,14 @@ with workflow.unsafe.imports_passed_through():
     from domain.rows import Admission, AdmissionStatus, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
     from workflows import options
     from workflows.helper import HelperWorkflow
-    from workflows.names import HELPER_CLOSED, HELPER_FINISHED, HELPER_OWNER, HELPER_STATE, helper_workflow_id
+    from workflows.names import HELPER_CLOSED, HELPER_FINISHED, helper_workflow_id
 
 REFUSED = "HelperRefused"
-# Continue as new well before the server's 2,000 updates per run and its history warnings.
+BUSY = "CoordinatorBusy"
+# Continue as new well before the server's 2,000 updates per run and its history warnings, and while a
+# replay of the run (after a worker restart, or a completion the server turns back) is still quick.
 MAX_MESSAGES_PER_RUN = 500
-MAX_EVENTS_PER_RUN = 8_000
+MAX_EVENTS_PER_RUN = 2_500
 CLOSE_ACK_WAIT = timedelta(seconds=30)
 OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
@@ -176,37 +179,27 @@ class CoordinatorWorkflow:
                     **options.ADMISSION_WRITE,
                 )
             await workflow.execute_local_activity_method(
-                RowActivities.record_admission,
-                NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, starts_now=starts_now),
+                AdmissionActivities.admit_helper,
+                AdmitHelper(
+                    row=NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now),
+                    start=HelperStart(
+                        owner=request.owner,
+                        helper_id=request.helper_id,
+                        seq=entry.seq,
+                        goal_id=request.goal_id,
+                        language=request.language,
+                        model=request.model,
+                        limits=limits,
+                        slot_granted=starts_now,
+                        summary_max=policy.summary_max,
+                        check_ms=policy.check_ms,
+                        follow=policy.follow,
+                        title=_title(request.task),
+                    ),
+                ),
                 **options.ADMISSION_WRITE,
             )
-            await workflow.start_child_workflow(
-                HelperWorkflow.run,
-                HelperStart(
-                    owner=request.owner,
-                    helper_id=request.helper_id,
-                    seq=entry.seq,
-                    goal_id=request.goal_id,
-                    language=request.language,
-                    model=request.model,
-                    limits=limits,
-                    slot_granted=starts_now,
-                    summary_max=policy.summary_max,
-                    check_ms=policy.check_ms,
-                    follow=policy.follow,
-                    title=_title(request.task),
-                ),
-                id=helper_workflow_id(request.owner, request.helper_id),
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(HELPER_OWNER, request.owner),
-                        SearchAttributePair(HELPER_STATE, (RowState.RUNNING if starts_now else RowState.WAITING).value),
-                    ]
-                ),
-                static_summary=f"{request.owner} · {request.helper_id} · {_title(request.task)}",
-            )
-        except (ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError) as error:
+        except ActivityError as error:
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             undo_admission(self.book, request.helper_id)
             for old in evicted:
@@ -234,6 +227,7 @@ class CoordinatorWorkflow:
     @admit.validator
     def _validate_admit(self, request: HelperRequest) -> None:
         # Rejected here, the request leaves no trace in the history and writes nothing (R5).
+        self._refuse_while_stopping()
         if request.owner != self.book.owner:
             raise refused(Refusal(code=RefusalCode.WRONG_OWNER, message=f"this coordinator serves {self.book.owner}"))
         try:
@@ -243,6 +237,13 @@ class CoordinatorWorkflow:
         decision = decide_admission(self.book, request)
         if isinstance(decision, Refusal):
             raise refused(decision)
+
+    def _refuse_while_stopping(self) -> None:
+        """While this run drains its handlers to continue as new, new updates are turned away (the starter
+        asks again in a moment and reaches the next run); otherwise a steady stream of updates could keep
+        the handlers busy forever and the run would never end."""
+        if self.stopping:
+            raise ApplicationError("the coordinator is continuing as new; ask again", type=BUSY)
 
     def _admission_of(self, entry: Entry, *, existing: bool) -> Admission:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
@@ -340,6 +341,7 @@ class CoordinatorWorkflow:
 
     @close.validator
     def _validate_close(self, helper_id: str) -> None:
+        self._refuse_while_stopping()
         action = decide_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
@@ -357,6 +359,7 @@ class CoordinatorWorkflow:
 
     @mark_read.validator
     def _validate_read(self, request: ReadRequest) -> None:
+        self._refuse_while_stopping()
         refusal = decide_read(self.book, request.helper_ids)
         if refusal is not None:
             raise refused(refusal)
@@ -381,6 +384,7 @@ class CoordinatorWorkflow:
 
     @mark_delivered.validator
     def _validate_delivered(self, request: DeliveredRequest) -> None:
+        self._refuse_while_stopping()
         if request.answer_chars <= 0:
             raise ApplicationError("nothing is delivered: the turn sent no answer", type=REFUSED, non_retryable=True)
 

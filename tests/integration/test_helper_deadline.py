@@ -75,7 +75,8 @@ async def test_hard_ceiling_finalizes_with_last_message_when_core_stays_silent(
             assert timedelta(minutes=47) <= row.finished_at - row.started_at < timedelta(minutes=48)
             # The freed slot passed to the waiting helper, which created its own session.
             await eventually(lambda: core.create_calls == 2)
-            assert core.session_of("next").status == "running"
+            following = core.session_of("next")
+            assert following is not None and following.status == "running"
             assert core.reset_calls == 1  # the silent session was reset as cleanup (R20)
         await store.close()
 

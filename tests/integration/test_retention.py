@@ -16,9 +16,10 @@ import pytest
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.rows import RowActivities
-from domain.activity_io import NewRow, RemoveRows, RowToRemove
+from domain.activity_io import RemoveRows, RowToRemove
 from domain.core_api import SessionStatus
 from domain.limits import Limits
+from domain.rows import HelperRow, RowState
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
@@ -60,7 +61,8 @@ async def test_delivered_and_closed_rows_expire_with_their_directories(time_env:
             directories = {v.helper_id: Path(v.result_dir) for v in await client.list_helpers("una")}
             assert all([await _exists(d) for d in directories.values()])
 
-            await skip_time(time_env, timedelta(hours=12, minutes=5), chunk=timedelta(hours=1))  # the closed row is a day old
+            # The closed row is now a day old; the delivered one only half a day.
+            await skip_time(time_env, timedelta(hours=12, minutes=5), chunk=timedelta(hours=1))
             await eventually(lambda: _gone(store, "una", "dropped"))
             assert not await _exists(directories["dropped"])
             assert await store.get("una", "told") is not None  # delivered only 12 hours ago
@@ -84,9 +86,24 @@ async def test_a_directory_that_resists_is_logged_the_row_goes_and_the_sweep_rem
     results = ResultDirectories(tmp_path / "results")
     rows = RowActivities(store, results, keep_ms=1_000)
     env = ActivityEnvironment()
-    admitted = NewRow(request=helper_request("vic", "h1"), seq=1, limits=Limits(), admitted_at=datetime.now(UTC))
-    await env.run(rows.record_admission, admitted)
     directory = results.path_for("vic", "h1", 1)
+    now = datetime.now(UTC)
+    await store.insert_admitted(
+        HelperRow(
+            owner="vic",
+            helper_id="h1",
+            seq=1,
+            state=RowState.CLOSED,
+            task="t",
+            language="en",
+            model="m",
+            limits=Limits(),
+            result_dir=str(directory),
+            admitted_at=now,
+            generation=1,
+            updated_at=now,
+        )
+    )
     results.write_outcome(directory, "the outcome", {"kind": "completed"})
 
     real_rmtree = shutil.rmtree
