@@ -68,7 +68,7 @@ def activities_of(
 @contextlib.asynccontextmanager
 async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A started worker with its store and HTTP clients; everything is closed on exit."""
-    store = await HelperStore.connect(settings.store_url)
+    store = await HelperStore.connect(settings.store_url, run_migrations=settings.migrates_on_start)
     core = CoreClient(settings.core_url, settings.policy.check_ms)
     chat = ChatClient(settings.chat_url, settings.policy.check_ms)
     results = ResultDirectories(settings.results_dir)
@@ -78,6 +78,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         workflows=WORKFLOWS,
         activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
         graceful_shutdown_timeout=timedelta(seconds=10),
+        max_concurrent_activities=settings.max_concurrent_activities,
     )
     try:
         async with worker:

@@ -41,6 +41,9 @@ class ChatClient:
         except httpx.HTTPError as error:
             # The request may have reached the chat: only the key makes a repeat harmless.
             raise ChatUncertain(f"event outcome unknown: {type(error).__name__}: {error}") from None
+        if response.status_code >= 500:
+            # The chat may have taken the event before failing to answer: only the key makes a repeat safe.
+            raise ChatUncertain(f"chat answered {response.status_code}: {response.text[:200]}")
         if response.status_code >= 400:
             raise ChatError(f"chat refused the event: {response.status_code} {response.text[:200]}")
         try:

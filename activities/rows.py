@@ -23,6 +23,10 @@ from store.results import ResultDirectories
 
 log = logging.getLogger(__name__)
 
+# The sweep removes orphans only while they are a minority (or a handful): a guard against the wrong store.
+SWEEP_SANITY_SHARE = 0.5
+SWEEP_SANITY_MINIMUM = 20
+
 
 class RowActivities:
     def __init__(self, store: HelperStore, results: ResultDirectories, keep_ms: int) -> None:
@@ -45,7 +49,17 @@ class RowActivities:
         """Remove result directories no row points at, older than `older_than_s` (a crash or a failed
         removal left them); young ones may belong to a row being written right now."""
         known = {Path(d) for d in await self.store.result_dirs()}
-        removed = self.results.sweep_orphans(known, older_than=older_than_s)
+        orphans = self.results.orphans(known, older_than=older_than_s)
+        total = self.results.count()
+        # A worker pointed at the wrong (or an empty) store would see every directory as an orphan.
+        if len(orphans) > SWEEP_SANITY_MINIMUM and len(orphans) > total * SWEEP_SANITY_SHARE:
+            log.error(
+                "orphan sweep refused: %d of %d result directories have no row; is this the right store?",
+                len(orphans),
+                total,
+            )
+            return 0
+        removed = [d for d in orphans if self.results.remove(d)]
         if removed:
             log.info("swept %d orphan result directories", len(removed))
         return len(removed)

@@ -133,7 +133,15 @@ class Stack:
         await self._wait_for_temporal()
         await _wait_for_http("reference core", f"http://{HOST}:{self.ports.core}/healthz", self)
         await _wait_for_http("reference chat", f"http://{HOST}:{self.ports.chat}/healthz", self)
+        await self._migrate_store()
         self._spawn("worker", [sys.executable, str(WORKER)])
+
+    async def _migrate_store(self) -> None:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "store", "migrate", env=self.environment(), stdout=subprocess.DEVNULL
+        )
+        if await process.wait() != 0:
+            raise StackError("the store migration failed; run `python -m store migrate` to see why")
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log = (self.logs / f"{name}.log").open("ab")

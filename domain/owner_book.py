@@ -324,9 +324,7 @@ def apply_closed_by_coordinator(book: OwnerBook, helper_id: str) -> Entry:
     entry.state = RowState.CLOSED
     entry.generation += 1
     entry.keep_until = (entry.finished_at or entry.admitted_at) + timedelta(milliseconds=book.policy.keep_ms)
-    for ids in book.turn_reads.values():
-        if helper_id in ids:
-            ids.remove(helper_id)
+    _forget_reads(book, [helper_id])
     withdraw_from_event(book, helper_id)
     return entry
 
@@ -344,7 +342,9 @@ def withdraw_from_event(book: OwnerBook, helper_id: str) -> None:
 # --- Reading and delivery (R27, R28) ------------------------------------------------------------
 
 
-def decide_read(book: OwnerBook, helper_ids: list[str]) -> Refusal | None:
+def decide_read(book: OwnerBook, helper_ids: list[str], *, allow_finishing: bool = False) -> Refusal | None:
+    """Refuse unknown helpers and outcomes that are not unreported. With `allow_finishing`, a helper whose
+    finished notice has not arrived yet passes: the store may already show its outcome to the chat."""
     for helper_id in helper_ids:
         entry = book.entries.get(helper_id)
         if entry is None:
@@ -352,12 +352,19 @@ def decide_read(book: OwnerBook, helper_ids: list[str]) -> Refusal | None:
                 code=RefusalCode.UNKNOWN_HELPER,
                 message=text("refused.unknown_helper", book.language, helper_id=helper_id),
             )
+        if allow_finishing and entry.helper_writes and entry.state is RowState.RUNNING:
+            continue
         if entry.state is not RowState.UNREPORTED:
             return Refusal(
                 code=RefusalCode.NOT_UNREPORTED,
                 message=text("refused.not_unreported", entry.language, helper_id=helper_id),
             )
     return None
+
+
+def finishing(book: OwnerBook, helper_ids: list[str]) -> bool:
+    """Some of these helpers still own their rows: their outcomes are being finalized."""
+    return any((entry := book.entries.get(h)) is not None and entry.helper_writes for h in helper_ids)
 
 
 def apply_read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
@@ -380,15 +387,22 @@ def apply_delivered(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
         entry.keep_until = now + timedelta(milliseconds=book.policy.keep_ms)
         entry.generation += 1
         delivered.append(entry)
+    _forget_reads(book, [entry.helper_id for entry in delivered])
     return delivered
+
+
+def _forget_reads(book: OwnerBook, helper_ids: list[str]) -> None:
+    """Turns that read these outcomes and never answered (lost in a restart) have nothing left to deliver."""
+    for turn in list(book.turn_reads):
+        book.turn_reads[turn] = [h for h in book.turn_reads[turn] if h not in helper_ids]
+        if not book.turn_reads[turn]:
+            del book.turn_reads[turn]
 
 
 def remove_entries(book: OwnerBook, helper_ids: list[str]) -> None:
     for helper_id in helper_ids:
         book.entries.pop(helper_id, None)
-        for ids in book.turn_reads.values():
-            if helper_id in ids:
-                ids.remove(helper_id)
+    _forget_reads(book, helper_ids)
 
 
 # --- Retention (R29) -------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from domain.limits import FollowTuning, Limits, Policy
 
@@ -27,7 +27,16 @@ class Settings(BaseModel):
     results_dir: Path = Path("data/results")
     core_url: str = "http://127.0.0.1:8310"
     chat_url: str = "http://127.0.0.1:8320"
+    migrate_on_start: bool | None = None  # None: yes for SQLite (the local default), no otherwise
+    max_concurrent_activities: int = Field(default=200, gt=0)  # each running helper holds one (its follow)
+    starter_timeout_ms: int = Field(default=30_000, gt=0)  # a write with no worker answering fails after this
     policy: Policy = Policy()
+
+    @property
+    def migrates_on_start(self) -> bool:
+        if self.migrate_on_start is not None:
+            return self.migrate_on_start
+        return self.store_url.startswith("sqlite")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -42,6 +51,13 @@ class Settings(BaseModel):
             "chat_url": "HELPER_CHAT_URL",
         }
         values: dict[str, object] = {field: env[name] for field, name in plain.items() if name in env}
+        if "HELPER_MIGRATE_ON_START" in env:
+            values["migrate_on_start"] = env["HELPER_MIGRATE_ON_START"].strip().lower() in ("1", "true", "yes")
+        for field, name in (
+            ("max_concurrent_activities", "HELPER_MAX_CONCURRENT_ACTIVITIES"),
+            ("starter_timeout_ms", "HELPER_STARTER_TIMEOUT_MS"),
+        ):
+            values.update({field: v for field, v in _ints(env, {field: name}).items()})
         policy_fields = {
             "max_open": "HELPER_MAX_OPEN",
             "max_running": "HELPER_MAX_RUNNING",

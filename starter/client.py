@@ -6,6 +6,7 @@ store, so listing works while no worker runs (R27). Every operation is scoped to
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +37,7 @@ from starter.admission import admit
 from starter.errors import HelperRefused, InvalidRequest, Unavailable, refusal_of
 from starter.goals import GoalView
 from starter.retry import retrying
+from store.database import SchemaNotCurrent
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from workflows.client import connect_temporal
@@ -82,6 +84,8 @@ class HelperClient:
         """Open the store; connect to Temporal only when the operation writes (reads need no server)."""
         try:
             store = await HelperStore.connect(settings.store_url)
+        except SchemaNotCurrent as error:
+            raise Unavailable(str(error)) from None
         except Exception as error:
             raise Unavailable(f"the store at {_redact(settings.store_url)} cannot be opened: {error}") from None
         client: Client | None = None
@@ -116,7 +120,11 @@ class HelperClient:
                 request.check_against(self.settings.policy.limits)
             except RequestError as error:
                 raise InvalidRequest(str(error), {"problems": error.problems}) from None
-        return await admit(self.temporal, self.settings, request)
+        try:
+            async with asyncio.timeout(self.settings.starter_timeout_ms / 1000):
+                return await admit(self.temporal, self.settings, request)
+        except TimeoutError:
+            raise Unavailable(_no_answer(self.settings)) from None
 
     async def close(self, owner: str, helper_id: str) -> CloseAnswer:
         self._check_ids(owner, [helper_id])
@@ -151,15 +159,18 @@ class HelperClient:
     async def _update(self, owner: str, update: Any, argument: Any, missing_helper: str | None) -> Any:
         handle = self.temporal.get_workflow_handle(coordinator_id(owner))
         try:
-            return await retrying(lambda: handle.execute_update(update, argument))
+            async with asyncio.timeout(self.settings.starter_timeout_ms / 1000):
+                return await retrying(lambda: handle.execute_update(update, argument))
         except WorkflowUpdateFailedError as error:
             raise refusal_of(error) from None
+        except TimeoutError:
+            raise Unavailable(_no_answer(self.settings)) from None
         except RPCError as error:
             if error.status is RPCStatusCode.NOT_FOUND:
                 if missing_helper is None:
                     return DeliveredAnswer(owner=owner, turn=getattr(argument, "turn", ""), delivered=[])
                 raise HelperRefused(RefusalCode.UNKNOWN_HELPER.value, f"There is no helper {missing_helper}.") from None
-            raise Unavailable(f"Temporal did not take the request: {error.message}") from None
+            raise Unavailable(f"Temporal did not take the request ({error.status.name}): {error.message}") from None
 
     # --- Goals: Temporal Schedules whose checks are helpers (R30) --------------------------------------
 
@@ -266,6 +277,13 @@ def _ahead(row: HelperRow, waiting_seqs: list[int]) -> int | None:
 def _check_turn(turn: str) -> None:
     if not turn.strip() or len(turn) > 200:
         raise InvalidRequest("turn must be 1-200 characters")
+
+
+def _no_answer(settings: Settings) -> str:
+    return (
+        f"no answer within {settings.starter_timeout_ms / 1000:g} s: is a worker polling task queue "
+        f"{settings.task_queue!r} on {settings.temporal_address}?"
+    )
 
 
 def _redact(url: str) -> str:

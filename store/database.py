@@ -7,6 +7,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -36,8 +38,7 @@ def create_engine(url: str) -> AsyncEngine:
 
 
 def _upgrade(connection: Connection, revision: str) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config = _config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
 
@@ -46,3 +47,28 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     """Bring the schema to `revision`; safe to run from every process at start (a no-op when current)."""
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade, revision)
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The store's schema is not the one this code needs: run `python -m store migrate`."""
+
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def _current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+async def check_schema(engine: AsyncEngine) -> None:
+    """Fail clearly, naming both revisions, when the schema is behind or ahead of this code."""
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    async with engine.connect() as connection:
+        current = await connection.run_sync(_current_revision)
+    if current != head:
+        raise SchemaNotCurrent(
+            f"the store's schema is at {current or 'nothing'}, this code needs {head}: run `python -m store migrate`"
+        )

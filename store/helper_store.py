@@ -22,7 +22,7 @@ from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
-from store.database import create_engine, migrate
+from store.database import check_schema, create_engine, migrate
 from store.schema import ChatEventRecordRow, HelperRowRecord, ParkedSessionRecord, UsageRecord
 
 row_table = cast(Table, HelperRowRecord.__table__)
@@ -57,10 +57,18 @@ class HelperStore:
         self.engine = engine
 
     @classmethod
-    async def connect(cls, url: str, *, run_migrations: bool = True) -> HelperStore:
+    async def connect(cls, url: str, *, run_migrations: bool = False) -> HelperStore:
+        """Open the store. With `run_migrations` bring its schema up to date first; without, check that
+        it is current and raise `SchemaNotCurrent` if not (production runs `python -m store migrate`)."""
         engine = create_engine(url)
-        if run_migrations:
-            await migrate(engine)
+        try:
+            if run_migrations:
+                await migrate(engine)
+            else:
+                await check_schema(engine)
+        except BaseException:
+            await engine.dispose()
+            raise
         return cls(engine)
 
     async def close(self) -> None:

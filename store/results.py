@@ -51,25 +51,33 @@ class ResultDirectories:
             return False
         return True
 
-    def sweep_orphans(self, known: set[Path], older_than: float = 0) -> list[Path]:
-        """Remove directories no row points at and not modified for `older_than` seconds."""
-        removed: list[Path] = []
+    def orphans(self, known: set[Path], older_than: float = 0) -> list[Path]:
+        """Directories no row points at and not modified for `older_than` seconds."""
         if not self.root.exists():
-            return removed
+            return []
         known = {path.resolve() for path in known}  # rows may hold relative paths (the default root is)
         cutoff = time.time() - older_than
-        for owner_dir in self.root.iterdir():
-            if not owner_dir.is_dir():
-                continue
-            for directory in owner_dir.iterdir():
-                if (
-                    directory.is_dir()
-                    and directory.resolve() not in known
-                    and directory.stat().st_mtime <= cutoff
-                    and self.remove(directory)
-                ):
-                    removed.append(directory)
-        return removed
+        return [
+            directory
+            for directory in self._directories()
+            if directory.resolve() not in known and directory.stat().st_mtime <= cutoff
+        ]
+
+    def sweep_orphans(self, known: set[Path], older_than: float = 0) -> list[Path]:
+        """Remove the orphans; returns those removed."""
+        return [directory for directory in self.orphans(known, older_than) if self.remove(directory)]
+
+    def count(self) -> int:
+        return sum(1 for _ in self._directories()) if self.root.exists() else 0
+
+    def _directories(self) -> list[Path]:
+        return [
+            directory
+            for owner_dir in self.root.iterdir()
+            if owner_dir.is_dir()
+            for directory in owner_dir.iterdir()
+            if directory.is_dir()
+        ]
 
 
 def _write_atomically(path: Path, content: str) -> None:

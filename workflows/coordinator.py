@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         decide_read,
         expired_leases,
         expired_rows,
+        finishing,
         forget_gone_helper,
         grant_slots,
         next_event,
@@ -77,6 +78,7 @@ BUSY = "CoordinatorBusy"
 MAX_MESSAGES_PER_RUN = 500
 MAX_EVENTS_PER_RUN = 2_500
 CLOSE_ACK_WAIT = timedelta(seconds=30)
+READ_WAIT = timedelta(seconds=10)
 OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
 # An event the chat could not take for this long is given up: the outcomes stay unreported and appear in
@@ -201,6 +203,11 @@ class CoordinatorWorkflow:
             )
         except ActivityError as error:
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
+            # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
+            with contextlib.suppress(ActivityError):
+                await workflow.execute_local_activity_method(
+                    RowActivities.remove_rows, self._removal([entry]), **options.ADMISSION_WRITE
+                )
             undo_admission(self.book, request.helper_id)
             for old in evicted:
                 self.book.entries.setdefault(old.helper_id, old)
@@ -302,6 +309,7 @@ class CoordinatorWorkflow:
         action = decide_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
+        was_closed = self.book.entries[helper_id].state is RowState.CLOSED
         if action is CloseAction.FORWARD_TO_HELPER:
             entry = self.book.entries[helper_id]
             if not entry.close_requested:
@@ -336,7 +344,7 @@ class CoordinatorWorkflow:
             helper_id=helper_id,
             state=entry_or_none.state,
             slot_held=entry_or_none.holds_slot,
-            already_closed=action is CloseAction.NOTHING and entry_or_none.state is RowState.CLOSED,
+            already_closed=was_closed,
         )
 
     @close.validator
@@ -349,8 +357,15 @@ class CoordinatorWorkflow:
     # --- reading and delivery (R26-R28) ------------------------------------------------------------
 
     @workflow.update
-    def mark_read(self, request: ReadRequest) -> ReadAnswer:
+    async def mark_read(self, request: ReadRequest) -> ReadAnswer:
         self.messages_this_run += 1
+        # The row can show an outcome a moment before the helper's finished notice reaches this book.
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: not finishing(self.book, request.helper_ids),
+                timeout=READ_WAIT,
+                timeout_summary="wait for finished notices",
+            )
         refusal = decide_read(self.book, request.helper_ids)
         if refusal is not None:
             raise refused(refusal)
@@ -360,7 +375,7 @@ class CoordinatorWorkflow:
     @mark_read.validator
     def _validate_read(self, request: ReadRequest) -> None:
         self._refuse_while_stopping()
-        refusal = decide_read(self.book, request.helper_ids)
+        refusal = decide_read(self.book, request.helper_ids, allow_finishing=True)
         if refusal is not None:
             raise refused(refusal)
 

@@ -72,7 +72,7 @@ async def _stack(
 ) -> AsyncIterator[Stack]:
     policy.setdefault("follow", E2E_FOLLOW)
     settings = settings_for(tmp_path, core_url, chat_url, **policy)
-    store = await HelperStore.connect(settings.store_url)
+    store = await HelperStore.connect(settings.store_url, run_migrations=True)
     try:
         async with running_worker(env.client, settings):
             client = HelperClient(settings, store, env.client)

@@ -24,7 +24,7 @@ async def test_deadline_asks_for_partial_and_core_answers_within_grace(time_env:
     core = FakeCore(on_finish="partial")
     async with serving_fake_core(core) as core_url:
         settings = settings_for(tmp_path, core_url, CLOSED_PORT)
-        store = await HelperStore.connect(settings.store_url)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(time_env.client, settings):
             client = HelperClient(settings, store, time_env.client)
             admission = await client.start(helper_request("ann", "h1"))
@@ -57,7 +57,7 @@ async def test_hard_ceiling_finalizes_with_last_message_when_core_stays_silent(
     core = FakeCore(on_finish="ignore")
     async with serving_fake_core(core) as core_url:
         settings = settings_for(tmp_path, core_url, CLOSED_PORT, max_running=1, max_open=2)
-        store = await HelperStore.connect(settings.store_url)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(time_env.client, settings):
             client = HelperClient(settings, store, time_env.client)
             assert (await client.start(helper_request("bob", "silent"))).status == "running"
@@ -88,7 +88,7 @@ async def test_hard_ceiling_holds_when_the_core_is_down(time_env: WorkflowEnviro
     server = serving_fake_core(core)
     core_url = await server.__aenter__()
     settings = settings_for(tmp_path, core_url, CLOSED_PORT)
-    store = await HelperStore.connect(settings.store_url)
+    store = await HelperStore.connect(settings.store_url, run_migrations=True)
     async with running_worker(time_env.client, settings):
         client = HelperClient(settings, store, time_env.client)
         await client.start(helper_request("cat", "h1", language="ru"))

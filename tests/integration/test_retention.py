@@ -45,7 +45,7 @@ async def test_delivered_and_closed_rows_expire_with_their_directories(time_env:
     core = FakeCore()
     async with serving_fake_core(core) as core_url:
         settings = settings_for(tmp_path, core_url, CLOSED_PORT)
-        store = await HelperStore.connect(settings.store_url)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(time_env.client, settings):
             client = HelperClient(settings, store, time_env.client)
             for helper_id in ("told", "dropped"):
@@ -82,7 +82,7 @@ async def test_a_directory_that_resists_is_logged_the_row_goes_and_the_sweep_rem
 ):
     """R29: removal of a result directory fails: the row removal still succeeds, the failure is logged,
     and the orphan sweep removes the directory once it can."""
-    store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}")
+    store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
     results = ResultDirectories(tmp_path / "results")
     rows = RowActivities(store, results, keep_ms=1_000)
     env = ActivityEnvironment()

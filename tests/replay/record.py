@@ -1,13 +1,16 @@
 """Record the histories the replay test keeps: `python -m tests.replay.record` (writes tests/replay/histories/).
 
-Run it after a deliberate, compatible change to the workflows (or when adding a path), commit the new
-files, and keep the old ones: replaying them proves running workflows survive the change. Each history
-is one path a helper (or a coordinator) can take, produced with the real parts: the dev server or the
-time-skipping server, the worker, the reference core or the programmable fake core.
+It writes only histories that do not exist yet, so the ones recorded by earlier code stay and keep proving
+that running workflows survive every change. Add a path by adding its scenario here; record a new
+generation of an existing path under a new name (`--suffix v2`). `--replace` overwrites, which is right
+only before a release has ever run the old code. Each history is one path a helper, a coordinator, a
+Goal check or the sweep can take, produced with the real parts: the dev server or the time-skipping
+server, the worker, the reference core or the programmable fake core.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import functools
@@ -15,6 +18,7 @@ import os
 import tempfile
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,16 +30,20 @@ from reference_core.script import scripted_task
 from reference_core.server import running_core
 from starter.client import HelperClient
 from starter.errors import HelperRefused
+from starter.goals import goal_schedule_id
 from store.helper_store import HelperStore
 from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
 from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import eventually, helper_request, settings_for, skip_time
 from worker import running_worker
+from workflows.maintenance import SweepWorkflow
 from workflows.names import coordinator_id, helper_workflow_id
 
 HISTORIES = Path(__file__).parent / "histories"
 FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000)
 OWNER = "recorded"
+SUFFIX = [""]
+REPLACE = [False]
 
 
 async def _final(client: HelperClient, helper_id: str) -> bool:
@@ -48,8 +56,12 @@ async def _save(client: Client, workflow_id: str, name: str, *, completed: bool 
     if completed:
         await eventually(lambda: _completed(client, workflow_id), timeout=30)
     history = await handle.fetch_history()
-    (HISTORIES / f"{name}.json").write_text(history.to_json())
-    print(f"recorded {name}: {len(history.events)} events")
+    target = HISTORIES / f"{name}{SUFFIX[0]}.json"
+    if target.exists() and not REPLACE[0]:
+        print(f"kept {target.name} (exists; --replace to overwrite)")
+        return
+    target.write_text(history.to_json())
+    print(f"recorded {target.name}: {len(history.events)} events")
 
 
 async def _completed(client: Client, workflow_id: str) -> bool:
@@ -65,7 +77,7 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
         core_url = await core.__aenter__()
         port = int(core_url.rsplit(":", 1)[1])
         settings = settings_for(work, core_url, chat_url, follow=FAST)
-        store = await HelperStore.connect(settings.store_url)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(env.client, settings):
             client = HelperClient(settings, store, env.client)
             send = {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
@@ -120,7 +132,27 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
                 await _save(env.client, helper_workflow_id(OWNER, name), f"helper-{label}")
             # The coordinator never ends: its history so far replays like any other.
             await _save(env.client, coordinator_id(OWNER), "coordinator-lifecycle", completed=False)
+            await record_goal_check_and_sweep(env, client)
         await store.close()
+
+
+async def record_goal_check_and_sweep(env: WorkflowEnvironment, client: HelperClient) -> None:
+    """A Goal check admitted by its Schedule, and one run of the orphan sweep."""
+    await client.add_goal(
+        {"owner": OWNER, "goal_id": "digest", "task": "Digest.", "model": "scripted", "every_ms": 3_600_000}
+    )
+    await client.run_goal_now(OWNER, "digest")
+    description = await eventually(lambda: _goal_ran(env.client), timeout=30)
+    check_id = description.info.recent_actions[0].action.workflow_id
+    await _save(env.client, check_id, "goal-check")
+    await client.remove_goal(OWNER, "digest")
+    await env.client.execute_workflow(SweepWorkflow.run, id="recorded-sweep", task_queue=client.settings.task_queue)
+    await _save(env.client, "recorded-sweep", "sweep")
+
+
+async def _goal_ran(client: Client) -> Any:
+    description = await client.get_schedule_handle(goal_schedule_id(OWNER, "digest")).describe()
+    return description if description.info.recent_actions else None
 
 
 async def record_time_skipped_paths(work: Path) -> None:
@@ -140,7 +172,7 @@ async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:
     try:
         async with serving_fake_core(core) as core_url:
             settings = settings_for(folder, core_url, "http://127.0.0.1:9")
-            store = await HelperStore.connect(settings.store_url)
+            store = await HelperStore.connect(settings.store_url, run_migrations=True)
             async with running_worker(env.client, settings):
                 client = HelperClient(settings, store, env.client)
                 await client.start(helper_request(name, "h1"))
@@ -160,6 +192,12 @@ async def _row_final(store: HelperStore, owner: str) -> bool:
 
 
 async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.replay.record")
+    parser.add_argument("--suffix", default="", help="record under <name>-<suffix>.json, keeping the old ones")
+    parser.add_argument("--replace", action="store_true", help="overwrite existing histories")
+    arguments = parser.parse_args()
+    SUFFIX[0] = f"-{arguments.suffix}" if arguments.suffix else ""
+    REPLACE[0] = arguments.replace
     HISTORIES.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)

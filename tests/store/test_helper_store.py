@@ -55,7 +55,7 @@ async def _postgres_unreachable() -> str | None:
 async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[HelperStore]:
     """A migrated store on a fresh SQLite file, or in a fresh PostgreSQL schema."""
     if request.param == "sqlite":
-        sqlite = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}")
+        sqlite = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}", run_migrations=True)
         yield sqlite
         await sqlite.close()
         return
@@ -152,10 +152,10 @@ async def test_migrations_create_the_schema_and_rerunning_them_is_a_no_op(store:
 async def test_connect_on_an_existing_store_keeps_its_rows(tmp_path: Any) -> None:
     """R25, R29: a worker restart runs the migrations again on the same file; rows survive."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'nested' / 'helpers.sqlite3'}"
-    first = await HelperStore.connect(url)
+    first = await HelperStore.connect(url, run_migrations=True)
     assert await first.insert_admitted(row())
     await first.close()
-    second = await HelperStore.connect(url)
+    second = await HelperStore.connect(url, run_migrations=True)
     try:
         assert await second.get("anna", "h1") == row()
     finally:

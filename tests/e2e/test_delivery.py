@@ -1,0 +1,88 @@
+"""Telling the chat (R26), delivery by turns (R28) and one owner never touching another's helpers (R34)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import httpx
+import pytest
+
+from reference_core.script import scripted_task
+from starter.errors import HelperRefused
+from tests.e2e.conftest import Stack
+from tests.helpers import eventually, helper_request
+
+pytestmark = pytest.mark.e2e
+
+
+async def _final(stack: Stack, helper_id: str, owner: str | None = None) -> Any:
+    row = await stack.store.get(owner or stack.owner, helper_id)
+    return row if row is not None and row.outcome_kind is not None else None
+
+
+async def _event_state(stack: Stack, state: str) -> Any:
+    events = await stack.store.events(stack.owner)
+    return events if events and events[-1]["state"] == state else None
+
+
+async def _chat(stack: Stack, method: str, path: str, body: Any = None) -> Any:
+    async with httpx.AsyncClient() as http:
+        response = await http.request(method, f"{stack.chat_url}{path}", json=body)
+        response.raise_for_status()
+        return response.json()
+
+
+@pytest.mark.parametrize(("mode", "state_while_failing"), [("down", "uncertain"), ("lose_receipt", "uncertain")])
+async def test_a_failing_chat_gets_the_event_once_it_is_back(stack: Stack, mode: str, state_while_failing: str):
+    """R26: while the chat fails, the event is not delivered (no receipt: uncertain, since a 503 may hide a
+    taken event); it is offered again with the same key, and once the chat answers, exactly one event
+    exists there and the store records it delivered with the chat's receipt."""
+    await _chat(stack, "PUT", "/v1/control/failing", {"failing": True, "mode": mode})
+    await stack.client.start(helper_request(stack.owner, "note", scripted_task("Note.", steps=1, step_ms=20)))
+    await eventually(functools.partial(_final, stack, "note"))
+    failing = await eventually(functools.partial(_event_state, stack, state_while_failing), timeout=30)
+    assert failing[-1]["receipt_id"] is None
+    await _chat(stack, "PUT", "/v1/control/failing", {"failing": False, "mode": mode})
+    delivered = await eventually(functools.partial(_event_state, stack, "delivered"), timeout=30)
+    assert delivered[-1]["attempts"] >= 2 and delivered[-1]["receipt_id"]
+    received = await stack.chat_events()
+    assert [event["helper_ids"] for event in received] == [["note"]]
+    assert received[0]["key"] == delivered[-1]["key"]
+
+
+async def test_a_turn_that_never_answered_lets_the_outcome_be_told_again(stack: Stack):
+    """R28: a turn reads an outcome and is lost before answering (a restart); the outcome stays unreported,
+    the next turn reads it again, answers, and only then is it delivered."""
+    await stack.client.start(helper_request(stack.owner, "told", scripted_task("Tell.", steps=1, step_ms=20)))
+    await eventually(functools.partial(_final, stack, "told"))
+    await stack.client.read(stack.owner, "turn-lost", ["told"])
+    # turn-lost never calls delivered: it died between reading and answering.
+    assert [v.helper_id for v in await stack.client.unreported(stack.owner)] == ["told"]
+    await stack.client.read(stack.owner, "turn-next", ["told"])
+    answer = await stack.client.delivered(stack.owner, "turn-next", answer_chars=120)
+    assert answer.delivered == ["told"]
+    assert await stack.client.unreported(stack.owner) == []
+    late = await stack.client.delivered(stack.owner, "turn-lost", answer_chars=10)
+    assert late.delivered == []  # nothing left to deliver for the lost turn
+
+
+async def test_one_owner_cannot_see_close_or_mark_another_owners_helper(stack: Stack):
+    """R34: every operation is scoped to its owner: another owner's list, show, close and read neither see
+    nor touch the helper, and its row is unchanged."""
+    owner, other = stack.owner, f"{stack.owner}-other"
+    await stack.client.start(helper_request(owner, "private", scripted_task("Mine.", steps=1, step_ms=20)))
+    await eventually(functools.partial(_final, stack, "private"))
+    assert await stack.client.list_helpers(other) == []
+    assert await stack.client.unreported(other) == []
+    with pytest.raises(HelperRefused):
+        await stack.client.show(other, "private")
+    with pytest.raises(HelperRefused) as closing:
+        await stack.client.close(other, "private")
+    assert closing.value.code == "unknown_helper"
+    with pytest.raises(HelperRefused):
+        await stack.client.read(other, "t1", ["private"])
+    assert (await stack.client.delivered(other, "t1", answer_chars=5)).delivered == []
+    row = await stack.store.get(owner, "private")
+    assert row is not None and row.state.value == "unreported"
+    assert [v.helper_id for v in await stack.client.unreported(owner)] == ["private"]
