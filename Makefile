@@ -36,6 +36,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python -m bench.observation_latency
+	$(BIN)/python -m bench.handoff
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
