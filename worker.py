@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.admission import AdmissionActivities
@@ -89,8 +90,15 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         await store.close()
 
 
+def _runtime(settings: Settings) -> Runtime | None:
+    """With HELPER_METRICS_BIND (e.g. 0.0.0.0:9464) the SDK's worker metrics are served for Prometheus."""
+    if not settings.metrics_bind:
+        return None
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_bind)))
+
+
 async def serve(settings: Settings) -> None:
-    client = await connect_temporal(settings.temporal_address, settings.temporal_namespace)
+    client = await connect_temporal(settings.temporal_address, settings.temporal_namespace, _runtime(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -30,6 +30,7 @@ class Settings(BaseModel):
     migrate_on_start: bool | None = None  # None: yes for SQLite (the local default), no otherwise
     max_concurrent_activities: int = Field(default=200, gt=0)  # each running helper holds one (its follow)
     starter_timeout_ms: int = Field(default=30_000, gt=0)  # a write with no worker answering fails after this
+    metrics_bind: str | None = None  # host:port for the worker's Prometheus metrics; off when unset
     policy: Policy = Policy()
 
     @property
@@ -49,6 +50,7 @@ class Settings(BaseModel):
             "results_dir": "HELPER_RESULTS_DIR",
             "core_url": "HELPER_CORE_URL",
             "chat_url": "HELPER_CHAT_URL",
+            "metrics_bind": "HELPER_METRICS_BIND",
         }
         values: dict[str, object] = {field: env[name] for field, name in plain.items() if name in env}
         if "HELPER_MIGRATE_ON_START" in env:

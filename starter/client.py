@@ -238,25 +238,8 @@ class HelperClient:
         return await self.list_helpers(owner, [RowState.UNREPORTED])
 
     def _view(self, row: HelperRow, ahead: int | None) -> HelperView:
-        return HelperView(
-            helper_id=row.helper_id,
-            state=row.state,
-            goal_id=row.goal_id,
-            ahead=ahead,
-            steps=row.steps,
-            work_tokens=row.work_tokens,
-            input_tokens=row.input_tokens,
-            model=row.model,
-            outcome_kind=row.outcome_kind,
-            summary=row.summary,
-            admitted_at=row.admitted_at,
-            started_at=row.started_at,
-            deadline_at=row.deadline_at,
-            finished_at=row.finished_at,
-            delivered_at=row.delivered_at,
-            result_dir=row.result_dir,
-            actions=row.actions,
-        )
+        # The view is the row's public part: everything but the task, the limits and the writer's bookkeeping.
+        return HelperView.model_validate({**row.model_dump(exclude={"last_message"}), "ahead": ahead})
 
     @staticmethod
     def _check_ids(owner: str, helper_ids: list[str]) -> None:
