@@ -27,10 +27,11 @@ from activities.core_client import CoreClient
 from activities.goals import GoalActivities
 from activities.rows import RowActivities
 from activities.session import SessionActivities
+from codec.encryption import CodecError, codec_from
 from domain.settings import Settings, SettingsError
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from workflows.client import connect_temporal
+from workflows.client import connect_for
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.goal_check import GoalCheckWorkflow
 from workflows.helper import HelperWorkflow
@@ -98,7 +99,7 @@ def _runtime(settings: Settings) -> Runtime | None:
 
 
 async def serve(settings: Settings) -> None:
-    client = await connect_temporal(settings.temporal_address, settings.temporal_namespace, _runtime(settings))
+    client = await connect_for(settings, _runtime(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -116,7 +117,8 @@ def main() -> None:
     )
     try:
         settings = Settings.from_env()
-    except SettingsError as error:
+        codec_from(settings.codec_keys, settings.codec_key_id)  # a bad key stops the worker at once
+    except (SettingsError, CodecError) as error:
         print(error, file=sys.stderr)
         os._exit(2)
     code = 0

@@ -23,6 +23,7 @@ async def main_async(mode: str, data: Path, ports: Ports) -> int:
         print(f"Starting the stack in {data}/ (logs in {stack.logs}/) ...", flush=True)
         await stack.start(fresh=True)
         print(f"Temporal Web UI: {stack.ui_url}  (every helper's history is there)", flush=True)
+        print(f"Payloads are encrypted; the UI decodes them through the codec server at {stack.codec_url}", flush=True)
         settings = stack.settings()
         print(
             f"Temporal {settings.temporal_address} · core {settings.core_url} · chat {settings.chat_url}\n", flush=True
@@ -66,8 +67,11 @@ def main() -> None:
     parser.add_argument("--ui-port", type=int, default=8233)
     parser.add_argument("--core-port", type=int, default=8310)
     parser.add_argument("--chat-port", type=int, default=8320)
+    parser.add_argument("--codec-port", type=int, default=8330)
     arguments = parser.parse_args()
-    ports = Ports(arguments.temporal_port, arguments.ui_port, arguments.core_port, arguments.chat_port)
+    ports = Ports(
+        arguments.temporal_port, arguments.ui_port, arguments.core_port, arguments.chat_port, arguments.codec_port
+    )
     code = asyncio.run(main_async(arguments.mode, arguments.data.resolve(), ports))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -350,6 +350,7 @@ async def _cli(settings: Settings, arguments: list[str]) -> tuple[int, dict[str,
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "HELPER_STORE_URL": settings.store_url,
         "HELPER_RESULTS_DIR": str(settings.results_dir),
+        "HELPER_CODEC_KEYS": settings.codec_keys or "",
         "PATH": "",
     }
     process = await asyncio.create_subprocess_exec(
@@ -357,5 +358,3 @@ async def _cli(settings: Settings, arguments: list[str]) -> tuple[int, dict[str,
     )
     output, _ = await process.communicate()
     return process.returncode or 0, json.loads(output or b"{}")
-
-

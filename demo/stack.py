@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
+from codec.encryption import new_key
 from domain.settings import Settings
 from workflows.client import connect_temporal
 from workflows.names import SEARCH_ATTRIBUTES
@@ -40,6 +41,7 @@ class Ports:
     ui: int = 8233
     core: int = 8310
     chat: int = 8320
+    codec: int = 8330
 
 
 @dataclass
@@ -48,10 +50,16 @@ class Stack:
     ports: Ports = field(default_factory=Ports)
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     commands: dict[str, list[str]] = field(default_factory=dict)
+    # Payloads in Temporal are encrypted; a fresh key for every run unless one is configured.
+    codec_keys: str = field(default_factory=lambda: os.environ.get("HELPER_CODEC_KEYS") or f"local:{new_key()}")
 
     @property
     def logs(self) -> Path:
         return self.data / "logs"
+
+    @property
+    def codec_url(self) -> str:
+        return f"http://{HOST}:{self.ports.codec}"
 
     @property
     def ui_url(self) -> str:
@@ -64,6 +72,8 @@ class Stack:
             results_dir=self.data / "results",
             core_url=f"http://{HOST}:{self.ports.core}",
             chat_url=f"http://{HOST}:{self.ports.chat}",
+            codec_keys=self.codec_keys,
+            codec_key_id=os.environ.get("HELPER_CODEC_KEY_ID"),
             **overrides,
         )
 
@@ -76,6 +86,7 @@ class Stack:
             "HELPER_RESULTS_DIR": str(settings.results_dir),
             "HELPER_CORE_URL": settings.core_url,
             "HELPER_CHAT_URL": settings.chat_url,
+            "HELPER_CODEC_KEYS": self.codec_keys,
         }
 
     async def start(self, *, fresh: bool) -> None:
@@ -98,6 +109,8 @@ class Stack:
             str(self.data / "temporal.sqlite3"),
             "--log-level",
             "warn",
+            "--ui-codec-endpoint",
+            self.codec_url,
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             temporal += ["--search-attribute", f"{name}={kind}"]
@@ -117,6 +130,23 @@ class Stack:
             ],
         )
         self._spawn(
+            "codec-server",
+            [
+                sys.executable,
+                "-m",
+                "codec",
+                "serve",
+                "--host",
+                HOST,
+                "--port",
+                str(self.ports.codec),
+                "--origin",
+                self.ui_url,
+                "--origin",
+                f"http://localhost:{self.ports.ui}",
+            ],
+        )
+        self._spawn(
             "reference-chat",
             [
                 sys.executable,
@@ -133,6 +163,7 @@ class Stack:
         await self._wait_for_temporal()
         await _wait_for_http("reference core", f"http://{HOST}:{self.ports.core}/healthz", self)
         await _wait_for_http("reference chat", f"http://{HOST}:{self.ports.chat}/healthz", self)
+        await _wait_for_http("codec server", f"{self.codec_url}/healthz", self)
         await self._migrate_store()
         self._spawn("worker", [sys.executable, str(WORKER)])
 

@@ -19,6 +19,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from codec.encryption import CodecError
 from domain.goals import Goal
 from domain.owner_book import RefusalCode
 from domain.requests import HelperRequest, RequestError, check_id
@@ -40,7 +41,7 @@ from starter.retry import retrying
 from store.database import SchemaNotCurrent
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from workflows.client import connect_temporal
+from workflows.client import connect_for
 from workflows.coordinator import CoordinatorWorkflow, DeliveredRequest, ReadRequest
 from workflows.names import coordinator_id
 
@@ -91,7 +92,10 @@ class HelperClient:
         client: Client | None = None
         if temporal:
             try:
-                client = await connect_temporal(settings.temporal_address, settings.temporal_namespace)
+                client = await connect_for(settings)
+            except CodecError as error:
+                await store.close()
+                raise Unavailable(str(error)) from None
             except Exception as error:
                 await store.close()
                 raise Unavailable(f"Temporal at {settings.temporal_address} does not answer: {error}") from None

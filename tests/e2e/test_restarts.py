@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 async def processes(tmp_path: Path) -> AsyncIterator[Stack]:
-    stack = Stack(tmp_path / "data", Ports(_free_port(), _free_port(), _free_port(), _free_port()))
+    stack = Stack(tmp_path / "data", Ports(_free_port(), _free_port(), _free_port(), _free_port(), _free_port()))
     try:
         await stack.start(fresh=True)
         yield stack

@@ -1,0 +1,88 @@
+"""Personal content in Temporal histories is encrypted, and the codec server shows it to whoever may read it."""
+
+from __future__ import annotations
+
+import base64
+import functools
+from pathlib import Path
+
+import httpx
+import pytest
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payloads
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from codec.encryption import ENCODING, EncryptionCodec, codec_from, data_converter, new_key
+from codec.server import create_app
+from reference_chat.server import running_chat
+from reference_core.script import scripted_task
+from reference_core.server import running_core, serving
+from starter.client import HelperClient
+from store.helper_store import HelperStore
+from tests.e2e.conftest import E2E_FOLLOW
+from tests.helpers import eventually, helper_request, settings_for
+from worker import running_worker
+from workflows.names import coordinator_id, helper_workflow_id
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "heliotrope"
+
+
+async def test_histories_hold_only_ciphertext_and_the_codec_server_decodes_for_the_token(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+):
+    """R18, R33: with codec keys set, the task, the outcome and every other payload reach Temporal
+    encrypted (AES-256-GCM): the raw histories never contain the text. The codec server, given the bearer
+    token, turns a payload from the history back into the text for the Web UI, and refuses without it."""
+    keys = f"k1:{new_key()}"
+    codec = codec_from(keys, "k1")
+    assert isinstance(codec, EncryptionCodec)
+    client = Client(
+        dev_env.client.service_client, namespace=dev_env.client.namespace, data_converter=data_converter(codec)
+    )
+    task = scripted_task(f"Pass phrase {SECRET}: file it.", steps=1, step_ms=20, final_text=f"Filed {SECRET}.")
+    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
+        settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW).model_copy(
+            update={"codec_keys": keys, "codec_key_id": "k1"}
+        )
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        async with running_worker(client, settings):
+            helpers = HelperClient(settings, store, client)
+            await helpers.start(helper_request("kim", "secret", task))
+            row = await eventually(functools.partial(_final, store), timeout=30)
+            assert SECRET in (row.summary or "")  # the store, Iva's side, holds the text
+        await store.close()
+
+    raw = [
+        await dev_env.client.get_workflow_handle(w).fetch_history()
+        for w in (helper_workflow_id("kim", "secret"), coordinator_id("kim"))
+    ]
+    for history in raw:
+        assert SECRET.encode() not in b"".join(event.SerializeToString() for event in history.events)
+    started = raw[0].events[0].workflow_execution_started_event_attributes
+    payload = started.input.payloads[0]
+    assert payload.metadata["encoding"] == ENCODING
+
+    token = "let-me-read"
+    app = create_app(codec, allowed_origins=["http://127.0.0.1:8233"], token=token)
+    body = json_format.MessageToJson(Payloads(payloads=[payload]))
+    async with serving(app) as codec_url, httpx.AsyncClient() as http:
+        refused = await http.post(f"{codec_url}/decode", content=body, headers={"X-Namespace": "default"})
+        assert refused.status_code == 401
+        answer = await http.post(
+            f"{codec_url}/decode",
+            content=body,
+            headers={"X-Namespace": "default", "Authorization": f"Bearer {token}", "Origin": "http://127.0.0.1:8233"},
+        )
+        assert answer.status_code == 200
+        assert answer.headers["access-control-allow-origin"] == "http://127.0.0.1:8233"
+        decoded = json_format.Parse(answer.text, Payloads()).payloads[0]
+        assert decoded.metadata["encoding"] == b"json/plain"
+        assert b"kim" in decoded.data and base64.b64encode(decoded.data)
+
+
+async def _final(store: HelperStore):
+    row = await store.get("kim", "secret")
+    return row if row is not None and row.outcome_kind is not None else None
