@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
+import subprocess
+import sys
 from typing import Any
 
 import httpx
 import pytest
 
+from reference_chat.server import running_chat
 from reference_core.script import scripted_task
+from reference_core.server import running_core
+from starter.client import HelperClient
 from starter.errors import HelperRefused
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, _stack
 from tests.helpers import eventually, helper_request
 
 pytestmark = pytest.mark.e2e
@@ -86,3 +93,35 @@ async def test_one_owner_cannot_see_close_or_mark_another_owners_helper(stack: S
     row = await stack.store.get(owner, "private")
     assert row is not None and row.state.value == "unreported"
     assert [v.helper_id for v in await stack.client.unreported(owner)] == ["private"]
+
+
+async def test_unreported_outcomes_are_listed_while_no_worker_runs(dev_env, tmp_path):
+    """R27: `unreported` reads the store only: with every worker stopped (and the starter not even
+    connecting to Temporal) the outcomes and their summaries are listed, through the client and the CLI."""
+    async with (
+        running_core(tmp_path / "core.sqlite3") as core_url,
+        running_chat() as chat_url,
+        _stack(dev_env, tmp_path, core_url, chat_url) as stack,
+    ):
+        await stack.client.start(helper_request(stack.owner, "done", scripted_task("Done.", steps=1, step_ms=20)))
+        await eventually(functools.partial(_final, stack, "done"))
+        settings, owner = stack.settings, stack.owner
+    # The worker is gone now; Temporal is not even asked.
+    reader = await HelperClient.connect(settings.model_copy(update={"temporal_address": "127.0.0.1:9"}), temporal=False)
+    try:
+        listed = await reader.unreported(owner)
+    finally:
+        await reader.aclose()
+    assert [(view.helper_id, bool(view.summary)) for view in listed] == [("done", True)]
+    environment = {
+        "PATH": "",
+        "TEMPORAL_ADDRESS": "127.0.0.1:9",
+        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_RESULTS_DIR": str(settings.results_dir),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "starter", "unreported", "--owner", owner, stdout=subprocess.PIPE, env=environment
+    )
+    output, _ = await process.communicate()
+    assert process.returncode == 0
+    assert [row["helper_id"] for row in json.loads(output)] == ["done"]

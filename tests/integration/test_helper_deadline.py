@@ -112,3 +112,29 @@ async def _completed_history(env: WorkflowEnvironment, owner: str, helper_id: st
 async def _row_has_steps(store: HelperStore, owner: str, helper_id: str) -> bool:
     row = await store.get(owner, helper_id)
     return row is not None and row.steps > 0
+
+
+async def test_closing_while_finishing_after_the_deadline(time_env: WorkflowEnvironment, tmp_path: Path):
+    """R21, R7, R15: past the deadline the helper has asked for its partial outcome and waits in the grace;
+    the owner closes it: the row closes at once, the core confirms the cancellation, the outcome is closed
+    (nothing reported) and the slot passes on before the hard ceiling."""
+    core = FakeCore(on_finish="ignore", on_cancel="stop")
+    async with serving_fake_core(core) as core_url:
+        settings = settings_for(tmp_path, core_url, CLOSED_PORT, max_running=1, max_open=2)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        async with running_worker(time_env.client, settings):
+            client = HelperClient(settings, store, time_env.client)
+            await client.start(helper_request("dan", "slow"))
+            assert (await client.start(helper_request("dan", "next"))).status == "waiting"
+            session = await eventually(lambda: core.sessions.get("fake-1"))
+            session.add_step(500, 50, "halfway there")
+            await skip_time(time_env, timedelta(minutes=45, seconds=30))
+            await eventually(lambda: core.finish_calls == 1)
+            answer = await client.close("dan", "slow")
+            assert answer.state.value == "closed"
+            row = await eventually(lambda: _final_row(store, "dan", "slow"))
+            assert row.outcome_kind is OutcomeKind.CLOSED and row.state is RowState.CLOSED
+            assert row.finished_at is not None and row.started_at is not None
+            assert row.finished_at - row.started_at < timedelta(minutes=47)
+            await eventually(lambda: core.create_calls == 2)  # the slot passed on
+        await store.close()
