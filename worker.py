@@ -25,6 +25,7 @@ from activities.chat import ChatActivities
 from activities.chat_client import ChatClient
 from activities.core_client import CoreClient
 from activities.goals import GoalActivities
+from activities.health import serving_health
 from activities.rows import RowActivities
 from activities.session import SessionActivities
 from codec.encryption import CodecError, codec_from
@@ -83,7 +84,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         max_concurrent_activities=settings.max_concurrent_activities,
     )
     try:
-        async with worker:
+        async with worker, serving_health(settings.health_bind, store, client):
             yield worker
     finally:
         await core.aclose()

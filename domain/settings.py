@@ -31,6 +31,7 @@ class Settings(BaseModel):
     max_concurrent_activities: int = Field(default=200, gt=0)  # each running helper holds one (its follow)
     starter_timeout_ms: int = Field(default=30_000, gt=0)  # a write with no worker answering fails after this
     metrics_bind: str | None = None  # host:port for the worker's Prometheus metrics; off when unset
+    health_bind: str | None = None  # host:port for the worker's /livez and /readyz; off when unset
     codec_keys: str | None = Field(default=None, repr=False)  # id:base64key,... encrypts payloads when set
     codec_key_id: str | None = None  # the key new payloads use; default the first
     policy: Policy = Policy()
@@ -53,6 +54,7 @@ class Settings(BaseModel):
             "core_url": "HELPER_CORE_URL",
             "chat_url": "HELPER_CHAT_URL",
             "metrics_bind": "HELPER_METRICS_BIND",
+            "health_bind": "HELPER_HEALTH_BIND",
             "codec_keys": "HELPER_CODEC_KEYS",
             "codec_key_id": "HELPER_CODEC_KEY_ID",
         }
