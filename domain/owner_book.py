@@ -91,6 +91,9 @@ class OwnerBook(BaseModel):
     entries: dict[str, Entry] = Field(default_factory=dict)
     queue: list[str] = Field(default_factory=list, description="Waiting helper ids in admission order (R6).")
     turn_reads: dict[str, list[str]] = Field(default_factory=dict)
+    recently_removed: list[str] = Field(
+        default_factory=list, description="Ids whose rows were removed lately: closing them again is harmless."
+    )
     next_event_seq: int = 1
     event: ChatEventRecord | None = None
 
@@ -190,11 +193,22 @@ def rows_to_evict(book: OwnerBook, room_needed: int) -> list[str] | None:
     return [e.helper_id for e in candidates[:excess]]
 
 
+RECENTLY_REMOVED_KEPT = 100
+
+
+def _note_removed(book: OwnerBook, helper_ids: list[str]) -> None:
+    book.recently_removed = [h for h in book.recently_removed if h not in helper_ids] + list(helper_ids)
+    del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
+
+
 def apply_admission(
     book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime, hard_ceiling_ms: int
 ) -> Entry:
     for helper_id in decision.evict:
         del book.entries[helper_id]
+    _note_removed(book, decision.evict)
+    if request.helper_id in book.recently_removed:
+        book.recently_removed.remove(request.helper_id)
     entry = Entry(
         helper_id=request.helper_id,
         seq=decision.seq,
@@ -301,10 +315,13 @@ class CloseAction(StrEnum):
     WRITE_CLOSED = "write_closed"  # unreported: withdraw the automatic report (R22)
     REMOVE = "remove"  # delivered without a Goal: remove row and directory at once (R23)
     NOTHING = "nothing"  # already closed: closing twice is harmless
+    ALREADY_REMOVED = "already_removed"  # closed and since removed (retention, eviction): harmless too
 
 
 def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
     entry = book.entries.get(helper_id)
+    if entry is None and helper_id in book.recently_removed:
+        return CloseAction.ALREADY_REMOVED
     if entry is None:
         return Refusal(
             code=RefusalCode.UNKNOWN_HELPER,
@@ -403,6 +420,7 @@ def remove_entries(book: OwnerBook, helper_ids: list[str]) -> None:
     for helper_id in helper_ids:
         book.entries.pop(helper_id, None)
     _forget_reads(book, helper_ids)
+    _note_removed(book, helper_ids)
 
 
 # --- Retention (R29) -------------------------------------------------------------------------------

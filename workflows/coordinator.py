@@ -309,6 +309,10 @@ class CoordinatorWorkflow:
         action = decide_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
+        if action is CloseAction.ALREADY_REMOVED:
+            return CloseAnswer(
+                owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True, already_closed=True
+            )
         was_closed = self.book.entries[helper_id].state is RowState.CLOSED
         if action is CloseAction.FORWARD_TO_HELPER:
             entry = self.book.entries[helper_id]

@@ -493,7 +493,8 @@ def test_withdraw_leaves_a_delivered_event_alone() -> None:
 
 
 def test_closing_a_delivered_helper_without_goal_removes_it() -> None:
-    """R23: the coordinator removes the row at once."""
+    """R23, R21: the coordinator removes the row at once; closing it again is harmless (a repeat of the
+    same request), while an id the owner never had is refused."""
     book = book_of()
     admit(book, "h1")
     finish(book, "h1")
@@ -501,7 +502,8 @@ def test_closing_a_delivered_helper_without_goal_removes_it() -> None:
     assert decide_close(book, "h1") is CloseAction.REMOVE
     remove_entries(book, ["h1"])
     assert "h1" not in book.entries
-    assert isinstance(decide_close(book, "h1"), Refusal)
+    assert decide_close(book, "h1") is CloseAction.ALREADY_REMOVED
+    assert isinstance(decide_close(book, "never-was"), Refusal)
 
 
 # --- reading and delivery (R27, R28) ---------------------------------------------------------------
