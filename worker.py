@@ -19,20 +19,21 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.admission import AdmissionActivities
 from activities.chat import ChatActivities
-from activities.chat_client import ChatClient
-from activities.core_client import CoreClient
 from activities.goals import GoalActivities
-from activities.health import serving_health
 from activities.rows import RowActivities
 from activities.session import SessionActivities
+from clients.chat_client import ChatClient
+from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from
-from domain.settings import Settings, SettingsError
+from config.settings import Settings, SettingsError
+from health import serving_health
+from protocol.connection import connect_for
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from workflows.client import connect_for
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.goal_check import GoalCheckWorkflow
 from workflows.helper import HelperWorkflow
@@ -42,13 +43,24 @@ log = logging.getLogger("helper.worker")
 
 WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow, GoalCheckWorkflow, SweepWorkflow]
 
+# The sandbox re-imports every module not passed through for each new workflow run: about 8 ms of CPU per helper
+# and per coordinator run, most of a short helper's sandbox cost. Our workflow modules and the layers below them
+# keep no module-level state (constants only) and are deterministic, so they are shared between runs; the sandbox
+# still gives each run its own instance and restricts builtins. The replay tests (tests/replay) and
+# tests/unit/test_worker_sandbox.py run the same workflows under the full default sandbox, which still catches
+# a non-deterministic call in workflow code.
+DETERMINISTIC_LAYERS = ("workflows", "domain", "protocol", "contracts", "config")
+WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(*DETERMINISTIC_LAYERS)
+)
+
 
 def activities_of(
     store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, settings: Settings
 ) -> list[object]:
     admission = AdmissionActivities(store, results)
     rows = RowActivities(store, results, settings.policy.keep_ms)
-    session = SessionActivities(store, core)
+    session = SessionActivities(store, core, results)
     chat_activities = ChatActivities(store, chat)
     goals = GoalActivities(settings)
     return [
@@ -63,7 +75,9 @@ def activities_of(
         session.finish_session,
         session.cancel_session,
         session.reset_session,
+        session.recover_session,
         chat_activities.offer_chat_event,
+        chat_activities.withdraw_chat_event,
         goals.start_goal_check,
     ]
 
@@ -79,9 +93,14 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
+        workflow_runner=WORKFLOW_RUNNER,
         activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
         graceful_shutdown_timeout=timedelta(seconds=10),
         max_concurrent_activities=settings.max_concurrent_activities,
+        # Heartbeats go out every 80 % of an activity's heartbeat timeout; the SDK caps that at 60 s unless
+        # told otherwise. The follow's 110 s timeout (HELPER_FOLLOW_LIVENESS_MS) then sends one every 88 s:
+        # a 45-minute helper's heartbeats are billable actions, and 32 of them fit its budget of 60 (R44).
+        max_heartbeat_throttle_interval=timedelta(seconds=96),
     )
     try:
         async with worker, serving_health(settings.health_bind, store, client):
@@ -112,13 +131,21 @@ async def serve(settings: Settings) -> None:
         log.info("worker stopping")
 
 
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    # One INFO line per core call (two a second per followed helper) drowns everything else; failures are
+    # logged by the activities themselves.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
 def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get("HELPER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(os.environ.get("HELPER_LOG_LEVEL", "INFO"))
     try:
         settings = Settings.from_env()
         codec_from(settings.codec_keys, settings.codec_key_id)  # a bad key stops the worker at once
+        if problem := settings.encryption_problem():
+            raise CodecError(problem)
     except (SettingsError, CodecError) as error:
         print(error, file=sys.stderr)
         os._exit(2)

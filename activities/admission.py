@@ -16,15 +16,15 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from domain.activity_io import AdmitHelper
 from domain.rows import HelperRow, RowState
+from protocol.errors import ErrorType
+from protocol.messages import HELPER_WORKFLOW
+from protocol.names import HELPER_OWNER, HELPER_STATE, SEQ_MEMO, helper_workflow_id
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from workflows.names import HELPER_OWNER, HELPER_STATE, helper_workflow_id
-
-HELPER_WORKFLOW = "HelperWorkflow"
-SEQ_MEMO = "seq"
 
 
 class AdmissionActivities:
@@ -54,15 +54,23 @@ class AdmissionActivities:
             updated_at=new.admitted_at,
         )
         try:
-            await self.store.insert_admitted(row)
+            first_time = await self.store.insert_admitted(row)
         except ValueError as error:
             raise ApplicationError(str(error), non_retryable=True) from None
-        await self._start_workflow(admitted)
+        await self._start_workflow(admitted, look_first=not first_time)
 
-    async def _start_workflow(self, admitted: AdmitHelper) -> None:
+    async def _start_workflow(self, admitted: AdmitHelper, *, look_first: bool) -> None:
         start = admitted.start
         workflow_id = helper_workflow_id(start.owner, start.helper_id)
         client = activity.client()
+        # Look before starting when this admission's row was already there: a worker killed after this start
+        # but before the coordinator recorded the admission replays it, and by then the helper may even have
+        # completed, when a duplicate start would succeed and run the helper twice (R9, R19). The memo's seq
+        # names the admission that started a run. A row written just now means no earlier attempt got as far
+        # as the start, so the look (one more server round trip per helper) is left out; an earlier helper
+        # under the same id still running is caught by the start's conflict below.
+        if look_first and await self._already_started(workflow_id, start.seq):
+            return
         try:
             await client.start_workflow(
                 HELPER_WORKFLOW,
@@ -83,14 +91,25 @@ class AdmissionActivities:
                 static_summary=f"{start.owner} · {start.helper_id} · {start.title}",
             )
         except WorkflowAlreadyStartedError:
-            # A retry of this very admission finds its own workflow; an older helper with the same id
-            # (its row removed, its cleanup still running) must finish first.
-            description = await client.get_workflow_handle(workflow_id).describe()
-            memo = await description.memo()
-            if memo.get(SEQ_MEMO) == start.seq:
-                return
-            if description.status is WorkflowExecutionStatus.RUNNING:
-                raise ApplicationError(
-                    f"an earlier helper {start.helper_id} is still finishing its cleanup", type="PreviousRunActive"
-                ) from None
+            if not await self._already_started(workflow_id, start.seq):
+                raise
+            return
+
+    async def _already_started(self, workflow_id: str, seq: int) -> bool:
+        """True if the latest run under this id was started by this admission; an older helper with the
+        same id (its row removed, its cleanup still running) must finish first."""
+        try:
+            description = await activity.client().get_workflow_handle(workflow_id).describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return False
             raise
+        memo = await description.memo()
+        if memo.get(SEQ_MEMO) == seq:
+            return True
+        if description.status is WorkflowExecutionStatus.RUNNING:
+            raise ApplicationError(
+                f"an earlier helper under {workflow_id} is still finishing its cleanup",
+                type=ErrorType.PREVIOUS_RUN_ACTIVE,
+            )
+        return False

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.chat_client import ChatClient, ChatError, ChatUncertain
-from domain.activity_io import OfferEvent, OfferResult
-from domain.chat_api import SystemEvent
-from domain.owner_book import EventState
+from clients.chat_client import ChatClient, ChatError, ChatUncertain
+from contracts.chat_api import SystemEvent
+from domain.activity_io import OfferEvent, OfferResult, WithdrawnEvent
+from domain.book import EventState
 from domain.texts import text
 from store.helper_store import HelperStore
 
@@ -42,6 +42,11 @@ class ChatActivities:
             return OfferResult(state=EventState.FAILED, error=str(error))
         await self._record(offer, EventState.DELIVERED, attempts, receipt_id=receipt.event_id)
         return OfferResult(state=EventState.DELIVERED, receipt_id=receipt.event_id)
+
+    @activity.defn(name="withdraw_chat_event")
+    async def withdraw_chat_event(self, withdrawn: WithdrawnEvent) -> None:
+        """The owner closed every outcome the event carried: it is never offered again (R22)."""
+        await self.store.set_event_state(withdrawn.owner, withdrawn.key, EventState.WITHDRAWN.value)
 
     async def _record(
         self,

@@ -6,10 +6,10 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from config.settings import Settings
 from domain.goals import Goal
-from domain.settings import Settings
-from starter.admission import admit
-from starter.errors import HelperRefused, InvalidRequest, Unavailable
+from protocol.client import admit
+from protocol.errors import ErrorType, HelperRefused, InvalidRequest, Unavailable
 
 
 class GoalCheck(BaseModel):
@@ -44,7 +44,7 @@ class GoalActivities:
                 message=refusal.message,
             )
         except InvalidRequest as error:
-            raise ApplicationError(error.message, type="InvalidGoal", non_retryable=True) from None
+            raise ApplicationError(error.message, type=ErrorType.INVALID_GOAL, non_retryable=True) from None
         except Unavailable as error:
-            raise ApplicationError(error.message, type="Unavailable") from None
+            raise ApplicationError(error.message, type=ErrorType.UNAVAILABLE) from None
         return GoalCheckResult(helper_id=check.helper_id, admitted=True, status=str(admission.status))

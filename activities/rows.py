@@ -7,25 +7,53 @@ the row operation still succeeds (R29).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from datetime import timedelta
+from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from contracts.core_api import Action, Snapshot
 from domain.activity_io import CoordinatorWrite, Finalize, Finalized, MarkClosed, RemovedRows, RemoveRows
-from domain.outcome import compose_outcome_text, summarize
-from domain.rows import RowState
+from domain.bounds import ROW_ACTIONS_MAX, first
+from domain.follow import authorization_text
+from domain.limits import kept_until
+from domain.outcome import Outcome, compose_outcome_text, summarize
+from domain.rows import HelperRow, RowState
 from domain.work import Usage
-from store.helper_store import HelperStore
-from store.results import ResultDirectories
+from store.helper_store import HelperStore, RowChanges, RowGone
+from store.results import SESSION_JSON, ResultDirectories
 
 log = logging.getLogger(__name__)
 
-# The sweep removes orphans only while they are a minority (or a handful): a guard against the wrong store.
-SWEEP_SANITY_SHARE = 0.5
-SWEEP_SANITY_MINIMUM = 20
+
+async def admitted_row(store: HelperStore, owner: str, helper_id: str, seq: int) -> HelperRow:
+    """The row of exactly this admission; if it is gone, the activity fails for good (retrying cannot help)."""
+    try:
+        return await store.admitted(owner, helper_id, seq)
+    except RowGone as gone:
+        raise ApplicationError(str(gone), non_retryable=True) from None
+
+
+@dataclass(frozen=True)
+class WholeSession:
+    snapshot: Snapshot
+
+    @property
+    def message(self) -> str:
+        outcome = self.snapshot.outcome
+        return outcome.text if outcome and outcome.text else self.snapshot.last_message
+
+    @property
+    def actions(self) -> list[Action]:
+        return self.snapshot.actions
+
+    @property
+    def refusals(self) -> list[str]:
+        return self.snapshot.refusals
 
 
 class RowActivities:
@@ -41,7 +69,8 @@ class RowActivities:
         stored = await self.store.remove_rows(removal.owner, removal.helper_ids)
         directories = {Path(d) for d in stored}
         directories |= {self.results.path_for(removal.owner, row.helper_id, row.seq) for row in removal.rows}
-        left = [str(d) for d in sorted(directories) if not self.results.remove(d)]
+        # Deleting a tree is blocking file I/O: off the worker's event loop, like every other result write.
+        left = [str(d) for d in sorted(directories) if not await asyncio.to_thread(self.results.remove, d)]
         return RemovedRows(removed=removal.helper_ids, directories_left=left)
 
     @activity.defn(name="sweep_orphan_directories")
@@ -49,17 +78,7 @@ class RowActivities:
         """Remove result directories no row points at, older than `older_than_s` (a crash or a failed
         removal left them); young ones may belong to a row being written right now."""
         known = {Path(d) for d in await self.store.result_dirs()}
-        orphans = self.results.orphans(known, older_than=older_than_s)
-        total = self.results.count()
-        # A worker pointed at the wrong (or an empty) store would see every directory as an orphan.
-        if len(orphans) > SWEEP_SANITY_MINIMUM and len(orphans) > total * SWEEP_SANITY_SHARE:
-            log.error(
-                "orphan sweep refused: %d of %d result directories have no row; is this the right store?",
-                len(orphans),
-                total,
-            )
-            return 0
-        removed = [d for d in orphans if self.results.remove(d)]
+        removed = await asyncio.to_thread(self.results.sweep_orphans, known, older_than_s)
         if removed:
             log.info("swept %d orphan result directories", len(removed))
         return len(removed)
@@ -74,43 +93,53 @@ class RowActivities:
     async def finalize_outcome(self, final: Finalize) -> Finalized:
         """The one finalizer's write: full text to the result directory, then the row (R18, R19)."""
         key = final.row
-        row = await self.store.get(key.owner, key.helper_id)
-        if row is None or row.seq != key.seq:
-            raise ApplicationError(f"row {key.owner}/{key.helper_id}#{key.seq} is gone", non_retryable=True)
+        row = await admitted_row(self.store, key.owner, key.helper_id, key.seq)
         usage = final.usage or Usage(steps=row.steps, work_tokens=row.work_tokens, input_tokens=row.input_tokens)
+        directory = Path(row.result_dir)
+        whole = await asyncio.to_thread(self._whole_session, directory, final)
+        message = whole.message if whole and len(whole.message) > len(row.last_message) else row.last_message
+        actions = whole.actions if whole and len(whole.actions) >= len(final.actions) else final.actions
+        refusals = whole.refusals if whole and len(whole.refusals) >= len(final.refusals) else final.refusals
+        question = final.question
+        authorization = final.authorization
+        if whole is not None:
+            # The payload carried these cut; the result directory gets them whole (R36).
+            if question is not None and whole.snapshot.question:
+                question = whole.snapshot.question
+            if authorization is not None and authorization_text(whole.snapshot):
+                authorization = authorization_text(whole.snapshot)
         full_text = compose_outcome_text(
             kind=final.kind,
             language=final.language,
-            message=row.last_message,
+            message=message,
             explanation=final.explanation,
-            question=final.question,
-            authorization=final.authorization,
-            actions=final.actions,
-            refusals=final.refusals,
+            question=question,
+            authorization=authorization,
+            actions=actions,
+            refusals=refusals,
         )
         summary = summarize(full_text, final.summary_max, final.language)
-        directory = Path(row.result_dir)
-        record = {
-            "owner": key.owner,
-            "helper_id": key.helper_id,
-            "seq": key.seq,
-            "goal_id": row.goal_id,
-            "kind": final.kind.value,
-            "summary": summary,
-            "explanation": final.explanation,
-            "question": final.question,
-            "authorization": final.authorization,
-            "actions": [a.model_dump(mode="json") for a in final.actions],
-            "refusals": final.refusals,
-            "usage": usage.model_dump(),
-            "model": final.model,
-            "started_at": row.started_at.isoformat() if row.started_at else None,
-            "finished_at": final.finished_at.isoformat(),
-        }
-        self.results.write_outcome(directory, full_text, record)
-        keep_until = (
-            final.finished_at + timedelta(milliseconds=self.keep_ms) if final.state is RowState.CLOSED else None
-        )
+        record = Outcome(
+            owner=key.owner,
+            helper_id=key.helper_id,
+            seq=key.seq,
+            goal_id=row.goal_id,
+            kind=final.kind,
+            summary=summary,
+            explanation=final.explanation,
+            question=question,
+            authorization=authorization,
+            actions=actions,
+            refusals=refusals,
+            usage=usage,
+            model=final.model,
+            started_at=row.started_at,
+            finished_at=final.finished_at,
+        ).model_dump(mode="json")
+        await asyncio.to_thread(self.results.write_outcome, directory, full_text, record)
+        keep_until = final.keep_until
+        if keep_until is None and final.state is RowState.CLOSED:  # from a first-release helper
+            keep_until = kept_until(final.finished_at, self.keep_ms)
         applied = await self.store.write_state(
             key.owner,
             key.helper_id,
@@ -119,7 +148,7 @@ class RowActivities:
             state=final.state,
             outcome_kind=final.kind,
             summary=summary,
-            actions=final.actions,
+            actions=first(actions, ROW_ACTIONS_MAX),
             steps=usage.steps,
             work_tokens=usage.work_tokens,
             input_tokens=usage.input_tokens,
@@ -134,11 +163,27 @@ class RowActivities:
             )
         return Finalized(applied=applied, summary=summary, result_dir=str(directory))
 
+    def _whole_session(self, directory: Path, final: Finalize) -> WholeSession | None:
+        """The followed session's last snapshot from the result directory, if it is this helper's session."""
+        if final.session_id is None:
+            return None
+        stored = self.results.read_session(directory)
+        if stored is None:
+            return None
+        try:
+            snapshot = Snapshot.model_validate(stored)
+        except ValidationError:
+            log.warning("unreadable %s in %s ignored", SESSION_JSON, directory)
+            return None
+        if snapshot.session_id != final.session_id:
+            return None
+        return WholeSession(snapshot)
+
     @activity.defn(name="coordinator_write")
     async def coordinator_write(self, write: CoordinatorWrite) -> bool:
         """A write after the helper handed its row back: delivered (R28) or closed (R22)."""
         key = write.row
-        changes: dict[str, object] = {"state": write.state, "keep_until": write.keep_until}
+        changes = RowChanges(state=write.state, keep_until=write.keep_until)
         if write.delivered_at is not None:
             changes["delivered_at"] = write.delivered_at
         return await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, **changes)

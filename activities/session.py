@@ -1,7 +1,8 @@
 """Activities that talk to the core: open, follow, finish, cancel and reset one session (R9-R17, R20, R24).
 
 Every core call is bounded by HELPER_CHECK_MS (R10). The follow activity is the only long one: it
-polls for one window, writes progress into the row, heartbeats its cursor, and returns only when
+reads the snapshot for one window (long polls to a core that versions its snapshots, R44; else every
+HELPER_POLL_MS), writes progress into the row, heartbeats its cursor, and returns only when
 the workflow must decide. At the end of a window it fails with a benign retryable error; Temporal
 retries it (no history event) and the next attempt resumes from the heartbeat details.
 """
@@ -16,7 +17,8 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.core_client import (
+from activities.rows import admitted_row
+from clients.core_client import (
     CoreClient,
     CoreError,
     CoreProtocolError,
@@ -24,33 +26,59 @@ from activities.core_client import (
     CoreUnavailable,
     SessionNotFound,
 )
-from domain.activity_io import CancelResult, OpenedSession, OpenSession, SessionRef
-from domain.core_api import CreateSession, SessionLimits
-from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict, judge, result_from
-from domain.rows import RowState
+from contracts.core_api import CreateSession, SessionLimits, Snapshot
+from domain.activity_io import (
+    CancelResult,
+    OpenedSession,
+    OpenSession,
+    RecoveredSession,
+    RecoverSession,
+    SessionRef,
+)
+from domain.bounds import ROW_MESSAGE_MAX, cut
+from domain.follow import (
+    FollowCursor,
+    FollowRequest,
+    FollowResult,
+    Verdict,
+    judge,
+    long_poll_wait_ms,
+    next_read_waits,
+    result_from,
+)
+from domain.limits import Limits
+from domain.rows import HelperRow, RowState
 from domain.work import fold_usage
-from store.helper_store import HelperStore
+from protocol.errors import ErrorType
+from store.helper_store import HelperStore, RowGone
+from store.results import ResultDirectories
 
 log = logging.getLogger(__name__)
 
-FOLLOW_WINDOW_ELAPSED = "FollowWindowElapsed"
-CORE_REJECTED = "CoreRejected"
 # Cleanup calls try this often before they give up (reset parks the session, R20).
 CLEANUP_ATTEMPTS = 3
 
 
+def _retry_or_refuse(error: CoreError) -> ApplicationError:
+    """The one mapping of a core failure to the activity's error: a refusal is final; anything else (slow,
+    down, restarting, a malformed answer) is an expected fault, retried and logged as one line."""
+    if isinstance(error, CoreRejected):
+        return ApplicationError(str(error), type=ErrorType.CORE_REJECTED, non_retryable=True)
+    kind = ErrorType.CORE_PROTOCOL_ERROR if isinstance(error, CoreProtocolError) else ErrorType.CORE_UNAVAILABLE
+    return ApplicationError(str(error), type=kind, category=ApplicationErrorCategory.BENIGN)
+
+
 class SessionActivities:
-    def __init__(self, store: HelperStore, core: CoreClient) -> None:
+    def __init__(self, store: HelperStore, core: CoreClient, results: ResultDirectories | None = None) -> None:
         self.store = store
         self.core = core
+        self.results = results
 
     @activity.defn(name="open_session")
     async def open_session(self, request: OpenSession) -> OpenedSession:
         """Mark the row running and create the session; the key makes a retry return the same session (R9)."""
         key = request.row
-        row = await self.store.get(key.owner, key.helper_id)
-        if row is None or row.seq != key.seq:
-            raise ApplicationError(f"row {key.owner}/{key.helper_id}#{key.seq} is gone", non_retryable=True)
+        row = await admitted_row(self.store, key.owner, key.helper_id, key.seq)
         await self.store.write_state(
             key.owner,
             key.helper_id,
@@ -62,25 +90,10 @@ class SessionActivities:
         )
         try:
             created = await self.core.create(
-                CreateSession(
-                    idempotency_key=request.idempotency_key,
-                    owner=key.owner,
-                    helper_id=key.helper_id,
-                    task=row.task,
-                    boundary=list(row.boundary),
-                    language=row.language,
-                    model=row.model,
-                    limits=SessionLimits(
-                        max_steps=request.limits.max_steps, max_input_tokens=request.limits.max_input_tokens
-                    ),
-                )
+                _create_request(row, request.idempotency_key, request.limits), timeout_s=_seconds(request.check_ms)
             )
-        except CoreRejected as error:
-            raise ApplicationError(str(error), type=CORE_REJECTED, non_retryable=True) from None
-        except CoreProtocolError as error:
-            raise ApplicationError(str(error), type="CoreProtocolError") from None
         except CoreError as error:
-            raise ApplicationError(str(error), type="CoreUnavailable") from None
+            raise _retry_or_refuse(error) from None
         # The session id is durable before the workflow moves on: no lost session id (seed risk 7).
         await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=created.session_id)
         return OpenedSession(session_id=created.session_id, created=created.created)
@@ -92,25 +105,34 @@ class SessionActivities:
         tuning = request.tuning
         loop = asyncio.get_running_loop()
         window_ends = loop.time() + tuning.window_ms / 1000
+        wait_ms = long_poll_wait_ms(tuning, request.check_ms or round(self.core.check_seconds * 1000))
         while True:
-            decided = await self._observe_once(request, cursor)
+            asked_at, version_before = loop.time(), cursor.version
+            long_polled = wait_ms > 0 and version_before is not None
+            decided = await self._observe_once(request, cursor, wait_ms if long_polled else 0)
             if decided is not None:
                 return decided
             failure = _budget_exhausted(cursor, tuning.silence_ms, tuning.bad_answers)
             if failure is not None:
-                return FollowResult(verdict=Verdict.CORE_FAILED, error=failure)
+                silent = cursor.bad_answers < tuning.bad_answers
+                return FollowResult(verdict=Verdict.CORE_FAILED, error=failure, silent=silent)
             activity.heartbeat(cursor.model_dump(mode="json"))
             if loop.time() >= window_ends:
                 raise ApplicationError(
                     "follow window elapsed; the next attempt resumes from the heartbeat",
-                    type=FOLLOW_WINDOW_ELAPSED,
+                    type=ErrorType.FOLLOW_WINDOW_ELAPSED,
                     category=ApplicationErrorCategory.BENIGN,
                 )
-            await asyncio.sleep(tuning.poll_ms / 1000)
+            changed = cursor.version != version_before
+            if not next_read_waits(long_polled, changed, (loop.time() - asked_at) * 1000, wait_ms):
+                await asyncio.sleep(tuning.poll_ms / 1000)
 
-    async def _observe_once(self, request: FollowRequest, cursor: FollowCursor) -> FollowResult | None:
+    async def _observe_once(self, request: FollowRequest, cursor: FollowCursor, wait_ms: int) -> FollowResult | None:
+        """One read of the snapshot, a long poll when `wait_ms` > 0; progress written when it changed."""
         try:
-            snapshot = await self.core.snapshot(request.session_id)
+            snapshot = await self.core.snapshot(
+                request.session_id, timeout_s=_seconds(request.check_ms), after=cursor.version, wait_ms=wait_ms
+            )
         except SessionNotFound as error:
             return FollowResult(verdict=Verdict.LOST, error=str(error))
         except CoreUnavailable as error:
@@ -125,6 +147,7 @@ class SessionActivities:
         cursor.silent_since = None
         cursor.bad_answers = 0
         cursor.status = snapshot.status.value
+        cursor.version = snapshot.version
         usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
         message = snapshot.outcome.text if snapshot.outcome and snapshot.outcome.text else snapshot.last_message
         message_hash = zlib.crc32(message.encode("utf-8"))
@@ -133,52 +156,134 @@ class SessionActivities:
             message_hash,
         ) != (cursor.message_length, cursor.message_hash)
         if changed:
+            # The row keeps the start of a huge message; the whole one is in session.json (R36).
             await self.store.write_progress(
-                request.owner, request.helper_id, request.seq, request.generation, usage, message
+                request.owner, request.helper_id, request.seq, request.generation, usage, cut(message, ROW_MESSAGE_MAX)
             )
             cursor.steps, cursor.work_tokens, cursor.input_tokens = usage.steps, usage.work_tokens, usage.input_tokens
             cursor.message_length, cursor.message_hash = len(message), message_hash
-        verdict = judge(snapshot, usage, request.ceiling_tokens, request.watch_work_ceiling)
+        verdict = judge(snapshot, usage, request.ceiling_tokens, request.watch_work_ceiling, request.stop_at_pauses)
+        lists = (len(snapshot.actions), len(snapshot.refusals))
+        if (
+            verdict is not None
+            or lists != (cursor.saved_actions, cursor.saved_refusals)
+            or (changed and len(message) > ROW_MESSAGE_MAX)
+        ):
+            await self._keep_whole(request, snapshot)
+            cursor.saved_actions, cursor.saved_refusals = lists
         return None if verdict is None else result_from(snapshot, verdict)
+
+    async def _keep_whole(self, request: FollowRequest, snapshot: Snapshot) -> None:
+        """The whole snapshot, beside the outcome, off the event loop: payloads carry only its first part."""
+        if self.results is None:
+            return
+        directory = self.results.path_for(request.owner, request.helper_id, request.seq)
+        await asyncio.to_thread(self.results.write_session, directory, snapshot.model_dump(mode="json"))
 
     @activity.defn(name="finish_session")
     async def finish_session(self, ref: SessionRef) -> bool:
         """Ask the core to finish now, without tools (R13, R15). False if the session is already gone."""
         try:
-            await self.core.finish(ref.session_id)
+            await self.core.finish(ref.session_id, timeout_s=_seconds(ref.check_ms))
         except SessionNotFound:
             return False
         except CoreError as error:
-            raise ApplicationError(str(error), type="CoreUnavailable") from None
+            raise _retry_or_refuse(error) from None
         return True
 
     @activity.defn(name="cancel_session")
     async def cancel_session(self, ref: SessionRef) -> CancelResult:
         """Cancel the turn; `stopped` only when the core confirms the turn has stopped (R7, R21)."""
         try:
-            answer = await self.core.cancel(ref.session_id)
+            answer = await self.core.cancel(ref.session_id, timeout_s=_seconds(ref.check_ms))
         except SessionNotFound:
             return CancelResult(stopped=True, detail="the core no longer knows the session")
         except CoreError as error:
             if activity.info().attempt < CLEANUP_ATTEMPTS:
-                raise ApplicationError(str(error), type="CoreUnavailable") from None
+                raise _retry_or_refuse(error) from None
             return CancelResult(stopped=False, reachable=False, detail=str(error))
-        return CancelResult(stopped=answer.stopped, detail=answer.status.value)
+        # "Stopped" needs a stopped turn: an answer that says so of a running one is not believed (R37).
+        stopped = answer.stopped and answer.status.is_terminal
+        return CancelResult(stopped=stopped, detail=answer.status.value)
 
     @activity.defn(name="reset_session")
     async def reset_session(self, ref: SessionRef) -> bool:
         """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes."""
         try:
-            await self.core.reset(ref.session_id)
+            answer = await self.core.reset(ref.session_id, timeout_s=_seconds(ref.check_ms))
+            if not answer.reset:
+                raise CoreUnavailable(f"the core did not reset session {ref.session_id}")
         except SessionNotFound:
             return True
         except CoreError as error:
             if activity.info().attempt < CLEANUP_ATTEMPTS:
-                raise ApplicationError(str(error), type="CoreUnavailable") from None
+                raise _retry_or_refuse(error) from None
             log.warning("reset of session %s failed, parking it: %s", ref.session_id, error)
             await self.store.record_parked(ref.owner, ref.helper_id, ref.session_id, str(error))
             return False
         return True
+
+    @activity.defn(name="recover_session")
+    async def recover_session(self, request: RecoverSession) -> RecoveredSession:
+        """The create was never answered: ask again with the same key, which names the session if the core
+        made one (or makes one now), then cancel and reset it, so no session runs unseen (R38)."""
+        key = request.row
+        try:
+            row = await admitted_row(self.store, key.owner, key.helper_id, key.seq)
+        except RowGone:
+            return RecoveredSession()
+        # Without the hard ceiling's pressure each call may take a few check intervals (stated bound).
+        bound = 4 * (_seconds(request.check_ms) or self.core.check_seconds)
+        try:
+            created = await self.core.create(
+                _create_request(row, request.idempotency_key, request.limits), timeout_s=bound
+            )
+        except CoreRejected:
+            return RecoveredSession()  # the core refuses the task: it never ran
+        except CoreError as error:
+            raise _retry_or_refuse(error) from None
+        session_id = created.session_id
+        await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=session_id)
+        # Cancel, then reset whatever the cancel answered: a reset ends the session too. A failure is retried
+        # (the next attempt finds the same session by its key) and parked only after the last attempt.
+        stopped = False
+        try:
+            answer = await self.core.cancel(session_id, timeout_s=bound)
+            stopped = answer.stopped and answer.status.is_terminal
+        except SessionNotFound:
+            stopped = True
+        except CoreError as error:
+            log.warning("cancel of session %s found by its key failed: %s", session_id, error)
+        try:
+            answer_reset = await self.core.reset(session_id, timeout_s=bound)
+            if not answer_reset.reset:
+                raise CoreUnavailable(f"the core did not reset session {session_id}")
+            stopped = True
+        except SessionNotFound:
+            stopped = True
+        except CoreError as error:
+            if activity.info().attempt < CLEANUP_ATTEMPTS:
+                raise _retry_or_refuse(error) from None
+            log.warning("session %s found by its key could not be reset: %s; parking it", session_id, error)
+            await self.store.record_parked(key.owner, key.helper_id, session_id, str(error))
+        return RecoveredSession(session_id=session_id, stopped=stopped)
+
+
+def _seconds(check_ms: int | None) -> float | None:
+    return None if check_ms is None else check_ms / 1000
+
+
+def _create_request(row: HelperRow, idempotency_key: str, limits: Limits) -> CreateSession:
+    return CreateSession(
+        idempotency_key=idempotency_key,
+        owner=row.owner,
+        helper_id=row.helper_id,
+        task=row.task,
+        boundary=list(row.boundary),
+        language=row.language,
+        model=row.model,
+        limits=SessionLimits(max_steps=limits.max_steps, max_input_tokens=limits.max_input_tokens),
+    )
 
 
 def _budget_exhausted(cursor: FollowCursor, silence_ms: int, bad_answers: int) -> str | None:

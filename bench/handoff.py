@@ -15,7 +15,7 @@ import os
 import time
 
 from bench.common import bench_stack, describe, poll_until
-from domain.core_api import SessionStatus
+from contracts.core_api import SessionStatus
 from domain.limits import Policy
 from domain.requests import HelperRequest
 

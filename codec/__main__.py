@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
 import uvicorn
 
+from codec.auth import AuthConfigError, Authorizer, auth_settings_from_env, startup_refusal
 from codec.encryption import CodecError, codec_from, new_key
-from codec.server import create_app
+from codec.server import DEFAULT_MAX_BODY_BYTES, create_app
+
+log = logging.getLogger("codec")
 
 
 def main() -> None:
@@ -30,7 +34,10 @@ def main() -> None:
         print(new_key())
         return
     try:
-        codec = codec_from(os.environ.get("HELPER_CODEC_KEYS"), os.environ.get("HELPER_CODEC_KEY_ID"))
+        # The codec server only shows payloads: one written in clear is shown as it is.
+        codec = codec_from(
+            os.environ.get("HELPER_CODEC_KEYS"), os.environ.get("HELPER_CODEC_KEY_ID"), allow_plaintext=True
+        )
     except CodecError as error:
         sys.exit(str(error))
     if codec is None:
@@ -38,7 +45,22 @@ def main() -> None:
     origins = arguments.origin or os.environ.get(
         "HELPER_CODEC_ORIGINS", "http://127.0.0.1:8233,http://localhost:8233"
     ).split(",")
-    app = create_app(codec, allowed_origins=origins, token=os.environ.get("HELPER_CODEC_TOKEN"))
+    try:
+        settings = auth_settings_from_env(os.environ)
+        max_body_bytes = int(os.environ.get("HELPER_CODEC_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES)
+    except AuthConfigError as error:
+        sys.exit(str(error))
+    except ValueError:
+        sys.exit("HELPER_CODEC_MAX_BODY_BYTES must be a whole number of bytes")
+    if max_body_bytes <= 0:
+        sys.exit("HELPER_CODEC_MAX_BODY_BYTES must be positive")
+    refusal = startup_refusal(settings, arguments.host)
+    if refusal is not None:
+        sys.exit(refusal)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not settings.any_credential:
+        log.warning("no HELPER_CODEC_TOKEN and no OIDC: anyone who can reach %s may read payloads", arguments.host)
+    app = create_app(codec, allowed_origins=origins, authorizer=Authorizer(settings), max_body_bytes=max_body_bytes)
     uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="warning")
 
 

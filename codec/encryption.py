@@ -14,18 +14,34 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import logging
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    EncodingPayloadConverter,
+    PayloadCodec,
+)
 
 ENCODING = b"binary/encrypted"
+# What a refused plaintext payload becomes. Decoded into a typed argument it is an error, so a plaintext signal
+# is dropped and a plaintext update or start refused: nothing a key-less client sends is acted on (R39).
+# Decoded untyped (failure details) it is a harmless marker: the server itself writes plaintext details into
+# some events, such as the cancel of an activity that never started, and those must not fail a workflow task.
+REFUSED_PLAINTEXT = b"binary/plaintext-refused"
 KEY_ID = "encryption-key-id"
 NONCE_BYTES = 12
+
+
+log = logging.getLogger(__name__)
 
 
 class CodecError(ValueError):
@@ -33,7 +49,10 @@ class CodecError(ValueError):
 
 
 class EncryptionCodec(PayloadCodec):
-    def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
+    """Encrypts every payload; refuses unencrypted ones unless `allow_plaintext` (a migration window for
+    histories written before encryption was turned on)."""
+
+    def __init__(self, keys: Mapping[str, bytes], current: str, *, allow_plaintext: bool = False) -> None:
         if current not in keys:
             raise CodecError(f"the current key id {current!r} is not among the keys ({', '.join(keys) or 'none'})")
         for key_id, key in keys.items():
@@ -41,6 +60,7 @@ class EncryptionCodec(PayloadCodec):
                 raise CodecError(f"key {key_id!r} has {len(key)} bytes; AES-256 needs 32")
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._current = current
+        self._allow_plaintext = allow_plaintext
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         cipher = self._ciphers[self._current]
@@ -54,24 +74,71 @@ class EncryptionCodec(PayloadCodec):
         return encoded
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        # Payloads may come from any client of the codec server: every malformation is a CodecError, not a crash.
         decoded = []
         for payload in payloads:
             if payload.metadata.get("encoding") != ENCODING:
-                decoded.append(payload)  # written before encryption was turned on
+                if self._allow_plaintext:
+                    decoded.append(payload)  # written before encryption was turned on
+                else:
+                    log.warning("refused an unencrypted payload (%s)", payload.metadata.get("encoding", b"?")[:40])
+                    decoded.append(Payload(metadata={"encoding": REFUSED_PLAINTEXT}))
                 continue
-            key_id = payload.metadata.get(KEY_ID, b"").decode()
+            try:
+                key_id = payload.metadata.get(KEY_ID, b"").decode()
+            except UnicodeDecodeError:
+                raise CodecError("a payload's key id is not UTF-8 text") from None
             cipher = self._ciphers.get(key_id)
             if cipher is None:
-                raise CodecError(f"no key {key_id!r} to decrypt a payload; add it to HELPER_CODEC_KEYS")
+                raise CodecError(f"no key {key_id[:100]!r} to decrypt a payload; add it to HELPER_CODEC_KEYS")
+            # Shorter than a nonce and a GCM tag (16 bytes): encode never wrote it, and AESGCM would raise.
+            if len(payload.data) < NONCE_BYTES + 16:
+                raise CodecError(f"a payload is too short to have been encrypted with key {key_id!r}")
             nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
             try:
-                decoded.append(Payload.FromString(cipher.decrypt(nonce, sealed, key_id.encode())))
+                plaintext = cipher.decrypt(nonce, sealed, key_id.encode())
             except InvalidTag:
                 raise CodecError(f"a payload does not decrypt with key {key_id!r}") from None
+            try:
+                decoded.append(Payload.FromString(plaintext))
+            except DecodeError:
+                raise CodecError(f"a payload decrypted with key {key_id!r} is not a Temporal payload") from None
         return decoded
 
 
-def codec_from(keys: str | None, key_id: str | None) -> EncryptionCodec | None:
+class PlaintextRefused(ValueError):
+    """A payload arrived unencrypted where the keys are required."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RefusedPayload:
+    """What an untyped refused payload decodes to; it carries nothing of what was sent."""
+
+
+class _RefusedPlaintextConverter(EncodingPayloadConverter):
+    @property
+    def encoding(self) -> str:
+        return REFUSED_PLAINTEXT.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None  # never produced by encoding; only the codec's decode writes this encoding
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        if type_hint is None:
+            return RefusedPayload()
+        raise PlaintextRefused("an unencrypted payload was refused: this runtime requires the codec keys")
+
+
+class RuntimePayloadConverter(PydanticPayloadConverter):
+    """Pydantic models as JSON, plus the refused-plaintext marker the codec writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        refused = _RefusedPlaintextConverter()
+        self.converters = {**self.converters, refused.encoding.encode(): refused}
+
+
+def codec_from(keys: str | None, key_id: str | None, *, allow_plaintext: bool = False) -> EncryptionCodec | None:
     """The codec the settings describe, or None when no keys are set (payloads stay in clear)."""
     if not keys:
         return None
@@ -84,14 +151,20 @@ def codec_from(keys: str | None, key_id: str | None) -> EncryptionCodec | None:
             parsed[name] = base64.b64decode(encoded, validate=True)
         except binascii.Error:
             raise CodecError(f"HELPER_CODEC_KEYS: key {name!r} is not valid base64") from None
-    return EncryptionCodec(parsed, key_id or next(iter(parsed)))
+    return EncryptionCodec(parsed, key_id or next(iter(parsed)), allow_plaintext=allow_plaintext)
 
 
 def data_converter(codec: PayloadCodec | None) -> DataConverter:
     """The runtime's one data converter: pydantic models, encrypted when a codec is given."""
     if codec is None:
         return pydantic_data_converter
-    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+    # Failure messages and stack traces go into encoded attributes, so they are encrypted too (R39).
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_converter_class=RuntimePayloadConverter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
 
 
 def new_key() -> str:

@@ -6,6 +6,11 @@ is closed while running: its slot stays held until the core confirms the stop, a
 meanwhile waits for exactly that slot. Boris (Russian) gets one helper that hits the work ceiling, to
 show the stop explained in his language. Iva's side reads the unreported outcomes and marks them
 delivered after answering, as a chat turn would.
+
+Nothing here depends on how fast the machine is: the reference core holds scripted helpers on latches
+(`reference_core.latches`) that the scenario releases once it has shown what must happen while they
+run, e.g. the first wave stays running until the fourth helper has been refused, and long-a's stop is
+confirmed only after the helper admitted meanwhile was seen waiting for its slot.
 """
 
 from __future__ import annotations
@@ -22,14 +27,21 @@ from typing import Any
 
 import httpx
 
+from config.settings import Settings
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
-from domain.settings import Settings
 from reference_core.script import scripted_task
 from starter.client import HelperClient
+from starter.watch import POLL_INTERVAL_S, LiveLines, cut, render
 
 ANNA = "anna"
 BORIS = "boris"
+FIRST_WAVE = ["mail-report", "pick-venue", "market-scan"]
+LONG_RUNS = ["long-a", "long-b", "long-c"]
+# Latches of the reference core (see reference_core/latches.py).
+FIRST_WAVE_LATCH = "first-wave"  # the first wave makes no call until the fourth helper was refused
+LONG_RUNS_LATCH = "long-runs"  # the long runs stay running (after two calls) until each is closed
+LONG_A_STOP_LATCH = "long-a-stop"  # the core confirms long-a's stop only once after-close was seen waiting
 
 
 @dataclass
@@ -50,21 +62,26 @@ class Report:
 
 
 def _say(who: str, message: str) -> None:
-    print(f"{datetime.now():%H:%M:%S}  {who:<24} {message}", flush=True)
+    print(render(who, message, datetime.now()), flush=True)
 
 
 class Watcher:
-    """Polls the store (as Iva reads it) and the chat's inbox, printing every change of every helper."""
+    """Polls the store (as Iva reads it, with the lines of `helper-starter watch`) and the chat's inbox."""
 
     def __init__(self, client: HelperClient, chat_url: str, owners: list[str]) -> None:
         self.client = client
         self.chat_url = chat_url
         self.owners = owners
-        self.seen: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.live = LiveLines()
         self.events_seen: dict[str, int] = {}
-        self.views: dict[tuple[str, str], HelperView] = {}
         self.events: dict[str, list[dict[str, Any]]] = {}
         self._task: asyncio.Task[None] | None = None
+        # One poll at a time: a slower, older read printed after a newer one would show a helper going back.
+        self._polling = asyncio.Lock()
+
+    @property
+    def views(self) -> dict[tuple[str, str], HelperView]:
+        return self.live.views
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -78,41 +95,21 @@ class Watcher:
     async def _run(self) -> None:
         while True:
             await self.poll()
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(POLL_INTERVAL_S)
 
     async def poll(self) -> None:
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with self._polling, httpx.AsyncClient(timeout=5) as http:
             for owner in self.owners:
-                for view in await self.client.list_helpers(owner):
-                    self._show(owner, view)
+                for line in self.live.update(owner, await self.client.list_helpers(owner)):
+                    _say(line.who, line.text)
                 try:
                     events = (await http.get(f"{self.chat_url}/v1/owners/{owner}/events")).json()
                 except httpx.HTTPError:
                     continue
                 self.events[owner] = events
                 for event in events[self.events_seen.get(owner, 0) :]:
-                    _say(f"chat({owner})", f"system event {event['key']}: {event['text']}")
+                    _say(f"chat({owner})", cut(f"system event {event['key']}: {event['text']}"))
                 self.events_seen[owner] = len(events)
-
-    def _show(self, owner: str, view: HelperView) -> None:
-        key = (owner, view.helper_id)
-        self.views[key] = view
-        shape = (view.state, view.steps, view.outcome_kind, view.ahead)
-        if self.seen.get(key) == shape:
-            return
-        self.seen[key] = shape
-        who = f"{owner}/{view.helper_id}"
-        if view.outcome_kind is not None and view.state in (RowState.UNREPORTED, RowState.CLOSED, RowState.DELIVERED):
-            summary = (view.summary or "").replace("\n", " ")
-            _say(who, f"{view.state.value} · outcome {view.outcome_kind.value}: {summary[:160]}")
-            for action in view.actions:
-                _say(who, f"  action · {action.tool} · {action.whom}: {action.what}")
-        elif view.state is RowState.WAITING:
-            _say(who, f"waiting for a slot · {view.ahead} ahead")
-        elif view.state is RowState.CLOSED:
-            _say(who, "closed (its slot stays held until the core confirms the stop)")
-        else:
-            _say(who, f"{view.state.value} · {view.steps} steps · {view.work_tokens:,} work tokens")
 
 
 async def run_scenario(settings: Settings) -> list[str]:
@@ -123,7 +120,7 @@ async def run_scenario(settings: Settings) -> list[str]:
     report = Report()
     try:
         await _first_wave(client, watcher, report, settings)
-        await _close_while_running(client, watcher, report)
+        await _close_while_running(client, watcher, report, settings)
         await _iva_reads_and_answers(client, report)
     finally:
         await watcher.stop()
@@ -132,18 +129,36 @@ async def run_scenario(settings: Settings) -> list[str]:
     return report.problems
 
 
-async def _start(client: HelperClient, owner: str, helper_id: str, task: str, **fields: Any) -> Any:
+async def _start(client: HelperClient, watcher: Watcher, owner: str, helper_id: str, task: str, **fields: Any) -> Any:
+    """Admit a helper; the watcher's "admitted" line follows at once, before any line about its running."""
     request = {"owner": owner, "helper_id": helper_id, "task": task, "model": "scripted", **fields}
     admission = await client.start(request)
-    where = "running now" if admission.status == "running" else f"waiting, {admission.ahead} ahead"
-    _say(f"{owner}/{helper_id}", f"admitted · {where}")
+    await watcher.poll()
     return admission
+
+
+async def _release(settings: Settings, latch: str, why: str) -> None:
+    """Release a latch of the reference core: the scripted helpers held on it go on."""
+    async with httpx.AsyncClient(base_url=settings.core_url, timeout=10) as http:
+        response = await http.post(f"/v1/demo/latches/{latch}/release")
+        response.raise_for_status()
+    _say("demo", f"latch {latch} released · {why}")
+
+
+async def _close(client: HelperClient, watcher: Watcher, owner: str, helper_id: str) -> Any:
+    answer = await client.close(owner, helper_id)
+    _say(f"{owner}/{helper_id}", f"Anna closes it · answer: row {answer.state.value}, slot held: {answer.slot_held}")
+    await watcher.poll()
+    return answer
 
 
 async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, settings: Settings) -> None:
     print("\n— Anna hands three tasks to helpers; a fourth is one too many —", flush=True)
+    # The three make no model call before the fourth was refused, so all three are still open then.
+    held = {"hold_until": FIRST_WAVE_LATCH}
     await _start(
         client,
+        watcher,
         ANNA,
         "mail-report",
         scripted_task(
@@ -158,11 +173,13 @@ async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, se
                     "args": {"to": "bob@example.com", "subject": "Q3 revenue", "body": "Revenue grew 12%."},
                 },
             ],
+            **held,
         ),
         boundary=["send_mail to bob@example.com"],
     )
     await _start(
         client,
+        watcher,
         ANNA,
         "pick-venue",
         scripted_task(
@@ -171,10 +188,12 @@ async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, se
             step_ms=900,
             end="question",
             question="Should the venue be within walking distance of the office, or is a taxi fine?",
+            **held,
         ),
     )
     await _start(
         client,
+        watcher,
         ANNA,
         "market-scan",
         scripted_task(
@@ -185,25 +204,30 @@ async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, se
             input_tokens=150_000,
             input_growth=120_000,
             output_tokens=150_000,
+            **held,
         ),
     )
     # The fourth goes through the console script, as Iva's tool call would, to show a refusal.
-    refused = await _cli(
+    code, answer = await _cli(
         settings,
         ["start", "--owner", ANNA, "--id", "extra", "--model", "scripted", "--task", "Book a table for Saturday."],
     )
-    code, answer = refused
     error = answer.get("error", {})
-    _say(f"{ANNA}/extra", f"refused (exit {code}) · {error.get('code')}: {error.get('message')}")
+    if error:
+        _say(f"{ANNA}/extra", f"refused (exit {code}) · {error.get('code')}: {error.get('message')}")
+    else:
+        _say(f"{ANNA}/extra", f"NOT refused (exit {code}) · {answer}")
     report.expect(
         code == 1 and error.get("code") == "too_many_open", f"extra: expected a too_many_open refusal, got {answer}"
     )
     report.expect(
-        sorted(error.get("open_ids", [])) == ["mail-report", "market-scan", "pick-venue"],
+        sorted(error.get("open_ids", [])) == sorted(FIRST_WAVE),
         f"extra: the refusal should name the three open helpers, got {error.get('open_ids')}",
     )
+    await _release(settings, FIRST_WAVE_LATCH, "the three helpers make their first calls")
     await _start(
         client,
+        watcher,
         BORIS,
         "obzor-rynka",
         scripted_task(
@@ -217,50 +241,54 @@ async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, se
         ),
         language="ru",
     )
+    first_wave = [(ANNA, helper_id) for helper_id in FIRST_WAVE] + [(BORIS, "obzor-rynka")]
     await _wait_for(
-        lambda: all(
-            watcher.views.get((owner, helper_id)) is not None
-            and watcher.views[(owner, helper_id)].outcome_kind is not None
-            for owner, helper_id in [
-                (ANNA, "mail-report"),
-                (ANNA, "pick-venue"),
-                (ANNA, "market-scan"),
-                (BORIS, "obzor-rynka"),
-            ]
-        ),
+        lambda: all(_kind(watcher, owner, helper_id) is not None for owner, helper_id in first_wave),
         "the first wave to finish",
         timeout=120,
     )
-
-
-async def _close_while_running(client: HelperClient, watcher: Watcher, report: Report) -> None:
-    print("\n— Three long runs; one is closed while running; a new helper waits for its slot —", flush=True)
-    long_run = {"end": "run", "steps": 80, "step_ms": 1000}
-    await _start(
-        client, ANNA, "long-a", scripted_task("Watch the shared inbox for replies.", cancel_delay_ms=4000, **long_run)
-    )
-    await _start(client, ANNA, "long-b", scripted_task("Draft the weekly digest.", **long_run))
-    await _start(client, ANNA, "long-c", scripted_task("Collect travel options for March.", **long_run))
+    # Iva answers in a turn only after the chat was told, so the automatic report is never pre-empted.
     await _wait_for(
-        lambda: all(_steps(watcher, ANNA, h) >= 2 for h in ("long-a", "long-b", "long-c")), "long runs to start"
+        lambda: set(FIRST_WAVE) <= _told(watcher, ANNA), "the chat to be told about the first wave", timeout=60
     )
-    answer = await client.close(ANNA, "long-a")
-    _say(f"{ANNA}/long-a", f"close answered · row {answer.state.value} · slot held: {answer.slot_held}")
+
+
+async def _close_while_running(client: HelperClient, watcher: Watcher, report: Report, settings: Settings) -> None:
+    print("\n— Three long runs; one is closed while running; a new helper waits for its slot —", flush=True)
+    # Two calls each, then held: they are still running whenever the scenario closes them.
+    long_run = {"end": "run", "steps": 80, "step_ms": 300, "hold_until": LONG_RUNS_LATCH, "hold_at_step": 3}
+    await _start(
+        client,
+        watcher,
+        ANNA,
+        "long-a",
+        scripted_task("Watch the shared inbox for replies.", cancel_hold_until=LONG_A_STOP_LATCH, **long_run),
+    )
+    await _start(client, watcher, ANNA, "long-b", scripted_task("Draft the weekly digest.", **long_run))
+    await _start(client, watcher, ANNA, "long-c", scripted_task("Collect travel options for March.", **long_run))
+    await _wait_for(lambda: all(_steps(watcher, ANNA, h) >= 2 for h in LONG_RUNS), "the long runs to start")
+    answer = await _close(client, watcher, ANNA, "long-a")
     report.expect(
         answer.state is RowState.CLOSED and answer.slot_held, f"long-a: closed row with slot held, got {answer}"
     )
     admission = await _start(
-        client, ANNA, "after-close", scripted_task("Summarize today's calendar.", steps=3, step_ms=700)
+        client, watcher, ANNA, "after-close", scripted_task("Summarize today's calendar.", steps=3, step_ms=700)
     )
     report.expect(
         admission.status == "waiting" and admission.ahead == 0,
         f"after-close: should wait for long-a's slot with nobody ahead, got {admission}",
     )
+    waiting = watcher.views.get((ANNA, "after-close"))
+    report.expect(
+        waiting is not None and waiting.state is RowState.WAITING,
+        f"after-close: should still wait while long-a's stop is unconfirmed, got {waiting}",
+    )
+    await _release(settings, LONG_A_STOP_LATCH, "the core confirms long-a's stop, which frees its slot")
     await _wait_for(lambda: _kind(watcher, ANNA, "after-close") is not None, "after-close to finish", timeout=60)
     for helper_id in ("long-b", "long-c"):
-        await client.close(ANNA, helper_id)
+        await _close(client, watcher, ANNA, helper_id)
     await _wait_for(
-        lambda: all(_kind(watcher, ANNA, h) is OutcomeKind.CLOSED for h in ("long-a", "long-b", "long-c")),
+        lambda: all(_kind(watcher, ANNA, h) is OutcomeKind.CLOSED for h in LONG_RUNS),
         "the long runs to stop",
         timeout=60,
     )
@@ -317,9 +345,8 @@ def _check_outcomes(watcher: Watcher, report: Report) -> None:
         venue is not None and "walking distance" in (venue.summary or ""),
         "pick-venue: outcome should carry the question",
     )
-    anna_events = watcher.events.get(ANNA, [])
-    report.expect(bool(anna_events), "the chat received no system event for Anna")
-    told = {helper_id for event in anna_events for helper_id in event["helper_ids"]}
+    report.expect(bool(watcher.events.get(ANNA)), "the chat received no system event for Anna")
+    told = _told(watcher, ANNA)
     report.expect(
         {"mail-report", "pick-venue", "market-scan"} <= told,
         f"the chat should have been told about the first wave, was told about {sorted(told)}",
@@ -330,6 +357,11 @@ def _check_outcomes(watcher: Watcher, report: Report) -> None:
 def _kind(watcher: Watcher, owner: str, helper_id: str) -> OutcomeKind | None:
     view = watcher.views.get((owner, helper_id))
     return None if view is None else view.outcome_kind
+
+
+def _told(watcher: Watcher, owner: str) -> set[str]:
+    """The helpers the chat was told about in a system event."""
+    return {helper_id for event in watcher.events.get(owner, []) for helper_id in event["helper_ids"]}
 
 
 def _steps(watcher: Watcher, owner: str, helper_id: str) -> int:
@@ -354,7 +386,14 @@ async def _cli(settings: Settings, arguments: list[str]) -> tuple[int, dict[str,
         "PATH": "",
     }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter", *arguments, stdout=subprocess.PIPE, env=environment
+        # stderr only repeats the JSON error in one line; the scenario prints its own line about it.
+        sys.executable,
+        "-m",
+        "starter",
+        *arguments,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
     )
     output, _ = await process.communicate()
     return process.returncode or 0, json.loads(output or b"{}")

@@ -22,9 +22,10 @@ import httpx
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from codec.encryption import new_key
-from domain.settings import Settings
-from workflows.client import connect_temporal
-from workflows.names import SEARCH_ATTRIBUTES
+from config.local_env import FILE_NAME, read_local_env, write_local_env
+from config.settings import Settings
+from protocol.connection import connect_temporal
+from protocol.names import SEARCH_ATTRIBUTES
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
@@ -49,9 +50,11 @@ class Stack:
     data: Path
     ports: Ports = field(default_factory=Ports)
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    _resumed: bool = False
     commands: dict[str, list[str]] = field(default_factory=dict)
-    # Payloads in Temporal are encrypted; a fresh key for every run unless one is configured.
-    codec_keys: str = field(default_factory=lambda: os.environ.get("HELPER_CODEC_KEYS") or f"local:{new_key()}")
+    # Payloads in Temporal are encrypted: the configured key, else the one this data folder was started with
+    # (its histories need it), else a new one; kept in `<data>/local.env` for the starter in another shell.
+    codec_keys: str = ""
 
     @property
     def logs(self) -> Path:
@@ -78,9 +81,12 @@ class Stack:
         )
 
     def environment(self) -> dict[str, str]:
+        return {**os.environ, **self.connection_variables()}
+
+    def connection_variables(self) -> dict[str, str]:
+        """Where everything is, and the codec key: what the stack's processes and a second shell's starter need."""
         settings = self.settings()
         return {
-            **os.environ,
             "TEMPORAL_ADDRESS": settings.temporal_address,
             "HELPER_STORE_URL": settings.store_url,
             "HELPER_RESULTS_DIR": str(settings.results_dir),
@@ -89,12 +95,39 @@ class Stack:
             "HELPER_CODEC_KEYS": self.codec_keys,
         }
 
-    async def start(self, *, fresh: bool) -> None:
-        if fresh and self.data.exists():
-            shutil.rmtree(self.data)
-        self.logs.mkdir(parents=True, exist_ok=True)
+    @property
+    def env_file(self) -> Path:
+        return self.data / FILE_NAME
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this data folder held a stack before (its store survives a restart)."""
+        return self._resumed
+
+    def prepare(self, *, fresh: bool) -> None:
+        """Check every port first (a second `make run` must not touch the live stack's data), then wipe the data
+        folder if asked, and write the settings file a second shell uses."""
         for name, port in vars(self.ports).items():
             _require_free(name, port)
+        if fresh and self.data.exists():
+            shutil.rmtree(self.data)
+        self._resumed = (self.data / "helpers.sqlite3").exists()
+        earlier = read_local_env(self.env_file) if self.env_file.is_file() else {}
+        self.codec_keys = (
+            os.environ.get("HELPER_CODEC_KEYS") or earlier.get("HELPER_CODEC_KEYS") or f"local:{new_key()}"
+        )
+        self.logs.mkdir(parents=True, exist_ok=True)
+        write_local_env(
+            self.env_file,
+            self.connection_variables(),
+            header=(
+                "The local stack's settings (python -m demo), for the starter in another shell: it reads this file\n"
+                "by itself when run from the checkout; elsewhere, `source` it. Holds the codec key: keep it private."
+            ),
+        )
+
+    async def start(self, *, fresh: bool) -> None:
+        self.prepare(fresh=fresh)
         temporal = [
             str(BIN / "temporal"),
             "server",
@@ -177,7 +210,12 @@ class Stack:
     def _spawn(self, name: str, command: list[str]) -> None:
         log = (self.logs / f"{name}.log").open("ab")
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the demo, which stops these in order
+            preexec_fn=_die_with_parent,
         )
         self.commands[name] = command
         self.processes.append((name, process))
@@ -253,9 +291,53 @@ def _require_free(name: str, port: int) -> None:
         try:
             probe.bind((HOST, port))
         except OSError:
+            holder = port_holder(port)
+            held_by = f" by {holder}" if holder else ""
             raise StackError(
-                f"port {port} ({name}) on {HOST} is in use; stop what holds it or choose another port"
+                f"port {port} ({name}) on {HOST} is in use{held_by}. Is `make run` already running? Stop it "
+                "(Ctrl-C), or choose other ports: make run PORT_BASE=9000 (or python -m demo run --port-base 9000)"
             ) from None
+
+
+def port_holder(port: int) -> str | None:
+    """`pid <n> (<command line>)` of the process listening on a TCP port, from /proc (Linux); None elsewhere."""
+    inodes = set()
+    for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
+        try:
+            rows = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address is HEX_IP:HEX_PORT; state 0A is LISTEN
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (process / "fd").iterdir()):
+                command = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {process.name} ({command[:120]})"
+        except OSError:
+            continue  # gone meanwhile, or not ours to look at
+    return None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: be killed when the demo process dies (Linux), so no part of the stack outlives
+    it. The demo stops its children in order itself; this only acts when the demo was killed outright, and then
+    SIGKILL is as certain as that (the state files are SQLite, safe after a kill). Elsewhere the demo's own
+    signal handling is all there is."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -10,10 +10,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from domain.core_api import Action
+from contracts.core_api import Action
+from domain.book import EventState
+from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
-from domain.owner_book import EventState
 from domain.requests import HelperRequest
 from domain.rows import RowState
 from domain.work import Usage
@@ -22,8 +23,8 @@ from domain.work import Usage
 class RowKey(BaseModel):
     """Which row, which admission of it, and the writer's generation (SPEC "Parts": writer generation)."""
 
-    owner: str
-    helper_id: str
+    owner: OwnerId
+    helper_id: HelperId
     seq: int
     generation: int
 
@@ -36,7 +37,7 @@ class NewRow(BaseModel):
 
 
 class RowToRemove(BaseModel):
-    helper_id: str
+    helper_id: HelperId
     seq: int
 
 
@@ -44,7 +45,7 @@ class RemoveRows(BaseModel):
     """Rows to remove with their result directories; the seq names each directory even once the row is gone,
     so a retry after a crash between the two removals still finds the directory."""
 
-    owner: str
+    owner: OwnerId
     rows: list[RowToRemove]
 
     @property
@@ -60,16 +61,17 @@ class RemovedRows(BaseModel):
 class HelperStart(BaseModel):
     """A helper workflow's input, set by the coordinator at admission."""
 
-    owner: str
-    helper_id: str
+    owner: OwnerId
+    helper_id: HelperId
     seq: int
-    goal_id: str | None = None
+    goal_id: GoalId | None = None
     language: str
     model: str
     limits: Limits
     slot_granted: bool
     summary_max: int
     check_ms: int
+    keep_ms: int | None = Field(default=None, description="The owner's HELPER_KEEP_MS (None: first release).")
     follow: FollowTuning
     title: str = Field(description="First line of the task, shown in the Web UI.")
 
@@ -79,12 +81,17 @@ class AdmitHelper(BaseModel):
     start: HelperStart
 
 
+# `check_ms` travels with each core call, from the owner's policy, so the call's bound and its activity's
+# timeout come from one source (None: from a first-release workflow; the worker's setting then applies).
+
+
 class OpenSession(BaseModel):
     row: RowKey
     idempotency_key: str
     limits: Limits
     started_at: datetime
     deadline_at: datetime
+    check_ms: int | None = None
 
 
 class OpenedSession(BaseModel):
@@ -93,9 +100,24 @@ class OpenedSession(BaseModel):
 
 
 class SessionRef(BaseModel):
-    owner: str
-    helper_id: str
+    owner: OwnerId
+    helper_id: HelperId
     session_id: str
+    check_ms: int | None = None
+
+
+class RecoverSession(BaseModel):
+    """Find a session whose create was never answered (same idempotency key), then cancel and reset it."""
+
+    row: RowKey
+    idempotency_key: str
+    limits: Limits
+    check_ms: int | None = None
+
+
+class RecoveredSession(BaseModel):
+    session_id: str | None = None  # None: the core made no session under the key, or could not be asked
+    stopped: bool = False
 
 
 class CancelResult(BaseModel):
@@ -117,13 +139,18 @@ class Finalize(BaseModel):
     language: str
     model: str
     explanation: str = ""
+    session_id: str | None = Field(default=None, description="The session the full lists in session.json belong to.")
     question: str | None = None
     authorization: str | None = None
     actions: list[Action] = Field(default_factory=list)
+    actions_total: int = Field(default=0, description="Actions the session performed; `actions` holds the first.")
     refusals: list[str] = Field(default_factory=list)
     usage: Usage | None = Field(default=None, description="None: take the counters last folded into the row.")
     summary_max: int
     finished_at: datetime
+    keep_until: datetime | None = Field(
+        default=None, description="A closed row's removal time, from the owner's policy (the coordinator's)."
+    )
 
 
 class Finalized(BaseModel):
@@ -142,9 +169,9 @@ class CoordinatorWrite(BaseModel):
 
 
 class OfferEvent(BaseModel):
-    owner: str
+    owner: OwnerId
     key: str
-    helper_ids: list[str]
+    helper_ids: list[HelperId]
     language: str
     attempts: int
 
@@ -154,3 +181,8 @@ class OfferResult(BaseModel):
     busy: bool = False
     receipt_id: str | None = None
     error: str | None = None
+
+
+class WithdrawnEvent(BaseModel):
+    owner: OwnerId
+    key: str

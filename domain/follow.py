@@ -12,7 +12,16 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from domain.core_api import Action, SessionStatus, Snapshot, StopReason
+from contracts.core_api import Action, SessionStatus, Snapshot, StopReason
+from domain.bounds import (
+    PAYLOAD_ACTIONS_MAX,
+    PAYLOAD_ITEM_TEXT_MAX,
+    PAYLOAD_REFUSALS_MAX,
+    PAYLOAD_TEXT_MAX,
+    cut,
+    first,
+)
+from domain.ids import HelperId, OwnerId
 from domain.limits import FollowTuning
 from domain.outcome import OutcomeKind
 from domain.work import Usage, fold_usage
@@ -30,14 +39,31 @@ class Verdict(StrEnum):
 class FollowRequest(BaseModel):
     """What the follow activity needs; small, so the history entry stays small."""
 
-    owner: str
-    helper_id: str
+    owner: OwnerId
+    helper_id: HelperId
     seq: int
     session_id: str
     generation: int = Field(description="Progress writes are accepted only at this row generation.")
     ceiling_tokens: int
     watch_work_ceiling: bool = True  # false once finish-now was asked for because of it
+    stop_at_pauses: bool = True  # false while a cancel is meant to end a question or authorization pause
     tuning: FollowTuning
+    check_ms: int | None = None  # the bound of each snapshot call, from the owner's policy
+
+
+def long_poll_wait_ms(tuning: FollowTuning, check_ms: int) -> int:
+    """How long one long-poll read may wait (R44): `wait_ms`, shortened so that the read, bounded by the wait
+    plus `check_ms`, ends 5 s before the heartbeat timeout (`liveness_ms`) would call the worker dead."""
+    return max(0, min(tuning.wait_ms, tuning.liveness_ms - check_ms - 5_000))
+
+
+def next_read_waits(long_polled: bool, changed: bool, elapsed_ms: float, wait_ms: int) -> bool:
+    """Whether the follow may ask again at once (True) or must pause `poll_ms` first (False).
+
+    After a long-poll read that brought a change, or that the core held for at least half the wait, the next
+    read goes out at once: the core does the waiting. A core that answers a long poll at once with nothing new
+    (it advertises versions but ignores the wait) is paced like a polled core, never spun (R44)."""
+    return long_polled and (changed or elapsed_ms >= wait_ms / 2)
 
 
 class FollowCursor(BaseModel):
@@ -51,6 +77,9 @@ class FollowCursor(BaseModel):
     message_hash: int = 0
     silent_since: datetime | None = None
     bad_answers: int = 0
+    saved_actions: int = -1  # actions and refusals last kept whole in session.json
+    saved_refusals: int = -1
+    version: int | None = None  # the snapshot version last seen; a core that sends one is long-polled (R44)
 
 
 class FollowResult(BaseModel):
@@ -63,15 +92,20 @@ class FollowResult(BaseModel):
     refusals: list[str] = Field(default_factory=list)
     stop_reason: StopReason | None = None
     error: str | None = None
+    silent: bool = False  # CORE_FAILED because the core gave no answer (not because it answered badly)
+    actions_total: int = 0
+    refusals_total: int = 0
 
 
-def judge(snapshot: Snapshot, usage: Usage, ceiling_tokens: int, watch_work_ceiling: bool) -> Verdict | None:
+def judge(
+    snapshot: Snapshot, usage: Usage, ceiling_tokens: int, watch_work_ceiling: bool, stop_at_pauses: bool = True
+) -> Verdict | None:
     """The verdict for one snapshot, or None to keep following."""
     if snapshot.status.is_terminal:
         return Verdict.TERMINAL
-    if snapshot.status is SessionStatus.QUESTION:
+    if snapshot.status is SessionStatus.QUESTION and stop_at_pauses:
         return Verdict.QUESTION
-    if snapshot.status is SessionStatus.AUTHORIZATION:
+    if snapshot.status is SessionStatus.AUTHORIZATION and stop_at_pauses:
         return Verdict.AUTHORIZATION
     if watch_work_ceiling and usage.work_tokens >= ceiling_tokens:
         return Verdict.WORK_CEILING
@@ -79,22 +113,38 @@ def judge(snapshot: Snapshot, usage: Usage, ceiling_tokens: int, watch_work_ceil
 
 
 def result_from(snapshot: Snapshot, verdict: Verdict) -> FollowResult:
+    """The verdict with what the workflow needs of the snapshot, bounded (R36): the first actions and
+    refusals with their totals, texts cut; the whole snapshot is kept in the result directory."""
     usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
     return FollowResult(
         verdict=verdict,
         status=snapshot.status,
         usage=usage,
-        question=snapshot.question,
-        authorization=(
-            None
-            if snapshot.authorization is None
-            else " — ".join(p for p in (snapshot.authorization.action, snapshot.authorization.reason) if p)
-        ),
-        actions=snapshot.actions,
-        refusals=snapshot.refusals,
+        question=cut(snapshot.question, PAYLOAD_TEXT_MAX),
+        authorization=cut(authorization_text(snapshot), PAYLOAD_TEXT_MAX),
+        actions=[_cut_action(action) for action in first(snapshot.actions, PAYLOAD_ACTIONS_MAX)],
+        actions_total=len(snapshot.actions),
+        refusals=[cut(r, PAYLOAD_ITEM_TEXT_MAX) or "" for r in first(snapshot.refusals, PAYLOAD_REFUSALS_MAX)],
+        refusals_total=len(snapshot.refusals),
         stop_reason=snapshot.outcome.stop_reason if snapshot.outcome else None,
-        error=snapshot.error,
+        error=cut(snapshot.error, PAYLOAD_TEXT_MAX),
     )
+
+
+def _cut_action(action: Action) -> Action:
+    return action.model_copy(
+        update={
+            "tool": cut(action.tool, PAYLOAD_ITEM_TEXT_MAX),
+            "whom": cut(action.whom, PAYLOAD_ITEM_TEXT_MAX),
+            "what": cut(action.what, PAYLOAD_ITEM_TEXT_MAX),
+        }
+    )
+
+
+def authorization_text(snapshot: Snapshot) -> str | None:
+    if snapshot.authorization is None:
+        return None
+    return " — ".join(p for p in (snapshot.authorization.action, snapshot.authorization.reason) if p)
 
 
 def terminal_outcome_kind(status: SessionStatus, *, closing: bool, stopping_for_authorization: bool) -> OutcomeKind:

@@ -1,10 +1,12 @@
 """The seed's limit constants and the effective limits of one helper (SPEC "Limits", R1).
 
 The names are the seed's (`HELPER_MAX_OPEN`, ...). Every value can be overridden by an environment
-variable of the same name (see `domain.settings`), and a request may only tighten them.
+variable of the same name (see `config.settings`), and a request may only tighten them.
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +57,11 @@ class LimitOverrides(BaseModel):
     max_input_tokens: int | None = Field(default=None, gt=0)
 
 
+def kept_until(moment: datetime, keep_ms: int) -> datetime:
+    """When a delivered or closed row goes (R29): `HELPER_KEEP_MS` after its delivery or its finish."""
+    return moment + timedelta(milliseconds=keep_ms)
+
+
 def effective_limits(defaults: Limits, *tighter: LimitOverrides | None) -> Limits:
     """The minimum, field by field, of the defaults and every set override (R1)."""
     values = defaults.model_dump()
@@ -77,10 +84,19 @@ class FollowTuning(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    poll_ms: int = Field(default=500, gt=0, description="Between snapshots; changes show within about this.")
+    poll_ms: int = Field(
+        default=500, gt=0, description="Between snapshots of a core without long poll; changes show within this."
+    )
+    # A core that versions its snapshots is asked to hold each read until something changes (R44): changes
+    # show at once and an idle helper costs 60 000 / wait_ms requests a minute. 0 polls every core.
+    wait_ms: int = Field(default=20_000, ge=0, le=60_000, description="The longest wait of one long-poll read.")
     # A follow attempt polls for one window, then ends and is retried by Temporal with its heartbeat
-    # details: attempts stay bounded, history gains nothing, and time-skipping tests can skip.
-    window_ms: int = Field(default=600_000, gt=0)
+    # details: attempts stay bounded, history gains nothing, and time-skipping tests can skip. Each retry
+    # is a billable action, so a window is long: a 45-minute helper's follow takes two attempts.
+    window_ms: int = Field(default=1_500_000, gt=0)
+    # A dead worker's follow is retried elsewhere after this (the heartbeat timeout). Heartbeats go out at
+    # most every 80 % of it, so it is also what a running helper costs in heartbeats (billable actions).
+    liveness_ms: int = Field(default=110_000, ge=1_000, le=120_000)
     resume_ms: int = Field(default=1_000, gt=0)
     silence_ms: int = Field(default=300_000, gt=0, description="No valid core answer this long: failed.")
     bad_answers: int = Field(default=5, gt=0, description="Consecutive malformed core answers before failed.")

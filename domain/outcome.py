@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from domain.core_api import Action
+from contracts.core_api import Action
 from domain.texts import text
 from domain.work import Usage
 
@@ -28,8 +28,13 @@ class OutcomeKind(StrEnum):
 
 
 class Outcome(BaseModel):
-    """The one finalized outcome of a helper; it never changes once written (R19)."""
+    """The one finalized outcome of a helper, as its result directory keeps it (`outcome.json`); it never
+    changes once written (R18, R19)."""
 
+    owner: str
+    helper_id: str
+    seq: int
+    goal_id: str | None = None
     kind: OutcomeKind
     summary: str
     explanation: str = Field(default="", description="Why the helper stopped, in the owner's language.")

@@ -3,6 +3,12 @@
 `HelperRequest.parse` is the one place a request is checked. It is called by the starter before
 anything is sent, and again by the coordinator's update validator, so a request that reaches a
 workflow by any path has passed the same checks and nothing is written for a bad one.
+
+Two kinds of check: the field validators run whenever a request is built, including when Temporal
+reads one back from a history; the admission checks (`check_against`: the limits, control characters
+in text, the boundary's grammar, R5 and R41) run where a request is admitted (`parse`, the starter,
+the coordinator's update validator) and not when a stored request is read back, so a history recorded
+before a check was added still replays and a Goal saved before it still loads.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from domain.boundary import BoundaryError, BoundaryItem, control_character_problem, parse_boundary
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
@@ -50,6 +57,10 @@ def check_utf8(field: str, value: str) -> str:
     return value
 
 
+# The task is prose: line breaks and tabs are kept (a carriage return too, as in CRLF text), nothing else.
+TASK_ALLOWED_CONTROLS = "\n\t\r"
+
+
 class HelperRequest(BaseModel):
     """One helper request: who, what, with which authority, in which language, on which model (R1)."""
 
@@ -60,7 +71,10 @@ class HelperRequest(BaseModel):
     task: str
     boundary: tuple[str, ...] = Field(
         default=(),
-        description="The actions the owner named; empty means find, prepare and return a draft.",
+        description=(
+            "The actions the owner named, each '<tool> to|with <address>[, ...]' (domain.boundary, R41); "
+            "empty means find, prepare and return a draft."
+        ),
     )
     language: str = "en"
     model: str
@@ -98,6 +112,7 @@ class HelperRequest(BaseModel):
     @field_validator("boundary")
     @classmethod
     def _boundary(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # The grammar of each item is an admission check (`check_against`, R41); these bounds are not.
         if len(value) > HELPER_BOUNDARY_MAX_ITEMS:
             raise ValueError(f"boundary names {len(value)} actions; at most {HELPER_BOUNDARY_MAX_ITEMS}")
         for item in value:
@@ -122,6 +137,13 @@ class HelperRequest(BaseModel):
         return value
 
     @property
+    def authority(self) -> tuple[BoundaryItem, ...]:
+        """The parsed boundary: each irreversible tool and the addresses it may touch (R41).
+
+        Raises `BoundaryError` for a request that was never admitted (admission refuses such a boundary)."""
+        return parse_boundary(self.boundary)
+
+    @property
     def is_goal_check(self) -> bool:
         return self.goal_id is not None
 
@@ -136,16 +158,36 @@ class HelperRequest(BaseModel):
         return request
 
     def check_against(self, defaults: Limits) -> None:
-        """A request may only tighten the limits (R1); looser values are out of range."""
+        """The admission checks; `RequestError` names every problem (R5, R41).
+
+        Text carries no control characters (the task may keep line breaks and tabs); each boundary item
+        parses as a tool and the addresses it may touch (negations never do); a request may only tighten
+        the limits (R1), looser values are out of range.
+        """
+        problems = self.text_problems()
         if self.limits is not None:
-            looser = looser_than(defaults, self.limits)
-            if looser:
-                raise RequestError(
-                    [
-                        f"limits.{name} is above the default {getattr(defaults, name)}; a request may only tighten"
-                        for name in looser
-                    ]
-                )
+            problems.extend(
+                f"limits.{name} is above the default {getattr(defaults, name)}; a request may only tighten"
+                for name in looser_than(defaults, self.limits)
+            )
+        if problems:
+            raise RequestError(problems)
+
+    def text_problems(self) -> list[str]:
+        """Control characters in the task and model, and boundary items that do not parse (R5, R41)."""
+        problems = [
+            problem
+            for problem in (
+                control_character_problem("task", self.task, TASK_ALLOWED_CONTROLS),
+                control_character_problem("model", self.model, ""),
+            )
+            if problem is not None
+        ]
+        try:
+            parse_boundary(self.boundary)
+        except BoundaryError as error:
+            problems.append(f"boundary: {error}")
+        return problems
 
 
 def _describe(problem: Any) -> str:

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from domain.core_api import Action
+from contracts.core_api import Action
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 
@@ -39,7 +39,6 @@ class HelperRow(BaseModel):
     model: str
     limits: Limits
     session_id: str | None = None
-    finish_requested: bool = False
     steps: int = 0
     work_tokens: int = 0
     input_tokens: int = 0
@@ -82,17 +81,12 @@ class HelperView(BaseModel):
     full_text: str | None = None
 
 
-class AdmissionStatus(StrEnum):
-    RUNNING = "running"
-    WAITING = "waiting"
-
-
 class Admission(BaseModel):
     """The starter's answer to `start` (R4): durable before it is given."""
 
     owner: str
     helper_id: str
-    status: AdmissionStatus | RowState
+    status: RowState = Field(description="running or waiting; a replayed admission may find it already final")
     ahead: int = 0
     existing: bool = False
     evicted: list[str] = Field(default_factory=list)

@@ -2,6 +2,10 @@
 
 Texts are looked up by key and formatted with named fields; an unknown language falls back to
 English only for internal callers (requests with an unknown language are refused at admission).
+
+Durations and counts are passed already said, by `domain.durations.say_duration` and `say_count`
+("30 seconds", "1,5 минуты", "1,000,000 tokens"), and every text is phrased so that their plain
+form fits. Failure texts name a plain `reason.*` sentence, never a technical error string (R32).
 """
 
 from __future__ import annotations
@@ -44,20 +48,27 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "Helper {helper_id} has no unreported outcome to read.",
         "ru": "У помощника {helper_id} нет непрочитанного результата.",
     },
-    # Stop explanations written into outcomes (R13, R15, R17, R24).
+    # Stop explanations written into outcomes (R13, R15, R17, R24). Durations and counts arrive
+    # already said (`domain.durations`), in the plain form: "45 minutes", "1 000 000 токенов".
     "stop.work_ceiling": {
-        "en": "Stopped at the work ceiling of {ceiling_tokens} tokens; this is a partial outcome.",
-        "ru": "Остановлено на пределе работы в {ceiling_tokens} токенов; это частичный результат.",
+        "en": "Stopped at the work ceiling of {ceiling}; this is a partial outcome.",
+        "ru": "Остановлено на пределе работы в {ceiling}; это частичный результат.",
     },
     "stop.deadline": {
-        "en": "Stopped at the {deadline_minutes}-minute deadline; this is a partial outcome.",
-        "ru": "Остановлено по истечении {deadline_minutes} минут; это частичный результат.",
+        "en": "Stopped at the deadline of {deadline}; this is a partial outcome.",
+        "ru": "Остановлено по истечении срока ({deadline}); это частичный результат.",
     },
     "stop.hard_ceiling": {
-        "en": "The core did not finish within {grace_minutes} minutes after the {deadline_minutes}-minute "
-        "deadline; this outcome is the last completed message.",
-        "ru": "Ядро не завершило работу за {grace_minutes} мин. после срока в {deadline_minutes} мин.; "
+        "en": "The core did not finish within {grace} after the deadline of {deadline}; "
+        "this outcome is the last completed message.",
+        "ru": "Срок ({deadline}) истёк, и ядро не завершило работу за дополнительное время ({grace}); "
         "этот результат — последнее завершённое сообщение.",
+    },
+    "stop.close_unconfirmed": {
+        "en": "Closed by the owner. The core did not confirm the stop in time, so the work is being stopped "
+        "separately. The last completed message is kept for manual reading.",
+        "ru": "Закрыт владельцем. Ядро вовремя не подтвердило остановку, поэтому работа останавливается "
+        "отдельно. Последнее завершённое сообщение сохранено для чтения.",
     },
     "stop.no_message": {
         "en": "No message was completed before the stop.",
@@ -71,15 +82,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "The helper stopped because it needs authorization: {needed}",
         "ru": "Помощник остановился, потому что ему нужно разрешение: {needed}",
     },
+    # {reason} is one of the plain `reason.*` sentences below, never a technical error string.
     "outcome.interrupted": {
-        "en": "The helper was interrupted because the core lost its session ({reason}). "
-        "Nothing was repeated; ask again to run the task anew.",
-        "ru": "Помощник прерван, потому что ядро потеряло его сессию ({reason}). "
-        "Ничего не повторялось; попросите снова, чтобы выполнить задачу заново.",
-    },
-    "reason.turn_interrupted": {
-        "en": "the core stopped the turn before it finished",
-        "ru": "ядро остановило ход до его завершения",
+        "en": "The helper was interrupted: {reason}. Nothing was repeated; ask again to run the task anew.",
+        "ru": "Помощник прерван: {reason}. Ничего не повторялось; попросите снова, чтобы выполнить задачу заново.",
     },
     "outcome.failed": {
         "en": "The helper failed: {reason}",
@@ -92,6 +98,45 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
     "outcome.core_unreachable": {
         "en": "the core could not be reached to start the work",
         "ru": "не удалось связаться с ядром, чтобы начать работу",
+    },
+    # Plain reasons for `outcome.failed` and `outcome.interrupted`, as the owner reads them (R32):
+    # lower-case clauses without a final period; technical details go to logs and workflow details.
+    "reason.turn_interrupted": {
+        "en": "the core stopped the turn before it finished",
+        "ru": "ядро остановило ход до его завершения",
+    },
+    "reason.session_lost": {
+        "en": "the core lost the session (for example, after a restart)",
+        "ru": "ядро потеряло сессию (например, после перезапуска)",
+    },
+    "reason.core_no_answer_start": {
+        "en": "the core did not confirm the start of the work in time; if the work started anyway, it will be stopped",
+        "ru": "ядро вовремя не подтвердило начало работы; если работа всё же началась, она будет остановлена",
+    },
+    "reason.core_rejected": {
+        "en": "the core refused the task (for example, because the model is unknown)",
+        "ru": "ядро отказалось принять задачу (например, потому что модель неизвестна)",
+    },
+    "reason.core_unreachable": {
+        "en": "the core could not be reached",
+        "ru": "не удалось связаться с ядром",
+    },
+    "reason.core_bad_answers": {
+        "en": "the core kept sending answers that could not be read",
+        "ru": "ядро раз за разом присылало ответы, которые невозможно прочитать",
+    },
+    "reason.core_silent": {
+        "en": "the core gave no answer for {duration}",
+        "ru": "ядро не отвечало дольше допустимого ({duration})",
+    },
+    "reason.core_failed": {
+        "en": "the work failed in the core",
+        "ru": "работа в ядре завершилась с ошибкой",
+    },
+    # {detail}: the short error the core reported for the work (for example "provider timed out").
+    "reason.core_failed_detail": {
+        "en": "the work failed in the core: {detail}",
+        "ru": "работа в ядре завершилась с ошибкой: {detail}",
     },
     "outcome.actions_heading": {
         "en": "Actions performed:",

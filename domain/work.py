@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from domain.core_api import StepUsage
+from contracts.core_api import StepUsage
 
 
 class Usage(BaseModel):

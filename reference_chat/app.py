@@ -1,4 +1,4 @@
-"""The reference chat's HTTP app: the chat-bridge contract of `domain.chat_api`, plus test controls.
+"""The reference chat's HTTP app: the chat-bridge contract of `contracts.chat_api`, plus test controls.
 
 Controls (reference chat only): PUT idle sets an owner's idle flag; PUT /v1/control/failing makes
 every events POST misbehave: "down" answers 503 and stores nothing; "lose_receipt" stores the event
@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from domain.chat_api import EventReceipt, IdleAnswer, ReceivedEvent, SystemEvent
-from domain.core_api import Problem
+from contracts.chat_api import EventReceipt, IdleAnswer, ReceivedEvent, SystemEvent
+from contracts.core_api import Problem
 from reference_chat.state import ChatState
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from domain.chat_api import EventReceipt, ReceivedEvent, SystemEvent
+from contracts.chat_api import EventReceipt, ReceivedEvent, SystemEvent
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The reference core's HTTP app: exactly the session contract of `domain.core_api`.
+"""The reference core's HTTP app: exactly the session contract of `contracts.core_api`.
 
 The OpenAPI document it serves at `/openapi.json` is the written contract; `docs/core-openapi.json`
 is the same document, exported by `python -m reference_core.openapi` and kept current by a test.
@@ -11,15 +11,26 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Response, status
+from fastapi import FastAPI, Query, Response, status
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from domain.core_api import CancelAnswer, CreateSession, Problem, ResetAnswer, SessionCreated, Snapshot
+from contracts.core_api import (
+    MAX_LONG_POLL_WAIT_MS,
+    MAX_SNAPSHOT_VERSION,
+    CancelAnswer,
+    CreateSession,
+    ModelCatalog,
+    Problem,
+    ResetAnswer,
+    SessionCreated,
+    Snapshot,
+)
+from reference_core.latches import LATCH_NAME, LATCH_NAME_RULE, LatchState
 from reference_core.model_catalog import ModelFactory, default_models
-from reference_core.problems import install_problem_handlers
+from reference_core.problems import CoreProblem, install_problem_handlers
 from reference_core.sessions import SessionService
 
 TITLE = "Reference core"
@@ -78,10 +89,22 @@ def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) 
         return created
 
     @app.get("/v1/sessions/{session_id}", operation_id="getSession", summary="Read the snapshot", responses=_NOT_FOUND)
-    async def get_session(session_id: str) -> Snapshot:
+    async def get_session(
+        session_id: str,
+        after: Annotated[
+            int | None,
+            Query(ge=0, le=MAX_SNAPSHOT_VERSION, description="The version the caller has; wait for another."),
+        ] = None,
+        wait_ms: Annotated[
+            int, Query(ge=0, le=MAX_LONG_POLL_WAIT_MS, description="How long to wait for a change, at most.")
+        ] = 0,
+    ) -> Snapshot:
         """The session's finite snapshot (R11): status, per-step usage, cumulative input, last completed
-        message, question, authorization wait, actions, refusals and, once it ended, the outcome."""
-        return service.snapshot(session_id)
+        message, question, authorization wait, actions, refusals and, once it ended, the outcome.
+
+        Long poll (R44): with `after` and `wait_ms`, the answer comes at once when the snapshot's `version`
+        is not `after`, else when the snapshot changes or after `wait_ms`, with the snapshot as it is then."""
+        return await service.snapshot_after(session_id, after, wait_ms)
 
     @app.post(
         "/v1/sessions/{session_id}/finish",
@@ -105,6 +128,26 @@ def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) 
     async def reset_session(session_id: str) -> ResetAnswer:
         """Cleanup (R20): stop the turn if needed and delete the session; it is 404 afterwards."""
         return await service.reset(session_id)
+
+    # Demo and test aids, not part of eve's contract: left out of the OpenAPI document.
+    def latch_name(name: str) -> str:
+        if not LATCH_NAME.fullmatch(name):
+            raise CoreProblem(400, "invalid_latch", f"name: a latch name is {LATCH_NAME_RULE}")
+        return name
+
+    @app.post("/v1/demo/latches/{name}/release", include_in_schema=False)
+    async def release_latch(name: str) -> LatchState:
+        """Open the latch: turns held on it go on, and later arrivals pass at once."""
+        return service.latches.release(latch_name(name))
+
+    @app.get("/v1/demo/latches/{name}", include_in_schema=False)
+    async def latch_state(name: str) -> LatchState:
+        return service.latches.state(latch_name(name))
+
+    @app.get("/v1/models", operation_id="listModels", summary="The models a create may select")
+    async def list_models() -> ModelCatalog:
+        """The catalog; the starter checks a helper's model against it before admitting it."""
+        return ModelCatalog(models=service.model_names)
 
     @app.get("/healthz", operation_id="health", summary="Health")
     async def healthz() -> Health:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from domain.core_api import CreateSession
+from contracts.core_api import CreateSession
+from reference_core.latches import LatchHolds
 from reference_core.model import Model
 from reference_core.openai_model import OpenAIChatModel, OpenAIConfig
 from reference_core.script import ScriptEnd, parse_script
@@ -33,6 +34,7 @@ class TurnFaults:
 class PreparedModel:
     model: Model
     faults: TurnFaults = field(default_factory=TurnFaults)
+    holds: LatchHolds = field(default_factory=LatchHolds)  # demo and tests: where the turn waits on latches
 
 
 ModelFactory = Callable[[CreateSession], PreparedModel]
@@ -41,7 +43,7 @@ ModelFactory = Callable[[CreateSession], PreparedModel]
 def scripted(request: CreateSession) -> PreparedModel:
     script = parse_script(request.task)
     faults = TurnFaults(cancel_delay_ms=script.cancel_delay_ms, ignores_cancel=script.end is ScriptEnd.HANG)
-    return PreparedModel(ScriptedModel(script, request.task, request.language), faults)
+    return PreparedModel(ScriptedModel(script, request.task, request.language), faults, script.holds)
 
 
 def openai_factory(config: OpenAIConfig, model: str) -> ModelFactory:

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from domain.core_api import Problem
+from contracts.core_api import Problem
 
 logger = logging.getLogger(__name__)
 

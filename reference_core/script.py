@@ -19,6 +19,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from reference_core.latches import DEFAULT_HOLD_TIMEOUT_MS, LATCH_NAME, LATCH_NAME_RULE, LatchHolds
 from reference_core.model import ToolCall
 from reference_core.tools import WORLD_TOOLS, parse_arguments
 
@@ -82,6 +83,19 @@ class Script(BaseModel):
     error: str = Field(default="the scripted model failed", min_length=1, max_length=2000)
     final_text: str | None = Field(default=None, min_length=1, max_length=20_000)
     cancel_delay_ms: int = Field(default=0, ge=0, le=600_000, description="How long a cancel takes.")
+    hold_until: str | None = Field(default=None, description="Latch to wait on before call `hold_at_step`.")
+    hold_at_step: int = Field(default=1, ge=1, le=10_000, description="The call that waits for `hold_until`.")
+    cancel_hold_until: str | None = Field(default=None, description="A cancel is confirmed once this latch opens.")
+    hold_timeout_ms: int = Field(
+        default=DEFAULT_HOLD_TIMEOUT_MS, ge=1, le=3_600_000, description="A latch not released by then opens itself."
+    )
+
+    @field_validator("hold_until", "cancel_hold_until")
+    @classmethod
+    def _latch_name(cls, name: str | None) -> str | None:
+        if name is not None and not LATCH_NAME.fullmatch(name):
+            raise ValueError(f"a latch name is {LATCH_NAME_RULE}")
+        return name
 
     @field_validator("steps")
     @classmethod
@@ -116,6 +130,10 @@ class Script(BaseModel):
                     f"({last_allowed}) for end {end.value!r}"
                 )
         return tool_calls
+
+    @property
+    def holds(self) -> LatchHolds:
+        return LatchHolds(self.hold_until, self.hold_at_step, self.cancel_hold_until, self.hold_timeout_ms)
 
     def tool_calls_at(self, index: int) -> list[ScriptedToolCall]:
         return [call for call in self.tool_calls if call.step == index]
@@ -186,7 +204,8 @@ def scripted_task(text: str, **fields: Any) -> str:
 
     Fields: steps, step_ms, input_tokens, input_growth, cached_ratio, output_tokens, compact_at,
     compact_to_tokens, tool_calls (dicts {"step", "tool", "args"}), end, question, authorization,
-    error, final_text, cancel_delay_ms.
+    error, final_text, cancel_delay_ms, hold_until, hold_at_step, cancel_hold_until, hold_timeout_ms
+    (latches: see `reference_core.latches`).
     """
     script = _validated(fields)
     block = json.dumps(script.model_dump(mode="json", exclude_unset=True), ensure_ascii=False)

@@ -7,12 +7,14 @@ holds as running belongs to a core that stopped under it: it becomes `interrupte
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from domain.core_api import (
+from contracts.core_api import (
     CancelAnswer,
     CreateSession,
     ResetAnswer,
@@ -20,6 +22,8 @@ from domain.core_api import (
     SessionStatus,
     Snapshot,
 )
+from reference_core.changes import SnapshotChanges
+from reference_core.latches import Latches
 from reference_core.model_catalog import ModelFactory, PreparedModel
 from reference_core.problems import CoreProblem
 from reference_core.script import ScriptError
@@ -40,8 +44,15 @@ class SessionService:
         self._db_path = db_path
         self._models = dict(models)
         self._world = World()
+        self.latches = Latches()
+        self._changes = SnapshotChanges()
         self._turns: dict[str, Turn] = {}
         self._store_or_none: SessionStore | None = None
+
+    @property
+    def model_names(self) -> list[str]:
+        """The models a create may select, in catalog order."""
+        return list(self._models)
 
     @property
     def _store(self) -> SessionStore:
@@ -50,7 +61,7 @@ class SessionService:
         return self._store_or_none
 
     def start(self) -> None:
-        self._store_or_none = SessionStore(self._db_path)
+        self._store_or_none = SessionStore(self._db_path, on_change=self._changes.notify)
         interrupted = 0
         for session_id in self._store.session_ids_with_status(SessionStatus.RUNNING):
             stored = self._store.load(session_id)
@@ -67,6 +78,7 @@ class SessionService:
         for turn in list(self._turns.values()):
             await turn.abort()
         self._turns.clear()
+        self._changes.notify_all()
         if self._store_or_none is not None:
             self._store_or_none.close()
             self._store_or_none = None
@@ -93,6 +105,7 @@ class SessionService:
             world=self._world.of(request.owner),
             store=self._store,
             on_finished=self._turn_finished,
+            latches=self.latches,
         )
         self._turns[snapshot.session_id] = turn
         turn.start()
@@ -101,6 +114,17 @@ class SessionService:
 
     def snapshot(self, session_id: str) -> Snapshot:
         return self._load(session_id).snapshot
+
+    async def snapshot_after(self, session_id: str, after: int | None, wait_ms: int) -> Snapshot:
+        """Long poll (R44): the snapshot at once if its version is not `after`, else once it changes or
+        `wait_ms` has passed, whichever comes first. A session reset meanwhile answers 404."""
+        changed = self._changes.event_for(session_id)
+        snapshot = self.snapshot(session_id)
+        if after is None or wait_ms <= 0 or snapshot.version != after:
+            return snapshot
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), wait_ms / 1000)
+        return self.snapshot(session_id)
 
     def finish(self, session_id: str) -> Snapshot:
         turn = self._turns.get(session_id)

@@ -9,11 +9,12 @@ enough to run on the event loop, and the loop's single thread makes create-or-fi
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from domain.core_api import CreateSession, SessionStatus, Snapshot
+from contracts.core_api import CreateSession, SessionStatus, Snapshot
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -53,7 +54,8 @@ def _now() -> str:
 
 
 class SessionStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_change: Callable[[str], None] = lambda session_id: None) -> None:
+        self._on_change = on_change
         path.parent.mkdir(parents=True, exist_ok=True)
         self._connection = sqlite3.connect(path, isolation_level=None)
         self._connection.execute("PRAGMA journal_mode=WAL")
@@ -74,6 +76,7 @@ class SessionStore:
 
     def insert(self, request: CreateSession, snapshot: Snapshot) -> None:
         now = _now()
+        snapshot.version = 1
         self._connection.execute(
             "INSERT INTO sessions (session_id, idempotency_key, owner, helper_id, request, snapshot, status,"
             " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -102,10 +105,14 @@ class SessionStore:
         )
 
     def save(self, snapshot: Snapshot) -> None:
+        """Store the snapshot as its next version (stored with it, so versions survive a restart) and wake
+        the long-poll reads waiting for it (R44)."""
+        snapshot.version = (snapshot.version or 0) + 1
         self._connection.execute(
             "UPDATE sessions SET snapshot = ?, status = ?, updated_at = ? WHERE session_id = ? AND reset_at IS NULL",
             (snapshot.model_dump_json(), snapshot.status.value, _now(), snapshot.session_id),
         )
+        self._on_change(snapshot.session_id)
 
     def remove(self, session_id: str) -> None:
         """Forget the session's content; the key stays as a tombstone (no second session, ever)."""
@@ -115,6 +122,7 @@ class SessionStore:
             " WHERE session_id = ?",
             (now, now, session_id),
         )
+        self._on_change(session_id)
 
     def session_ids_with_status(self, status: SessionStatus) -> list[str]:
         rows = self._connection.execute(

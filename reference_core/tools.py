@@ -1,8 +1,10 @@
-"""The core's tools, their authority, and how one tool call is carried out on the fake world (R33).
+"""The core's tools, their authority, and how one tool call is carried out on the fake world (R33, R41).
 
 Read tools (search_notes, read_mail) return data wrapped as untrusted. draft_mail is reversible and
 always allowed. send_mail and create_event are irreversible: they run only when the task's boundary
-authorizes them, otherwise the call is refused and the refusal is recorded for the outcome. Two
+names the tool and every address the call touches (the mail's recipients, the event's attendees), in
+the grammar of `domain.boundary`; otherwise the call is refused and the refusal is recorded for the
+outcome. A boundary item that does not parse (a negation, a bare tool name) authorizes nothing. Two
 control tools (ask_owner, request_authorization) pause the session; the engine handles them.
 """
 
@@ -14,7 +16,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from domain.core_api import Action
+from contracts.core_api import Action
+from domain.boundary import TOOL_KEYWORDS, BoundaryItem, address_list, outside, readable_items
 from reference_core.instructions import wrap_untrusted
 from reference_core.model import ToolCall, ToolSpec
 from reference_core.texts import text
@@ -97,16 +100,33 @@ ALL_TOOLS: dict[str, ToolDefinition] = {**WORLD_TOOLS, **CONTROL_TOOLS}
 TOOL_SPECS: tuple[ToolSpec, ...] = tuple(tool.spec for tool in ALL_TOOLS.values())
 
 
-def normalized_boundary_item(item: str) -> str:
-    return item.strip().lower().replace(" ", "_").replace("-", "_")
+def touched(arguments: _Arguments) -> tuple[str, ...] | None:
+    """The addresses an irreversible call touches, or None when its recipient is not a list of addresses."""
+    if isinstance(arguments, MailArgs):
+        return address_list(arguments.to)
+    if isinstance(arguments, CreateEventArgs):
+        attendees = tuple(attendee.strip().lower() for attendee in arguments.attendees)
+        return attendees if all(address_list(attendee) == (attendee,) for attendee in attendees) else None
+    return ()
 
 
-def authorizes(boundary: Sequence[str], tool_name: str) -> bool:
-    """A boundary item authorizes a tool when, normalized, it starts with the tool's name.
+def refused_targets(boundary: Sequence[BoundaryItem], tool_name: str, arguments: _Arguments) -> tuple[str, ...] | None:
+    """Why the boundary refuses this irreversible call: the targets outside it (`()` = allowed); None when the
+    boundary does not name the tool or the call's targets are not addresses (R41)."""
+    targets = touched(arguments)
+    if targets is None:
+        return None
+    return outside(boundary, tool_name, targets)
 
-    "send_mail", "Send mail to bob@example.com" and "send-mail" all authorize send_mail.
+
+def authorizes(boundary: Sequence[str], tool_name: str, targets: Sequence[str]) -> bool:
+    """Whether the boundary (the wire strings) lets `tool_name` touch every one of `targets` (R41).
+
+    Items that do not parse authorize nothing; a tool with no item authorizes nothing; every target must
+    be listed by an item of that tool (case-insensitively).
     """
-    return any(normalized_boundary_item(item).startswith(tool_name) for item in boundary)
+    items, _ = readable_items(boundary)
+    return outside(items, tool_name, [target.strip().lower() for target in targets]) == ()
 
 
 @dataclass(frozen=True)
@@ -137,7 +157,7 @@ def _refusal_target(arguments: _Arguments) -> str:
     if isinstance(arguments, MailArgs):
         return arguments.to
     if isinstance(arguments, CreateEventArgs):
-        return arguments.title
+        return "; ".join((arguments.title, *arguments.attendees))
     return ""
 
 
@@ -154,15 +174,11 @@ def run_world_tool(call: ToolCall, *, world: OwnerWorld, boundary: Sequence[str]
     except ValueError as error:
         return ToolOutcome(content=f"error: {error}")
     definition = WORLD_TOOLS[call.name]
-    if definition.irreversible and not authorizes(boundary, call.name):
-        refusal = text("refusal.outside_boundary", language, tool=call.name, target=_refusal_target(arguments))
-        return ToolOutcome(
-            content=(
-                f"refused: {call.name} is irreversible and the task's boundary does not authorize it. "
-                "Prepare a draft instead and name the authorization needed in the outcome."
-            ),
-            refusal=refusal,
-        )
+    if definition.irreversible:
+        items, _ = readable_items(boundary)
+        outside_targets = refused_targets(items, call.name, arguments)
+        if outside_targets != ():
+            return _refused(call.name, arguments, outside_targets, language)
     now = datetime.now(UTC)
     match arguments:
         case SearchNotesArgs(query=query):
@@ -191,3 +207,26 @@ def run_world_tool(call: ToolCall, *, world: OwnerWorld, boundary: Sequence[str]
                 action=Action(tool=call.name, whom=whom, what=what, at=now),
             )
     return ToolOutcome(content=f"error: {call.name} cannot be run here")
+
+
+def _refused(tool: str, arguments: _Arguments, outside_targets: tuple[str, ...] | None, language: str) -> ToolOutcome:
+    """The refusal of an irreversible call the boundary does not authorize, for the model and the outcome."""
+    refusal = text("refusal.outside_boundary", language, tool=tool, target=_refusal_target(arguments))
+    if outside_targets:
+        why = f"the task's boundary does not authorize {tool} for {', '.join(outside_targets)}"
+    elif outside_targets is None and touched(arguments) is None:
+        why = f"{tool} may only touch plain e-mail addresses that the task's boundary names"
+    else:
+        why = f"the task's boundary does not authorize {tool}"
+    return ToolOutcome(
+        content=(
+            f"refused: {tool} is irreversible and {why}. Do not try another address: prepare a draft instead "
+            "and name the authorization needed in the outcome."
+        ),
+        refusal=refusal,
+    )
+
+
+# The tools a boundary can name are exactly the irreversible ones (domain.boundary's grammar).
+if set(TOOL_KEYWORDS) != {name for name, tool in WORLD_TOOLS.items() if tool.irreversible}:
+    raise RuntimeError("domain.boundary.TOOL_KEYWORDS must name exactly the irreversible tools")

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from domain.core_api import (
+from contracts.core_api import (
     Authorization,
     CancelAnswer,
     CreateSession,
@@ -26,6 +26,7 @@ from domain.core_api import (
     StopReason,
 )
 from reference_core.instructions import final_call_notice, system_instructions
+from reference_core.latches import Latches
 from reference_core.model import (
     AssistantTurn,
     Conversation,
@@ -119,12 +120,16 @@ class Turn:
         world: OwnerWorld,
         store: SessionStore,
         on_finished: Callable[[str], None],
+        latches: Latches | None = None,
     ) -> None:
         self.snapshot = snapshot
         self._request = request
         self._language = request.language
         self._model = prepared.model
         self._faults = prepared.faults
+        self._holds = prepared.holds
+        self._latches = latches or Latches()
+        self._finish_requested = asyncio.Event()  # wakes a turn held on a latch, so finish-now is not held up
         self._world = world
         self._store = store
         self._on_finished = on_finished
@@ -162,6 +167,7 @@ class Turn:
         if self.snapshot.status is SessionStatus.RUNNING and not self.snapshot.finish_requested:
             self.snapshot.finish_requested = True
             self._save()
+            self._finish_requested.set()
 
     async def cancel(self) -> CancelAnswer:
         snapshot = self.snapshot
@@ -176,7 +182,7 @@ class Turn:
             self._save()
         if self._faults.ignores_cancel:
             return CancelAnswer(stopped=False, status=snapshot.status)
-        if self._faults.cancel_delay_ms > 0:
+        if self._faults.cancel_delay_ms > 0 or self._holds.cancel_until is not None:
             if self._delayed_stop is None:
                 self._delayed_stop = asyncio.create_task(self._stop_later(self._faults.cancel_delay_ms / 1000))
             return CancelAnswer(stopped=False, status=snapshot.status)
@@ -191,6 +197,8 @@ class Turn:
 
     async def _stop_later(self, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
+        if self._holds.cancel_until is not None:
+            await self._latches.wait(self._holds.cancel_until, self._holds.timeout_ms)
         self._delayed_stop = None  # from here on this is the stop itself, not a pending one
         await self._stop("cancel")
 
@@ -244,6 +252,9 @@ class Turn:
     async def _steps(self) -> None:
         while True:
             index = len(self.snapshot.steps) + 1
+            if self._holds.until is not None and index == self._holds.at_step:
+                # Held before this call until released; a cancel ends the wait by cancelling the task.
+                await self._latches.wait(self._holds.until, self._holds.timeout_ms, finish=self._finish_requested)
             final_reason = self._final_reason(index)
             if final_reason is not None:
                 notice = final_call_notice(final_reason, self._language, self.max_steps, self.max_input_tokens)

@@ -1,102 +1,47 @@
-"""`helper-starter`: the console script Iva calls. JSON on stdout; a non-zero exit code on any error.
+"""`helper-starter`: the console script Iva calls (R42).
 
-Exit codes: 0 done, 1 refused (limits, unknown helper), 2 invalid input, 3 runtime unavailable.
+Its contract, always: exit 0 done, 1 refused (limits, unknown helper or Goal), 2 invalid (the request, the
+command line or the starter's configuration), 3 unavailable (the store or Temporal did not answer: asking
+again is safe). Every answer and every error is one JSON object on stdout; an error also writes one short
+line to stderr; never a traceback. All input is validated before any connection to the store or Temporal,
+so an invalid request is refused the same way whether the runtime is up or down, and nothing is written (R5).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
+import re
 import sys
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from domain.goals import parse_every
-from domain.requests import RequestError
+from config.local_env import LocalEnvError, with_local_env
+from config.settings import Settings, SettingsError
+from domain.limits import LimitOverrides
 from domain.rows import RowState
-from domain.settings import Settings, SettingsError
-from starter.client import HelperClient
-from starter.errors import InvalidRequest, StarterError, Unavailable
+from protocol.errors import InvalidConfiguration, InvalidRequest, StarterError, Unavailable
+from starter import inputs as goals  # the Goal checks (every, parse_goal, goal ids), without the Temporal client
+from starter.arguments import build_parser
+from starter.inputs import (
+    ECHO_MAX_CHARS,
+    check_delivered,
+    check_ids,
+    check_read,
+    clip,
+    parse_request,
+    redact,
+)
+from starter.reads import StoreReader, open_sqlite_reader
 
 WRITES = {"start", "close", "read", "delivered", "goal"}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="helper-starter", description="Start and manage Iva's helpers.")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    start = commands.add_parser(
-        "start", help="admit a helper (answers at once: running, or waiting and how many ahead)"
-    )
-    _owner(start)
-    start.add_argument("--id", required=True, dest="helper_id")
-    task = start.add_mutually_exclusive_group(required=True)
-    task.add_argument("--task", help="the task text")
-    task.add_argument("--task-file", type=Path, help="read the task (UTF-8) from this file; '-' for stdin")
-    start.add_argument("--boundary", action="append", default=[], help="an action the owner named (repeatable)")
-    start.add_argument("--language", default="en")
-    start.add_argument("--model", required=True, help="the owner's selected model")
-    start.add_argument("--goal", dest="goal_id", help="the Goal this check belongs to")
-    for name in ("deadline-ms", "grace-ms", "ceiling-tokens", "max-steps", "max-input-tokens"):
-        start.add_argument(f"--{name}", type=int, help="a tighter limit for this helper")
-
-    listing = commands.add_parser("list", help="the owner's helper rows, from the store")
-    _owner(listing)
-    listing.add_argument("--state", action="append", choices=[s.value for s in RowState])
-
-    show = commands.add_parser("show", help="one helper with its full outcome text")
-    _owner(show)
-    show.add_argument("--id", required=True, dest="helper_id")
-
-    close = commands.add_parser("close", help="close a helper (running, ready or delivered)")
-    _owner(close)
-    close.add_argument("--id", required=True, dest="helper_id")
-
-    unreported = commands.add_parser("unreported", help="finalized outcomes not yet delivered, with summaries")
-    _owner(unreported)
-
-    read = commands.add_parser("read", help="record that a chat turn read these outcomes")
-    _owner(read)
-    read.add_argument("--turn", required=True)
-    read.add_argument("helper_ids", nargs="+")
-
-    delivered = commands.add_parser("delivered", help="the turn answered (nonempty) and completed: mark what it read")
-    _owner(delivered)
-    delivered.add_argument("--turn", required=True)
-    delivered.add_argument("--answer-chars", type=int, required=True, help="length of the answer the turn sent")
-    usage = commands.add_parser("usage", help="usage per helper and per model (kept after rows expire)")
-    _owner(usage)
-
-    goal = commands.add_parser("goal", help="Goals: checks that run as helpers on a Temporal Schedule")
-    goal_commands = goal.add_subparsers(dest="goal_command", required=True)
-    add = goal_commands.add_parser("add", help="create a Goal and its Schedule")
-    _owner(add)
-    add.add_argument("--goal", required=True, dest="goal_id")
-    add.add_argument("--every", required=True, help="how often a check runs: 30m, 1h, 1d")
-    add.add_argument("--task", required=True)
-    add.add_argument("--boundary", action="append", default=[])
-    add.add_argument("--language", default="en")
-    add.add_argument("--model", required=True)
-    goal_list = goal_commands.add_parser("list", help="the owner's Goals")
-    _owner(goal_list)
-    for name, text in (
-        ("pause", "stop the checks for now"),
-        ("resume", "start the checks again"),
-        ("run", "run one check now"),
-        ("remove", "remove the Goal and its Schedule"),
-    ):
-        one = goal_commands.add_parser(name, help=text)
-        _owner(one)
-        one.add_argument("--goal", required=True, dest="goal_id")
-    return parser
-
-
-def _owner(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--owner", required=True)
+READS = {"list", "show", "unreported", "usage"}  # `watch` polls, so it needs an event loop
+MESSAGE_MAX_CHARS = 1_000  # a message is cut here whatever it says
+STDERR_MAX_CHARS = 300
 
 
 def _read_task(arguments: argparse.Namespace) -> str:
@@ -108,83 +53,151 @@ def _read_task(arguments: argparse.Namespace) -> str:
     except OSError as error:
         raise InvalidRequest(f"task file {source} cannot be read: {error.strerror}") from None
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidRequest(f"task file is not valid UTF-8 (bad byte at position {error.start})") from None
+    if "\x00" in text:
+        raise InvalidRequest(f"task file is not text (a NUL byte at position {text.index(chr(0))})")
+    return text
 
 
-def _request(arguments: argparse.Namespace) -> dict[str, Any]:
-    limits = {
-        field: getattr(arguments, field)
-        for field in ("deadline_ms", "grace_ms", "ceiling_tokens", "max_steps", "max_input_tokens")
-        if getattr(arguments, field) is not None
-    }
-    return {
-        "owner": arguments.owner,
-        "helper_id": arguments.helper_id,
-        "task": _read_task(arguments),
-        "boundary": arguments.boundary,
-        "language": arguments.language,
-        "model": arguments.model,
-        "goal_id": arguments.goal_id,
-        "limits": limits or None,
-    }
+# A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes).
+Operation = Callable[[Any], Awaitable[Any]]
 
 
-async def run(arguments: argparse.Namespace, settings: Settings) -> Any:
-    request = _request(arguments) if arguments.command == "start" else None
-    client = await HelperClient.connect(settings, temporal=arguments.command in WRITES)
-    try:
-        match arguments.command:
-            case "start":
-                assert request is not None
-                return await client.start(request)
-            case "list":
-                states = [RowState(s) for s in arguments.state] if arguments.state else None
-                return await client.list_helpers(arguments.owner, states)
-            case "show":
-                return await client.show(arguments.owner, arguments.helper_id)
-            case "close":
-                return await client.close(arguments.owner, arguments.helper_id)
-            case "unreported":
-                return await client.unreported(arguments.owner)
-            case "read":
-                return await client.read(arguments.owner, arguments.turn, arguments.helper_ids)
-            case "delivered":
-                return await client.delivered(arguments.owner, arguments.turn, arguments.answer_chars)
-            case "usage":
-                return await client.usage(arguments.owner)
-            case "goal":
-                return await _goal(client, arguments)
-        raise InvalidRequest(f"unknown command {arguments.command}")
-    finally:
-        await client.aclose()
+def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
+    """Validate every input of the command, connecting to nothing, and return what to run once connected (R42)."""
+    owner: str = arguments.owner
+    match arguments.command:
+        case "start":
+            limits = {
+                field: getattr(arguments, field)
+                for field in LimitOverrides.model_fields
+                if getattr(arguments, field) is not None
+            }
+            request = parse_request(
+                {
+                    "owner": owner,
+                    "helper_id": arguments.helper_id,
+                    "task": _read_task(arguments),
+                    "boundary": arguments.boundary,
+                    "language": arguments.language,
+                    "model": arguments.model,
+                    "goal_id": arguments.goal_id,
+                    "limits": limits or None,
+                },
+                settings,
+            )
+            return lambda client: client.start(request)
+        case "list":
+            check_ids(owner, [])
+            states = [RowState(s) for s in arguments.state] if arguments.state else None
+            return lambda client: client.list_helpers(owner, states)
+        case "show":
+            check_ids(owner, [arguments.helper_id])
+            return lambda client: client.show(owner, arguments.helper_id)
+        case "close":
+            check_ids(owner, [arguments.helper_id])
+            return lambda client: client.close(owner, arguments.helper_id)
+        case "unreported":
+            check_ids(owner, [])
+            return lambda client: client.unreported(owner)
+        case "read":
+            check_read(owner, arguments.turn, arguments.helper_ids)
+            return lambda client: client.read(owner, arguments.turn, arguments.helper_ids)
+        case "delivered":
+            check_delivered(owner, arguments.turn, arguments.answer_chars)
+            return lambda client: client.delivered(owner, arguments.turn, arguments.answer_chars)
+        case "usage":
+            check_ids(owner, [])
+            return lambda client: client.usage(owner)
+        case "watch":
+            helper_id: str | None = arguments.helper_id
+            check_ids(owner, [] if helper_id is None else [helper_id])
+            from starter.watch import follow_until_interrupted
+
+            return lambda client: follow_until_interrupted(client, owner, helper_id, _print_line, once=arguments.once)
+        case "goal":
+            return _prepare_goal(arguments)
+    raise InvalidRequest(f"unknown command {clip(str(arguments.command))}")
 
 
-async def _goal(client: HelperClient, arguments: argparse.Namespace) -> Any:
+def _prepare_goal(arguments: argparse.Namespace) -> Operation:
+    owner: str = arguments.owner
     match arguments.goal_command:
         case "add":
-            every = parse_every(arguments.every)
-            return await client.add_goal(
+            goal = goals.parse_goal(
                 {
-                    "owner": arguments.owner,
+                    "owner": owner,
                     "goal_id": arguments.goal_id,
                     "task": arguments.task,
                     "boundary": arguments.boundary,
                     "language": arguments.language,
                     "model": arguments.model,
-                    "every_ms": int(every.total_seconds() * 1000),
+                    "every_ms": goals.every_ms(arguments.every),
                 }
             )
+            return lambda client: client.add_goal(goal)
         case "list":
-            return await client.list_goals(arguments.owner)
+            check_ids(owner, [])
+            return lambda client: client.list_goals(owner)
         case "pause" | "resume":
-            return await client.pause_goal(arguments.owner, arguments.goal_id, paused=arguments.goal_command == "pause")
+            goals.check_goal_ids(owner, arguments.goal_id)
+            paused = arguments.goal_command == "pause"
+            return lambda client: client.pause_goal(owner, arguments.goal_id, paused=paused)
         case "run":
-            return await client.run_goal_now(arguments.owner, arguments.goal_id)
+            goals.check_goal_ids(owner, arguments.goal_id)
+            return lambda client: client.run_goal_now(owner, arguments.goal_id)
         case "remove":
-            return await client.remove_goal(arguments.owner, arguments.goal_id)
-    raise InvalidRequest(f"unknown goal command {arguments.goal_command}")
+            goals.check_goal_ids(owner, arguments.goal_id)
+            return lambda client: client.remove_goal(owner, arguments.goal_id)
+    raise InvalidRequest(f"unknown goal command {clip(str(arguments.goal_command))}")
+
+
+async def run(arguments: argparse.Namespace, settings: Settings, operation: Operation | None = None) -> Any:
+    """Validate (unless `operation` is already validated), then connect and run the command."""
+    operation = operation or prepare(arguments, settings)
+    client: StoreReader
+    if arguments.command in WRITES:
+        # Only writes load the Temporal client: a read answers from the store alone, and fast (R43).
+        from starter.client import HelperClient
+
+        client = await HelperClient.connect(settings)
+    else:
+        client = await StoreReader.open(settings)
+    return await _run_and_close(client, operation)
+
+
+async def _run_and_close(client: StoreReader, operation: Operation) -> Any:
+    try:
+        return await operation(client)
+    finally:
+        await client.aclose()
+
+
+def answer(arguments: argparse.Namespace, settings: Settings, operation: Operation) -> Any:
+    """Run a validated command. A read of a SQLite store runs on the stdlib driver without an event loop: asyncio
+    (and the ssl it loads) alone costs about twice a bare interpreter's start (R43)."""
+    if arguments.command in READS:
+        reader = open_sqlite_reader(settings)
+        if reader is not None:
+            return _finish_without_loop(_run_and_close(StoreReader(settings, reader), operation))
+    import asyncio
+
+    return asyncio.run(run(arguments, settings, operation))
+
+
+T = TypeVar("T")
+
+
+def _finish_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends (`store.row_reads.SqliteRowReader`'s reads never do)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a SQLite read suspended: it needs an event loop")
 
 
 def _json(value: Any) -> Any:
@@ -195,20 +208,71 @@ def _json(value: Any) -> Any:
     return value
 
 
-def main(argv: list[str] | None = None) -> None:
-    arguments = build_parser().parse_args(argv)
-    code = 0
+def _settings() -> Settings:
     try:
-        settings = Settings.from_env()
-        output = _json(asyncio.run(run(arguments, settings)))
-    except SettingsError as error:
-        output, code = Unavailable(str(error)).as_json(), Unavailable.exit_code
-    except RequestError as error:
-        invalid = InvalidRequest(str(error), {"problems": error.problems})
-        output, code = invalid.as_json(), invalid.exit_code
-    except StarterError as error:
-        output, code = error.as_json(), error.exit_code
-    print(json.dumps(output, ensure_ascii=False, indent=2))
-    sys.stdout.flush()
+        # From the checkout, the local stack's settings file (data/local.env) fills in what the environment lacks.
+        return Settings.from_env(with_local_env(os.environ))
+    except (SettingsError, LocalEnvError) as error:
+        raise InvalidConfiguration(f"the starter's configuration is invalid: {error}") from None
+
+
+_LONG_WORD = re.compile(rf"\S{{{2 * ECHO_MAX_CHARS + 1},}}")
+
+
+def _safe(text: str, inputs: Sequence[str]) -> str:
+    """A message as it may be printed: echoed inputs cut to a short prefix, no password, bounded length."""
+    for value in sorted({v for v in inputs if len(v) > ECHO_MAX_CHARS}, key=len, reverse=True):
+        text = text.replace(repr(value)[1:-1], clip(repr(value)[1:-1])).replace(value, clip(value))
+    text = _LONG_WORD.sub(lambda match: clip(match.group(0)), redact(text))
+    return clip(text, MESSAGE_MAX_CHARS)
+
+
+def _error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
+    output = error.as_json()
+    body = output["error"]
+    body["message"] = _safe(str(body.get("message", "")), inputs)
+    if isinstance(body.get("problems"), list):
+        body["problems"] = [_safe(str(problem), inputs) for problem in body["problems"][:20]]
+    return output
+
+
+def _write(stream: Any, text: str) -> None:
+    # bytes, so a lone surrogate from a non-UTF-8 argument cannot fail the write
+    stream.buffer.write(text.encode("utf-8", "backslashreplace"))
+    stream.flush()
+
+
+def _print_line(line: str) -> None:
+    _write(sys.stdout, line + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments_given = list(sys.argv[1:] if argv is None else argv)
+    inputs: list[str] = list(arguments_given)
+    error: StarterError | None = None
+    output: Any = None
+    watching = False  # `watch` prints human lines, so only its errors are JSON
+    try:
+        arguments = build_parser().parse_args(arguments_given)
+        watching = arguments.command == "watch"
+        settings = _settings()
+        operation = prepare(arguments, settings)
+        output = _json(answer(arguments, settings, operation))
+    except StarterError as refused:
+        error = refused
+    except (Exception, KeyboardInterrupt) as unexpected:  # never a traceback: one JSON object and the exit code (R42)
+        if not (watching and isinstance(unexpected, KeyboardInterrupt)):  # Ctrl-C is how a watch ends: exit 0
+            detail = _safe(f"{type(unexpected).__name__}: {unexpected}", inputs)
+            _write(sys.stderr, f"helper-starter: unexpected {detail}"[:STDERR_MAX_CHARS] + "\n")
+            error = Unavailable(
+                f"the starter failed unexpectedly ({type(unexpected).__name__}); it is safe to ask again"
+            )
+    code = 0
+    if error is not None:
+        output, code = _error_json(error, inputs), error.exit_code
+        line = f"helper-starter: {output['error']['code']}: {output['error']['message']}".replace("\n", " ")
+        _write(sys.stderr, clip(line, STDERR_MAX_CHARS) + "\n")
+    if error is not None or not watching:
+        _write(sys.stdout, json.dumps(output, ensure_ascii=False, indent=2) + "\n")
     # sdk-python#300: skip interpreter teardown so a finished command never exits with a crash code.
     os._exit(code)

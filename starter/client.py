@@ -7,102 +7,83 @@ store, so listing works while no worker runs (R27). Every operation is scoped to
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from datetime import datetime
-from pathlib import Path
-from typing import Any, cast
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
 from codec.encryption import CodecError
+from config.settings import Settings
 from domain.goals import Goal
-from domain.owner_book import RefusalCode
-from domain.requests import HelperRequest, RequestError, check_id
+from domain.requests import HelperRequest
 from domain.rows import (
     Admission,
     CloseAnswer,
     DeliveredAnswer,
-    HelperRow,
-    HelperView,
     ReadAnswer,
-    RowState,
 )
-from domain.settings import Settings
-from starter import goals
-from starter.admission import admit
-from starter.errors import HelperRefused, InvalidRequest, Unavailable, refusal_of
-from starter.goals import GoalView
-from starter.retry import retrying
-from store.database import SchemaNotCurrent
-from store.helper_store import HelperStore
-from store.results import ResultDirectories
-from workflows.client import connect_for
-from workflows.coordinator import CoordinatorWorkflow, DeliveredRequest, ReadRequest
-from workflows.names import coordinator_id
+from protocol.client import admit, close_helper, mark_delivered, mark_read
+from protocol.connection import connect_for
+from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable, refusal_of
+from protocol.messages import DeliveredRequest, ReadRequest
+from starter.inputs import (
+    check_delivered,
+    check_goal_ids,
+    check_ids,
+    check_read,
+    check_store_url,
+    clip,
+    parse_goal,
+    parse_request,
+    scrub,
+)
+from starter.reads import RowSource, StoreReader, open_store
+
+if TYPE_CHECKING:
+    from starter.goals import GoalView
+
+# Loaded only by the commands that use them, so each write loads little beyond the Temporal client: the model
+# catalog's check (starter.catalog) for `start` and `goal add`, the Goal Schedules (starter.goals) for `goal` (R43).
+
+Answer = TypeVar("Answer", bound=BaseModel)
+# The owner has no coordinator yet, so nothing was ever read (internal to this module).
+NO_COORDINATOR = "no_coordinator"
 
 
-class UsageLine(BaseModel):
-    helper_id: str
-    seq: int
-    goal_id: str | None
-    model: str
-    outcome_kind: str
-    steps: int
-    work_tokens: int
-    input_tokens: int
-    started_at: datetime | None
-    finished_at: datetime
+class HelperClient(StoreReader):
+    """Everything Iva does: the reads of `StoreReader`, and the writes through the owner's coordinator."""
 
-
-class UsageTotal(BaseModel):
-    model: str
-    helpers: int = 0
-    steps: int = 0
-    work_tokens: int = 0
-    input_tokens: int = 0
-
-
-class UsageReport(BaseModel):
-    owner: str
-    helpers: list[UsageLine]
-    by_model: list[UsageTotal]
-
-
-class HelperClient:
-    def __init__(self, settings: Settings, store: HelperStore, temporal: Client | None) -> None:
-        self.settings = settings
-        self.store = store
-        self.results = ResultDirectories(settings.results_dir)
+    def __init__(self, settings: Settings, store: RowSource, temporal: Client | None) -> None:
+        super().__init__(settings, store)
         self._temporal = temporal
 
     @classmethod
     async def connect(cls, settings: Settings, *, temporal: bool = True) -> HelperClient:
         """Open the store; connect to Temporal only when the operation writes (reads need no server)."""
-        try:
-            store = await HelperStore.connect(settings.store_url)
-        except SchemaNotCurrent as error:
-            raise Unavailable(str(error)) from None
-        except Exception as error:
-            raise Unavailable(f"the store at {_redact(settings.store_url)} cannot be opened: {error}") from None
+        check_store_url(settings.store_url)
+        if temporal and (problem := settings.encryption_problem()):
+            raise InvalidConfiguration(problem)
+        store = await open_store(settings)
         client: Client | None = None
         if temporal:
             try:
-                client = await connect_for(settings)
+                async with asyncio.timeout(settings.starter_timeout_ms / 1000):
+                    client = await connect_for(settings, _quiet_runtime())
             except CodecError as error:
                 await store.close()
-                raise Unavailable(str(error)) from None
+                raise InvalidConfiguration(scrub(str(error))) from None
             except Exception as error:
                 await store.close()
-                raise Unavailable(f"Temporal at {settings.temporal_address} does not answer: {error}") from None
+                raise Unavailable(scrub(f"Temporal at {settings.temporal_address} does not answer: {error}")) from None
         return cls(settings, store, client)
-
-    async def aclose(self) -> None:
-        await self.store.close()
 
     @property
     def temporal(self) -> Client:
@@ -114,156 +95,105 @@ class HelperClient:
 
     async def start(self, request: HelperRequest | dict[str, Any]) -> Admission:
         """Admit a helper; when this returns, its row exists and its workflow runs (R4)."""
-        if not isinstance(request, HelperRequest):
-            try:
-                request = HelperRequest.parse(request, self.settings.policy.limits)
-            except RequestError as error:
-                raise InvalidRequest(str(error), {"problems": error.problems}) from None
-        else:
-            try:
-                request.check_against(self.settings.policy.limits)
-            except RequestError as error:
-                raise InvalidRequest(str(error), {"problems": error.problems}) from None
+        request = parse_request(request, self.settings)
+        await check_model(self.settings, request.model)
         try:
             async with asyncio.timeout(self.settings.starter_timeout_ms / 1000):
                 return await admit(self.temporal, self.settings, request)
-        except TimeoutError:
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            # The admission may or may not have been taken: asking again is safe (R5).
             raise Unavailable(_no_answer(self.settings)) from None
 
     async def close(self, owner: str, helper_id: str) -> CloseAnswer:
-        self._check_ids(owner, [helper_id])
-        answer = await self._update(owner, CoordinatorWorkflow.close, helper_id, missing_helper=helper_id)
-        return cast(CloseAnswer, answer)
+        check_ids(owner, [helper_id])
+        return await self._update(lambda: close_helper(self.temporal, owner, helper_id), missing_helper=helper_id)
 
     async def read(self, owner: str, turn: str, helper_ids: list[str]) -> ReadAnswer:
         """Record that chat turn `turn` read these outcomes; nothing is delivered yet (R28)."""
-        self._check_ids(owner, helper_ids)
-        _check_turn(turn)
-        if not helper_ids:
-            raise InvalidRequest("name at least one helper id to read")
-        answer = await self._update(
-            owner, CoordinatorWorkflow.mark_read, ReadRequest(turn=turn, helper_ids=helper_ids), helper_ids[0]
-        )
-        return cast(ReadAnswer, answer)
+        check_read(owner, turn, helper_ids)
+        request = ReadRequest(turn=turn, helper_ids=helper_ids)
+        return await self._update(lambda: mark_read(self.temporal, owner, request), missing_helper=helper_ids[0])
 
     async def delivered(self, owner: str, turn: str, answer_chars: int) -> DeliveredAnswer:
         """Turn `turn` sent a nonempty answer and completed: what it read is delivered (R28)."""
-        self._check_ids(owner, [])
-        _check_turn(turn)
-        if answer_chars <= 0:
-            raise InvalidRequest("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
-        answer = await self._update(
-            owner,
-            CoordinatorWorkflow.mark_delivered,
-            DeliveredRequest(turn=turn, answer_chars=answer_chars),
-            missing_helper=None,
-        )
-        return cast(DeliveredAnswer, answer)
+        check_delivered(owner, turn, answer_chars)
+        request = DeliveredRequest(turn=turn, answer_chars=answer_chars)
+        try:
+            return await self._update(lambda: mark_delivered(self.temporal, owner, request), missing_helper="")
+        except HelperRefused as refusal:
+            if refusal.code == NO_COORDINATOR:
+                return DeliveredAnswer(owner=owner, turn=turn, delivered=[])  # nothing was ever read
+            raise
 
-    async def _update(self, owner: str, update: Any, argument: Any, missing_helper: str | None) -> Any:
-        handle = self.temporal.get_workflow_handle(coordinator_id(owner))
+    async def _update(self, send: Callable[[], Awaitable[Answer]], missing_helper: str) -> Answer:
         try:
             async with asyncio.timeout(self.settings.starter_timeout_ms / 1000):
-                return await retrying(lambda: handle.execute_update(update, argument))
+                return await send()
         except WorkflowUpdateFailedError as error:
             raise refusal_of(error) from None
-        except TimeoutError:
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             raise Unavailable(_no_answer(self.settings)) from None
         except RPCError as error:
             if error.status is RPCStatusCode.NOT_FOUND:
-                if missing_helper is None:
-                    return DeliveredAnswer(owner=owner, turn=getattr(argument, "turn", ""), delivered=[])
-                raise HelperRefused(RefusalCode.UNKNOWN_HELPER.value, f"There is no helper {missing_helper}.") from None
+                if not missing_helper:
+                    raise HelperRefused(NO_COORDINATOR, "this owner has no helpers") from None
+                raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {missing_helper}.") from None
             raise Unavailable(f"Temporal did not take the request ({error.status.name}): {error.message}") from None
 
     # --- Goals: Temporal Schedules whose checks are helpers (R30) --------------------------------------
 
-    async def add_goal(self, data: dict[str, Any]) -> GoalView:
-        try:
-            goal = Goal.parse(data)
-        except RequestError as error:
-            raise InvalidRequest(str(error), {"problems": error.problems}) from None
+    async def add_goal(self, data: Goal | dict[str, Any]) -> GoalView:
+        goal = parse_goal(data.model_dump() if isinstance(data, Goal) else data)
+        await check_model(self.settings, goal.model)
+        from starter import goals
+
         return await goals.add_goal(self.temporal, self.settings, goal)
 
     async def list_goals(self, owner: str) -> list[GoalView]:
-        self._check_ids(owner, [])
+        check_ids(owner, [])
+        from starter import goals
+
         return await goals.list_goals(self.temporal, owner)
 
     async def pause_goal(self, owner: str, goal_id: str, *, paused: bool) -> GoalView:
-        self._check_ids(owner, [goal_id])
+        check_goal_ids(owner, goal_id)
+        from starter import goals
+
         return await goals.pause_goal(self.temporal, owner, goal_id, paused=paused)
 
     async def run_goal_now(self, owner: str, goal_id: str) -> GoalView:
-        self._check_ids(owner, [goal_id])
+        check_goal_ids(owner, goal_id)
+        from starter import goals
+
         return await goals.run_goal_now(self.temporal, owner, goal_id)
 
     async def remove_goal(self, owner: str, goal_id: str) -> dict[str, str]:
-        self._check_ids(owner, [goal_id])
+        check_goal_ids(owner, goal_id)
+        from starter import goals
+
         return await goals.remove_goal(self.temporal, owner, goal_id)
 
-    # --- reads: straight from the store, no worker needed -------------------------------------------
 
-    async def usage(self, owner: str) -> UsageReport:
-        """Usage per helper with its model, and totals per model (R31); kept after rows expire."""
-        self._check_ids(owner, [])
-        records = await self.store.usage(owner)
-        totals: dict[str, UsageTotal] = {}
-        for record in records:
-            total = totals.setdefault(record["model"], UsageTotal(model=record["model"]))
-            total.helpers += 1
-            total.steps += record["steps"]
-            total.work_tokens += record["work_tokens"]
-            total.input_tokens += record["input_tokens"]
-        return UsageReport(
-            owner=owner,
-            helpers=[UsageLine.model_validate(record) for record in records],
-            by_model=sorted(totals.values(), key=lambda t: t.model),
+# --- input checks: pure, so the console script runs them before it connects to anything (R42) -----------
+
+
+# How long the starter asks the core for its models before leaving the check to create.
+MODEL_CHECK_S = 3.0
+
+
+async def check_model(settings: Settings, model: str) -> None:
+    """Refuse a model the core does not offer, naming those it does (exit 2), when the core publishes a catalog
+    (`GET /v1/models`). A core without one, or one that does not answer within MODEL_CHECK_S, leaves the check to
+    the create, whose refusal becomes the helper's failed outcome."""
+    from starter.catalog import offered_models  # the stdlib's HTTP client where it asks as httpx would (R43)
+
+    offered = await offered_models(settings.core_url, settings.policy.check_ms, MODEL_CHECK_S)
+    if offered is not None and model not in offered:
+        names = ", ".join(offered[:20]) + (", …" if len(offered) > 20 else "")
+        raise InvalidRequest(
+            f"model {clip(model)!r} is not offered by the core at {settings.core_url}; it offers: {names or 'none'}",
+            {"problems": [f"model: not offered; use one of: {names or 'none'}"]},
         )
-
-    async def list_helpers(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
-        self._check_ids(owner, [])
-        rows = await self.store.rows(owner, states)
-        waiting = [r.seq for r in rows if r.state is RowState.WAITING]
-        return [self._view(row, ahead=_ahead(row, waiting)) for row in rows]
-
-    async def show(self, owner: str, helper_id: str) -> HelperView:
-        self._check_ids(owner, [helper_id])
-        row = await self.store.get(owner, helper_id)
-        if row is None:
-            raise HelperRefused(RefusalCode.UNKNOWN_HELPER.value, f"There is no helper {helper_id}.")
-        ahead = await self.store.ahead(owner, row.seq) if row.state is RowState.WAITING else None
-        view = self._view(row, ahead=ahead)
-        view.last_message = row.last_message or None
-        view.full_text = self.results.read_text(Path(row.result_dir))
-        return view
-
-    async def unreported(self, owner: str) -> list[HelperView]:
-        """Finalized outcomes not yet delivered, with summaries, for the chat's next instruction (R27)."""
-        return await self.list_helpers(owner, [RowState.UNREPORTED])
-
-    def _view(self, row: HelperRow, ahead: int | None) -> HelperView:
-        # The view is the row's public part: everything but the task, the limits and the writer's bookkeeping.
-        return HelperView.model_validate({**row.model_dump(exclude={"last_message"}), "ahead": ahead})
-
-    @staticmethod
-    def _check_ids(owner: str, helper_ids: list[str]) -> None:
-        try:
-            check_id("owner", owner)
-            for helper_id in helper_ids:
-                check_id("helper id", helper_id)
-        except ValueError as error:
-            raise InvalidRequest(str(error)) from None
-
-
-def _ahead(row: HelperRow, waiting_seqs: list[int]) -> int | None:
-    if row.state is not RowState.WAITING:
-        return None
-    return sum(1 for seq in waiting_seqs if seq < row.seq)
-
-
-def _check_turn(turn: str) -> None:
-    if not turn.strip() or len(turn) > 200:
-        raise InvalidRequest("turn must be 1-200 characters")
 
 
 def _no_answer(settings: Settings) -> str:
@@ -273,5 +203,16 @@ def _no_answer(settings: Settings) -> str:
     )
 
 
-def _redact(url: str) -> str:
-    return url.split("@")[-1]
+_RUNTIME: list[Runtime] = []
+
+
+def _quiet_runtime() -> Runtime:
+    """The SDK core's own warnings (retries while a server restarts) go to Python logging, so to stderr:
+    stdout carries exactly one JSON object (R42)."""
+    if not _RUNTIME:
+        forwarding = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
+        logging_config = LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"), forwarding=forwarding
+        )
+        _RUNTIME.append(Runtime(telemetry=TelemetryConfig(logging=logging_config)))
+    return _RUNTIME[0]

@@ -25,11 +25,14 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
+from config.settings import Settings
 from domain.goals import Goal
-from domain.settings import Settings
-from starter.errors import HelperRefused, Unavailable
-from workflows.goal_check import GoalCheckWorkflow
-from workflows.names import HELPER_OWNER
+from protocol.errors import HelperRefused, Unavailable
+from protocol.names import HELPER_OWNER
+
+# The Goal check's workflow type, by name: the starter does not load the worker's workflow code (the workflow and
+# the activities it imports) to name it; a test checks it is `workflows.goal_check.GoalCheckWorkflow`'s (R43).
+GOAL_CHECK_WORKFLOW = "GoalCheckWorkflow"
 
 
 def goal_schedule_id(owner: str, goal_id: str) -> str:
@@ -51,7 +54,7 @@ class GoalView(BaseModel):
 async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView:
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
-            GoalCheckWorkflow.run,
+            GOAL_CHECK_WORKFLOW,
             goal,
             id=f"{goal_schedule_id(goal.owner, goal.goal_id)}/check",
             task_queue=settings.task_queue,

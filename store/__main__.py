@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from domain.settings import Settings
+from config.settings import Settings
 from store.database import create_engine, migrate
 
 

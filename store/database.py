@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+# The revisions and the schema check's rule live in a stdlib-only module the bare read path shares (R43).
+from store.revisions import REVISIONS, SchemaNotCurrent, check_revision, head_revision
+
+__all__ = ["REVISIONS", "SchemaNotCurrent", "check_schema", "create_engine", "head_revision", "migrate"]
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -38,6 +43,8 @@ def create_engine(url: str) -> AsyncEngine:
 
 
 def _upgrade(connection: Connection, revision: str) -> None:
+    from alembic import command
+
     config = _config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
@@ -49,26 +56,25 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
         await connection.run_sync(_upgrade, revision)
 
 
-class SchemaNotCurrent(RuntimeError):
-    """The store's schema is not the one this code needs: run `python -m store migrate`."""
-
-
 def _config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config
 
 
 def _current_revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+    try:
+        return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError:  # no version table: nothing was ever migrated
+        connection.rollback()
+        return None
 
 
 async def check_schema(engine: AsyncEngine) -> None:
-    """Fail clearly, naming both revisions, when the schema is behind or ahead of this code."""
-    head = ScriptDirectory.from_config(_config()).get_current_head()
+    """Fail clearly, naming both revisions, when the schema is behind this code; accept a newer release's
+    (`store.revisions.check_revision`)."""
     async with engine.connect() as connection:
         current = await connection.run_sync(_current_revision)
-    if current != head:
-        raise SchemaNotCurrent(
-            f"the store's schema is at {current or 'nothing'}, this code needs {head}: run `python -m store migrate`"
-        )
+    check_revision(current)

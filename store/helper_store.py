@@ -11,18 +11,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from domain.core_api import Action
+from contracts.core_api import Action
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from store.database import check_schema, create_engine, migrate
+from store.records import ChatEvent, ParkedSession, UsageLine
 from store.schema import ChatEventRecordRow, HelperRowRecord, ParkedSessionRecord, UsageRecord
 
 row_table = cast(Table, HelperRowRecord.__table__)
@@ -30,26 +31,34 @@ usage_table = cast(Table, UsageRecord.__table__)
 events_table = cast(Table, ChatEventRecordRow.__table__)
 parked_table = cast(Table, ParkedSessionRecord.__table__)
 
-# Columns a state write may set; anything else is a programming error caught at once.
-WRITABLE = frozenset(
-    {
-        "state",
-        "session_id",
-        "finish_requested",
-        "steps",
-        "work_tokens",
-        "input_tokens",
-        "last_message",
-        "outcome_kind",
-        "summary",
-        "actions",
-        "started_at",
-        "deadline_at",
-        "finished_at",
-        "delivered_at",
-        "keep_until",
-    }
-)
+
+class RowChanges(TypedDict, total=False):
+    """The columns a state write may set, with their types (mypy checks every caller)."""
+
+    state: RowState
+    session_id: str
+    steps: int
+    work_tokens: int
+    input_tokens: int
+    last_message: str
+    outcome_kind: OutcomeKind
+    summary: str
+    actions: list[Action]
+    started_at: datetime
+    deadline_at: datetime
+    finished_at: datetime
+    delivered_at: datetime | None
+    keep_until: datetime | None
+
+
+WRITABLE = frozenset(RowChanges.__annotations__)
+
+
+class RowGone(LookupError):
+    """The row of this admission is no longer there (removed, or its id admitted again)."""
+
+    def __init__(self, owner: str, helper_id: str, seq: int) -> None:
+        super().__init__(f"row {owner}/{helper_id}#{seq} is gone")
 
 
 class HelperStore:
@@ -90,19 +99,16 @@ class HelperStore:
             return False
         raise ValueError(f"row {row.owner}/{row.helper_id} exists with another admission")
 
-    async def write_state(self, owner: str, helper_id: str, seq: int, generation: int, **changes: Any) -> bool:
+    async def write_state(
+        self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
+    ) -> bool:
         unknown = set(changes) - WRITABLE
-        if unknown:
+        if unknown:  # only an untyped caller gets here
             raise ValueError(f"not writable: {sorted(unknown)}")
         values = {name: _column_value(value) for name, value in changes.items()}
         statement = (
             update(row_table)
-            .where(
-                row_table.c.owner == owner,
-                row_table.c.helper_id == helper_id,
-                row_table.c.seq == seq,
-                row_table.c.generation <= generation,
-            )
+            .where(*_admission_of(owner, helper_id, seq), row_table.c.generation <= generation)
             .values(**values, generation=generation, updated_at=_now())
         )
         async with self.engine.begin() as connection:
@@ -123,9 +129,7 @@ class HelperStore:
         statement = (
             update(row_table)
             .where(
-                row_table.c.owner == owner,
-                row_table.c.helper_id == helper_id,
-                row_table.c.seq == seq,
+                *_admission_of(owner, helper_id, seq),
                 row_table.c.generation == generation,
                 row_table.c.state == RowState.RUNNING.value,
             )
@@ -194,6 +198,14 @@ class HelperStore:
             if not result.rowcount:
                 await connection.execute(insert(table).values(key=key, **values))
 
+    async def set_event_state(self, owner: str, key: str, state: str) -> None:
+        """Change a chat event's state only (a withdrawn event keeps its attempts and last error)."""
+        table = events_table
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                update(table).where(table.c.owner == owner, table.c.key == key).values(state=state, updated_at=_now())
+            )
+
     async def record_parked(self, owner: str, helper_id: str, session_id: str, error: str) -> None:
         table = parked_table
         async with self.engine.begin() as connection:
@@ -214,6 +226,13 @@ class HelperStore:
             record = result.mappings().first()
         return None if record is None else _to_row(record)
 
+    async def admitted(self, owner: str, helper_id: str, seq: int) -> HelperRow:
+        """The row of exactly this admission, or `RowGone`."""
+        row = await self.get(owner, helper_id)
+        if row is None or row.seq != seq:
+            raise RowGone(owner, helper_id, seq)
+        return row
+
     async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
         statement = select(row_table).where(row_table.c.owner == owner).order_by(row_table.c.seq)
         if states is not None:
@@ -230,28 +249,33 @@ class HelperStore:
         async with self.engine.connect() as connection:
             return int((await connection.execute(statement)).scalar_one())
 
-    async def usage(self, owner: str) -> list[dict[str, Any]]:
+    async def usage(self, owner: str) -> list[UsageLine]:
         table = usage_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
-            return [_plain(record) for record in result.mappings()]
+            return [UsageLine.model_validate(_plain(record)) for record in result.mappings()]
 
-    async def events(self, owner: str) -> list[dict[str, Any]]:
+    async def events(self, owner: str) -> list[ChatEvent]:
         table = events_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
-            return [_plain(record) for record in result.mappings()]
+            return [ChatEvent.model_validate(_plain(record)) for record in result.mappings()]
 
-    async def parked(self, owner: str) -> list[dict[str, Any]]:
+    async def parked(self, owner: str) -> list[ParkedSession]:
         table = parked_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner))
-            return [_plain(record) for record in result.mappings()]
+            return [ParkedSession.model_validate(_plain(record)) for record in result.mappings()]
 
     async def result_dirs(self) -> set[str]:
         async with self.engine.connect() as connection:
             result = await connection.execute(select(row_table.c.result_dir))
             return {str(d) for d in result.scalars()}
+
+
+def _admission_of(owner: str, helper_id: str, seq: int) -> tuple[ColumnElement[bool], ...]:
+    """The WHERE clause naming one admission of one row."""
+    return (row_table.c.owner == owner, row_table.c.helper_id == helper_id, row_table.c.seq == seq)
 
 
 def _now() -> datetime:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -31,19 +31,25 @@ class Base(DeclarativeBase):
 
 class HelperRowRecord(Base):
     __tablename__ = "helper_rows"
+    # Owner first, as every read names one owner (R43); migration 0002.
+    __table_args__ = (
+        Index("ix_helper_rows_owner_state_seq", "owner", "state", "seq"),
+        Index("ix_helper_rows_owner_seq", "owner", "seq"),
+    )
 
     owner: Mapped[str] = mapped_column(String(64), primary_key=True)
     helper_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     goal_id: Mapped[str | None] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[str] = mapped_column(String(16))
     task: Mapped[str] = mapped_column(Text)
     boundary: Mapped[list[Any]] = mapped_column(JSON)
     language: Mapped[str] = mapped_column(String(8))
     model: Mapped[str] = mapped_column(String(100))
     limits: Mapped[dict[str, Any]] = mapped_column(JSON)
     session_id: Mapped[str | None] = mapped_column(String(200))
-    finish_requested: Mapped[bool] = mapped_column(default=False)
+    # The column finish_requested (0001) is unused and stays in the database until a later migration drops it:
+    # workers of the previous release may still insert rows during a rollout (it has a server default).
     steps: Mapped[int] = mapped_column(Integer, default=0)
     work_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -13,7 +13,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from workflows.names import HELPER_OUTCOME, HELPER_OWNER, HELPER_STATE
+from protocol.names import HELPER_OUTCOME, HELPER_OWNER, HELPER_STATE
 
 SEARCH_KEYS = [HELPER_OWNER, HELPER_STATE, HELPER_OUTCOME]
 BIN = Path(sys.executable).parent

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from config.settings import Settings
 from domain.limits import FollowTuning, Limits, Policy
 from domain.requests import HelperRequest
-from domain.settings import Settings
 
 T = TypeVar("T")
 
@@ -38,7 +45,9 @@ def helper_request(owner: str, helper_id: str, task: str = "Find the Q3 report",
 
 def settings_for(tmp_path: Path, core_url: str, chat_url: str, **policy: object) -> Settings:
     """Settings for one test: its own store, result directories and task queue; fast following."""
-    follow = policy.pop("follow", FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000))
+    follow = policy.pop(
+        "follow", FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000, liveness_ms=5_000)
+    )
     limits = policy.pop("limits", Limits())
     return Settings(
         task_queue=f"helpers-{uuid.uuid4().hex[:8]}",
@@ -62,3 +71,57 @@ async def skip_time(env: Any, duration: timedelta, chunk: timedelta = timedelta(
 async def history_events(client: Any, workflow_id: str) -> list[Any]:
     """Every event of a workflow's history, to count what a helper costs the server."""
     return [event async for event in client.get_workflow_handle(workflow_id).fetch_history_events()]
+
+
+@contextlib.asynccontextmanager
+async def fresh_postgres_database(server_url: str) -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database on the test server, dropped afterwards; skips the test when no server
+    answers. Yields its SQLAlchemy URL."""
+    url = make_url(server_url)
+    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", connect_args={"timeout": 5})
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    try:
+        async with admin.connect() as connection:
+            await connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except (OSError, TimeoutError) as error:
+        await admin.dispose()
+        pytest.skip(f"no PostgreSQL server answers at {url!r}: {error!r}")
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as connection:
+            await connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        await admin.dispose()
+
+
+def listenable(port: int) -> bool:
+    """Whether a server could listen on the loopback port now (as the stack's servers do, with SO_REUSEADDR: a
+    closed connection's TIME_WAIT does not count as held)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports a server can listen on, chosen below the kernel's ephemeral range:
+    a port from that range may be handed to some outgoing connection between this check and the server's start
+    (seen: the local stack's Temporal failed with "address already in use")."""
+    low = 32_768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(100):
+        base = random.randrange(10_000, max(10_001, low - count))
+        if all(listenable(port) for port in range(base, base + count)):
+            return base
+    raise AssertionError(f"no {count} consecutive free ports below {low}")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on loopback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,7 +1,7 @@
 """The coordinator workflow: one per owner. It admits helpers, lends running slots, keeps the rows.
 
 Iva reaches it by update-with-start (`admit`), so the first request of an owner starts it. Every
-decision is a pure function of `domain.owner_book`; handlers decide synchronously (no await before
+decision is a pure function of `domain.book`; handlers decide synchronously (no await before
 the decision), so concurrent handlers never see a half-changed book. Admission answers at once: a
 helper that must wait gets its slot later by signal, never by a blocked update (the server allows
 only 10 updates in flight per workflow). It continues as new, carrying the book, long before the
@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 from datetime import timedelta
 
-from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -27,87 +26,69 @@ with workflow.unsafe.imports_passed_through():
         CoordinatorWrite,
         HelperStart,
         NewRow,
-        OfferEvent,
         RemoveRows,
         RowKey,
         RowToRemove,
+        WithdrawnEvent,
     )
-    from domain.limits import Policy, effective_limits
-    from domain.owner_book import (
+    from domain.book import (
         AlreadyAdmitted,
         CloseAction,
         Entry,
-        EventState,
         FinishedNotice,
         OwnerBook,
         Refusal,
         RefusalCode,
-        abandon_event,
         apply_admission,
         apply_closed_by_coordinator,
-        apply_delivered,
-        apply_event_delivered,
+        apply_closed_by_helper,
         apply_finished,
-        apply_read,
         decide_admission,
         decide_close,
-        decide_read,
-        expired_leases,
+        expire_leases,
         expired_rows,
-        finishing,
         forget_gone_helper,
         grant_slots,
-        next_event,
         next_wakeup,
-        release_slot,
         remove_entries,
+        request_close,
         summarize_book,
-        unannounced,
+        take_early_notice,
         undo_admission,
     )
+    from domain.ids import check_id
+    from domain.limits import effective_limits
     from domain.requests import HelperRequest, RequestError
-    from domain.rows import Admission, AdmissionStatus, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
+    from domain.rows import Admission, CloseAnswer, RowState
+    from protocol.errors import ErrorType
+    from protocol.messages import (
+        ADMIT,
+        CLOSE_HELPER,
+        COORDINATOR_WORKFLOW,
+        COUNTS,
+        HELPER_CLOSED,
+        HELPER_FINISHED,
+        OWNER_BOOK,
+        CoordinatorStart,
+    )
+    from protocol.senders import ask_to_close, grant_slot
     from workflows import options
-    from workflows.helper import HelperWorkflow
-    from workflows.names import HELPER_CLOSED, HELPER_FINISHED, helper_workflow_id
+    from workflows.coordinator_delivery import CoordinatorDelivery, refused
 
-REFUSED = "HelperRefused"
-BUSY = "CoordinatorBusy"
+# Coordinators recorded before this change replay without the withdrawn event's store write.
+WITHDRAWN_EVENTS_PATCH = "record-withdrawn-events"
 # Continue as new well before the server's 2,000 updates per run and its history warnings, and while a
 # replay of the run (after a worker restart, or a completion the server turns back) is still quick.
 MAX_MESSAGES_PER_RUN = 500
 MAX_EVENTS_PER_RUN = 2_500
 CLOSE_ACK_WAIT = timedelta(seconds=30)
-READ_WAIT = timedelta(seconds=10)
-OFFER_BACKOFF_FIRST = timedelta(seconds=2)
-OFFER_BACKOFF_MAX = timedelta(minutes=5)
-# An event the chat could not take for this long is given up: the outcomes stay unreported and appear in
-# the chat's next instruction anyway (seed: "a lost event leaves the outcome for the next owner message").
-OFFER_GIVE_UP = timedelta(hours=1)
+# Continuing as new happens in a workflow task of its own, after the last handlers' task is committed.
+OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
+CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
 
 
-class CoordinatorStart(BaseModel):
-    owner: str
-    policy: Policy = Policy()
-    book: OwnerBook | None = None
-
-
-class DeliveredRequest(BaseModel):
-    turn: str
-    answer_chars: int
-
-
-class ReadRequest(BaseModel):
-    turn: str
-    helper_ids: list[str]
-
-
-def refused(refusal: Refusal) -> ApplicationError:
-    return ApplicationError(refusal.message, refusal.model_dump(mode="json"), type=REFUSED, non_retryable=True)
-
-
-@workflow.defn
-class CoordinatorWorkflow:
+@workflow.defn(name=COORDINATOR_WORKFLOW)
+class CoordinatorWorkflow(CoordinatorDelivery):
     @workflow.init
     def __init__(self, start: CoordinatorStart) -> None:
         self.book = start.book or OwnerBook(owner=start.owner, policy=start.policy)
@@ -136,6 +117,14 @@ class CoordinatorWorkflow:
         self.stopping = True
         await outbox
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if workflow.patched(OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH):
+            # The server turns back a task that closes the run if a signal arrived meanwhile (UnhandledCommand),
+            # and with it every update that task accepted, although their local activities already wrote the
+            # row and started the helper: the admission would be lost while its helper runs
+            # (bench/one_owner.py met it every few thousand helpers). A timer commits the handlers' task first;
+            # the task that continues as new then accepts no update (they are refused while stopping).
+            await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
+            await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book))
 
     def _should_continue_as_new(self) -> bool:
@@ -148,9 +137,8 @@ class CoordinatorWorkflow:
 
     async def _expire(self) -> None:
         now = workflow.now()
-        for helper_id in expired_leases(self.book, now):
+        for helper_id in expire_leases(self.book, now):
             workflow.logger.warning("slot lease of %s/%s ended without its notice", self.book.owner, helper_id)
-            release_slot(self.book, helper_id)
         await self._hand_out_slots()
         expired = expired_rows(self.book, now)
         if expired:
@@ -158,7 +146,7 @@ class CoordinatorWorkflow:
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
-    @workflow.update
+    @workflow.update(name=ADMIT)
     async def admit(self, request: HelperRequest) -> Admission:
         self.messages_this_run += 1
         decision = decide_admission(self.book, request)
@@ -195,6 +183,7 @@ class CoordinatorWorkflow:
                         slot_granted=starts_now,
                         summary_max=policy.summary_max,
                         check_ms=policy.check_ms,
+                        keep_ms=policy.keep_ms,
                         follow=policy.follow,
                         title=_title(request.task),
                     ),
@@ -208,25 +197,30 @@ class CoordinatorWorkflow:
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows, self._removal([entry]), **options.ADMISSION_WRITE
                 )
-            undo_admission(self.book, request.helper_id)
-            for old in evicted:
-                self.book.entries.setdefault(old.helper_id, old)
+            undo_admission(self.book, request.helper_id, evicted)
             await self._hand_out_slots()
             raise ApplicationError(
                 f"helper {request.helper_id} was not admitted: the store or the server did not answer; try again",
-                type="AdmissionFailed",
+                type=ErrorType.ADMISSION_FAILED,
                 non_retryable=True,
             ) from None
         # Helpers queued before this one take the slots they were just given (the new one has its own
         # in its start input).
         await self._signal_granted([helper_id for helper_id in granted if helper_id != request.helper_id])
+        early = take_early_notice(self.book, request.helper_id, entry.seq)
+        if early is not None:
+            # Replayed after a crash, this admission's helper had already finished: its notice counts now.
+            workflow.logger.warning("%s/%s finished before its admission was recorded", request.owner, entry.helper_id)
+            apply_finished(self.book, early)
+            await self._hand_out_slots()
+            return self._admission_of(entry, existing=False)
         workflow.logger.info(
             "admitted %s/%s (%s, %s ahead)", request.owner, request.helper_id, entry.state.value, decision.ahead
         )
         return Admission(
             owner=request.owner,
             helper_id=request.helper_id,
-            status=AdmissionStatus.RUNNING if starts_now else AdmissionStatus.WAITING,
+            status=RowState.RUNNING if starts_now else RowState.WAITING,
             ahead=0 if starts_now else decision.ahead,
             evicted=decision.evict,
         )
@@ -250,17 +244,12 @@ class CoordinatorWorkflow:
         asks again in a moment and reaches the next run); otherwise a steady stream of updates could keep
         the handlers busy forever and the run would never end."""
         if self.stopping:
-            raise ApplicationError("the coordinator is continuing as new; ask again", type=BUSY)
+            raise ApplicationError("the coordinator is continuing as new; ask again", type=ErrorType.COORDINATOR_BUSY)
 
     def _admission_of(self, entry: Entry, *, existing: bool) -> Admission:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
-        status: AdmissionStatus | RowState = entry.state
-        if entry.state is RowState.WAITING:
-            status = AdmissionStatus.WAITING
-        elif entry.state is RowState.RUNNING:
-            status = AdmissionStatus.RUNNING
         return Admission(
-            owner=self.book.owner, helper_id=entry.helper_id, status=status, ahead=ahead, existing=existing
+            owner=self.book.owner, helper_id=entry.helper_id, status=entry.state, ahead=ahead, existing=existing
         )
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------
@@ -272,9 +261,8 @@ class CoordinatorWorkflow:
     async def _signal_granted(self, helper_ids: list[str]) -> None:
         gone = False
         for helper_id in helper_ids:
-            handle = workflow.get_external_workflow_handle(helper_workflow_id(self.book.owner, helper_id))
             try:
-                await handle.signal(HelperWorkflow.slot_granted)
+                await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:
                 # Only an operator can remove a helper workflow; its row is left for them to read.
                 workflow.logger.error(
@@ -297,13 +285,11 @@ class CoordinatorWorkflow:
     def helper_closed(self, helper_id: str) -> None:
         """A running helper closed its row; it keeps its slot until the core confirms the stop (R7, R21)."""
         self.messages_this_run += 1
-        entry = self.book.entries.get(helper_id)
-        if entry is not None and entry.helper_writes:
-            entry.state = RowState.CLOSED
+        apply_closed_by_helper(self.book, helper_id)
 
     # --- close (R21-R23) -------------------------------------------------------------------------------
 
-    @workflow.update
+    @workflow.update(name=CLOSE_HELPER)
     async def close(self, helper_id: str) -> CloseAnswer:
         self.messages_this_run += 1
         action = decide_close(self.book, helper_id)
@@ -316,10 +302,8 @@ class CoordinatorWorkflow:
         was_closed = self.book.entries[helper_id].state is RowState.CLOSED
         if action is CloseAction.FORWARD_TO_HELPER:
             entry = self.book.entries[helper_id]
-            if not entry.close_requested:
-                entry.close_requested = True
-                handle = workflow.get_external_workflow_handle(helper_workflow_id(self.book.owner, helper_id))
-                await handle.signal(HelperWorkflow.close)
+            if request_close(self.book, helper_id):
+                await ask_to_close(self.book.owner, helper_id)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: entry.state is RowState.CLOSED or not entry.helper_writes,
@@ -331,7 +315,15 @@ class CoordinatorWorkflow:
                 raise refused(action)
         entry_or_none = self.book.entries.get(helper_id)
         if action is CloseAction.WRITE_CLOSED and entry_or_none is not None:
+            event_before = self.book.event
             entry = apply_closed_by_coordinator(self.book, helper_id)
+            if event_before is not None and self.book.event is None and workflow.patched(WITHDRAWN_EVENTS_PATCH):
+                # Its last offer's state would otherwise stay "failed" in the store for ever.
+                await workflow.execute_local_activity_method(
+                    ChatActivities.withdraw_chat_event,
+                    WithdrawnEvent(owner=self.book.owner, key=event_before.key),
+                    **options.STORE_WRITE,
+                )
             await workflow.execute_local_activity_method(
                 RowActivities.coordinator_write,
                 CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
@@ -354,113 +346,13 @@ class CoordinatorWorkflow:
     @close.validator
     def _validate_close(self, helper_id: str) -> None:
         self._refuse_while_stopping()
+        try:
+            check_id("helper id", helper_id)  # a raw client sends whatever it likes (R40)
+        except ValueError as error:
+            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))) from None
         action = decide_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
-
-    # --- reading and delivery (R26-R28) ------------------------------------------------------------
-
-    @workflow.update
-    async def mark_read(self, request: ReadRequest) -> ReadAnswer:
-        self.messages_this_run += 1
-        # The row can show an outcome a moment before the helper's finished notice reaches this book.
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: not finishing(self.book, request.helper_ids),
-                timeout=READ_WAIT,
-                timeout_summary="wait for finished notices",
-            )
-        refusal = decide_read(self.book, request.helper_ids)
-        if refusal is not None:
-            raise refused(refusal)
-        read = apply_read(self.book, request.turn, request.helper_ids)
-        return ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
-
-    @mark_read.validator
-    def _validate_read(self, request: ReadRequest) -> None:
-        self._refuse_while_stopping()
-        refusal = decide_read(self.book, request.helper_ids, allow_finishing=True)
-        if refusal is not None:
-            raise refused(refusal)
-
-    @workflow.update
-    async def mark_delivered(self, request: DeliveredRequest) -> DeliveredAnswer:
-        """The turn that read these outcomes sent a nonempty answer and completed (R28)."""
-        self.messages_this_run += 1
-        delivered = apply_delivered(self.book, request.turn, workflow.now())
-        for entry in delivered:
-            await workflow.execute_local_activity_method(
-                RowActivities.coordinator_write,
-                CoordinatorWrite(
-                    row=self._row_key(entry),
-                    state=RowState.DELIVERED,
-                    delivered_at=entry.delivered_at,
-                    keep_until=entry.keep_until,
-                ),
-                **options.STORE_WRITE,
-            )
-        return DeliveredAnswer(owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered])
-
-    @mark_delivered.validator
-    def _validate_delivered(self, request: DeliveredRequest) -> None:
-        self._refuse_while_stopping()
-        if request.answer_chars <= 0:
-            raise ApplicationError("nothing is delivered: the turn sent no answer", type=REFUSED, non_retryable=True)
-
-    async def _outbox(self) -> None:
-        """Offer one system event when the chat is idle; back off while it is busy or down (R26)."""
-        backoff = OFFER_BACKOFF_FIRST
-        while not self.stopping:
-            await workflow.wait_condition(lambda: self.stopping or self._event_due())
-            if self.stopping:
-                return
-            event = next_event(self.book)
-            if event is None:
-                continue
-            language = self._language_of(event.helper_ids)
-            event.state = EventState.ATTEMPTING
-            first_offered_at = event.first_offered_at = event.first_offered_at or workflow.now()
-            result = await workflow.execute_activity_method(
-                ChatActivities.offer_chat_event,
-                OfferEvent(
-                    owner=self.book.owner,
-                    key=event.key,
-                    helper_ids=event.helper_ids,
-                    language=language,
-                    attempts=event.attempts,
-                ),
-                **options.CHAT_OFFER,
-            )
-            event.attempts += 1
-            if result.state is EventState.DELIVERED and result.receipt_id:
-                apply_event_delivered(self.book, result.receipt_id)
-                backoff = OFFER_BACKOFF_FIRST
-                continue
-            event.state = result.state
-            event.last_error = result.error
-            if workflow.now() - first_offered_at >= OFFER_GIVE_UP:
-                workflow.logger.warning("giving up system event %s after %s attempts", event.key, event.attempts)
-                abandon_event(self.book)
-                backoff = OFFER_BACKOFF_FIRST
-                continue
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self.stopping, timeout=backoff, timeout_summary="chat busy or down"
-                )
-            backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
-
-    def _event_due(self) -> bool:
-        event = self.book.event
-        if event is not None and event.state is not EventState.DELIVERED:
-            return bool(event.helper_ids)
-        return bool(unannounced(self.book))
-
-    def _language_of(self, helper_ids: list[str]) -> str:
-        for helper_id in helper_ids:
-            entry = self.book.entries.get(helper_id)
-            if entry is not None:
-                return entry.language
-        return "en"
 
     # --- retention (R29) -----------------------------------------------------------------------------
 
@@ -477,11 +369,11 @@ class CoordinatorWorkflow:
 
     # --- queries ------------------------------------------------------------------------------------
 
-    @workflow.query
+    @workflow.query(name=OWNER_BOOK)
     def owner_book(self) -> OwnerBook:
         return self.book
 
-    @workflow.query
+    @workflow.query(name=COUNTS)
     def counts(self) -> dict[str, int]:
         summary = summarize_book(self.book)
         return {

@@ -1,15 +1,20 @@
-"""The helper workflow: one background turn from its slot to its one outcome (R7, R9-R25).
+"""The helper workflow: one background turn from its slot to its one outcome (R7, R9-R25, R35, R38).
 
-It waits for a running slot, opens the core session with a key derived from itself, follows the
-session with one long heartbeating activity, keeps the deadline and the hard ceiling on durable
-timers, finalizes exactly one outcome, hands the row and the slot back to the coordinator, and
-resets the session as cleanup. Decisions come from `domain.follow`; I/O happens in activities.
+It waits for a running slot, opens the core session with a key derived from itself, follows the session
+with one long heartbeating activity, keeps the deadline and the hard ceiling on durable timers, finalizes
+exactly one outcome, hands the row and the slot back to the coordinator, and resets the session as
+cleanup.
+
+The running phase is wait -> trigger -> step: every activity (open, follow, finish-now, cancel, closing
+the row) runs as a task beside the timers, the loop waits for the first trigger, and
+`domain.ending.decide` says what to do. No await in the running phase can outlive the hard ceiling.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -19,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.session import SessionActivities
     from domain.activity_io import (
         CancelResult,
-        Finalize,
         HelperStart,
         MarkClosed,
         OpenedSession,
@@ -27,17 +31,36 @@ with workflow.unsafe.imports_passed_through():
         RowKey,
         SessionRef,
     )
-    from domain.follow import FollowRequest, FollowResult, Verdict, terminal_outcome_kind
+    from domain.ending import Ending, Explanation, FinishReason, Phase, Situation, Step, Trigger, decide
+    from domain.follow import FollowRequest, FollowResult, Verdict
     from domain.outcome import OutcomeKind
-    from domain.owner_book import FinishedNotice
     from domain.rows import RowState
-    from domain.texts import text
+    from protocol.errors import ErrorType
+    from protocol.messages import (
+        CLOSE,
+        HELPER_STATUS,
+        HELPER_WORKFLOW,
+        RESULT_SAYS_WHY,
+        SIGNALS_CARRY_A_TOKEN,
+        SLOT_GRANTED,
+        HelperResult,
+        Token,
+    )
+    from protocol.names import HELPER_STATE
+    from protocol.senders import tell_closed
     from workflows import options
-    from workflows.names import HELPER_CLOSED, HELPER_FINISHED, HELPER_OUTCOME, HELPER_STATE, coordinator_id
+    from workflows.helper_ending import HelperEnding, _cause
+    from workflows.helper_v1 import HelperRunV1
+
+# Helpers started before the ending table run the first release's code (workflows/helper_v1.py).
+ENDING_TABLE_PATCH = "helper-ending-v2"
 
 
-@workflow.defn
-class HelperWorkflow:
+_Task = TypeVar("_Task", bound=asyncio.Future[Any])
+
+
+@workflow.defn(name=HELPER_WORKFLOW)
+class HelperWorkflow(HelperEnding, HelperRunV1):
     @workflow.init
     def __init__(self, start: HelperStart) -> None:
         self.start = start
@@ -46,20 +69,43 @@ class HelperWorkflow:
         self.generation = 1  # the coordinator wrote the admitted row at generation 1
         self.session_id: str | None = None
         self.state = RowState.RUNNING if start.slot_granted else RowState.WAITING
-        self.finish_reason: str | None = None  # "deadline" or "work_ceiling" once finish-now was asked
+        self.finish_reason: FinishReason | None = None  # set once finish-now was asked
         self.outcome: OutcomeKind | None = None
+        self.explanation = ""  # the outcome's owner-facing reason, once finalized
         self.closing = False  # closed by the owner while running; the slot waits for the core's stop
-        self._follow: asyncio.Task[FollowResult]
+        self.stopping_for_authorization = False
+        self.deadline_seen = False
+        self.open_unanswered = False  # the create may have made a session whose id never came back (R38)
+        self.last_result: FollowResult | None = None
+        self.authorization_result: FollowResult | None = None
+        self._opening: asyncio.Task[OpenedSession] | None = None
+        self._follow_task: asyncio.Task[FollowResult] | None = None
+        self._finish: asyncio.Task[bool] | None = None
+        self._cancel: asyncio.Task[CancelResult] | None = None
+        self._row_closing: asyncio.Task[None] | None = None
+        self._started: list[asyncio.Future[Any]] = []
 
-    @workflow.signal
-    def slot_granted(self) -> None:
+    @workflow.signal(name=SLOT_GRANTED)
+    def slot_granted(self, token: Token | None = None) -> None:
+        if self._unsigned(token, SLOT_GRANTED):
+            return
         self.slot = True
 
-    @workflow.signal
-    def close(self) -> None:
+    @workflow.signal(name=CLOSE)
+    def close(self, token: Token | None = None) -> None:
+        if self._unsigned(token, CLOSE):
+            return
         self.close_requested = True
 
-    @workflow.query
+    def _unsigned(self, token: Token | None, signal: str) -> bool:
+        """A bare signal comes from a client without the keys (R39), or from a first-release coordinator in a
+        history recorded before tokens (no patch marker there, so it is obeyed as it was)."""
+        if token is not None or not workflow.patched(SIGNALS_CARRY_A_TOKEN):
+            return False
+        workflow.logger.warning("%s: a %s signal without its token was ignored", self.start.helper_id, signal)
+        return True
+
+    @workflow.query(name=HELPER_STATUS)
     def status(self) -> dict[str, str | None]:
         return {
             "state": self.state.value,
@@ -68,16 +114,27 @@ class HelperWorkflow:
         }
 
     @workflow.run
-    async def run(self, start: HelperStart) -> str:
+    async def run(self, start: HelperStart) -> HelperResult | str:
+        if not workflow.patched(ENDING_TABLE_PATCH):
+            return await self._run_v1(start)
         workflow.set_current_details(f"waiting for a running slot · {start.title}")
         await workflow.wait_condition(lambda: self.slot or self.close_requested)
         if self.close_requested:
-            await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, explanation=self._text("outcome.closed"))
-            return OutcomeKind.CLOSED.value
-        kind = await self._run_session(start)
-        return kind.value
+            kind = await self._end(Ending(OutcomeKind.CLOSED, Explanation.CLOSED))
+        else:
+            kind = await self._run_session(start)
+        await self._settle()
+        if not workflow.patched(RESULT_SAYS_WHY):
+            return kind.value  # as histories recorded before the change completed
+        # The outcome is final and stored; the workflow's status and result only show it in the Web UI.
+        result = HelperResult(outcome=kind, reason=self.explanation)
+        if kind is OutcomeKind.FAILED:
+            raise ApplicationError(
+                self.explanation or "the helper failed", result, type=ErrorType.HELPER_FAILED, non_retryable=True
+            )
+        return result
 
-    # --- the running phase -----------------------------------------------------------------------
+    # --- the running phase: wait -> trigger -> step ---------------------------------------------------
 
     async def _run_session(self, start: HelperStart) -> OutcomeKind:
         limits = start.limits
@@ -97,255 +154,195 @@ class HelperWorkflow:
         workflow.set_current_details(
             f"running · deadline {deadline_at:%H:%M:%S} UTC · hard ceiling {hard_at:%H:%M:%S} UTC · {start.title}"
         )
-
         self.generation += 1
-        opening = workflow.start_activity_method(
-            SessionActivities.open_session,
-            OpenSession(
-                row=self._row_key(),
-                idempotency_key=self._idempotency_key(),
-                limits=limits,
-                started_at=started_at,
-                deadline_at=deadline_at,
-            ),
-            summary="create the core session (idempotent key)",
-            **options.core_call(start.check_ms),
+        self._opening = self._track(
+            workflow.start_activity_method(
+                SessionActivities.open_session,
+                OpenSession(
+                    row=self._row_key(),
+                    idempotency_key=self._idempotency_key(),
+                    limits=limits,
+                    started_at=started_at,
+                    deadline_at=deadline_at,
+                    check_ms=start.check_ms,
+                ),
+                summary="create the core session (idempotent key)",
+                **options.core_call(start.check_ms, cancellable=True),
+            )
         )
-        await workflow.wait_condition(lambda: opening.done() or hard.done())
-        if not opening.done():
-            opening.cancel()
-            return await self._finalize(
-                OutcomeKind.FAILED,
-                RowState.UNREPORTED,
-                explanation=self._text("outcome.failed", reason=self._text("outcome.core_unreachable")),
-            )
         try:
-            opened: OpenedSession = opening.result()
-        except ActivityError as error:
-            deadline.cancel()
-            hard.cancel()
-            return await self._finalize(
-                OutcomeKind.FAILED, RowState.UNREPORTED, explanation=self._text("outcome.failed", reason=_cause(error))
-            )
-        self.session_id = opened.session_id
-        try:
-            return await self._follow_until_final(start, deadline, hard)
+            while True:
+                await workflow.wait_condition(
+                    lambda: self._finish_answered() or self._next_trigger(deadline, hard) is not None
+                )
+                if self._finish_answered():
+                    await self._take_finish()
+                    continue
+                trigger = self._next_trigger(deadline, hard)
+                assert trigger is not None
+                step = await self._decide(trigger, deadline)
+                if step.end is not None:
+                    return await self._end(step.end)
+                self._apply(step)
         finally:
             deadline.cancel()
             hard.cancel()
 
-    async def _follow_until_final(
-        self, start: HelperStart, deadline: asyncio.Future[None], hard: asyncio.Future[None]
-    ) -> OutcomeKind:
-        self._follow = self._start_follow(watch_work_ceiling=True)
-        stopping_for_authorization = False
-        while True:
-            await workflow.wait_condition(
-                lambda: (
-                    self._follow.done()
-                    or hard.done()
-                    or (self.close_requested and not self.closing)
-                    or (deadline.done() and self.finish_reason is None and not self.closing)
+    def _next_trigger(self, deadline: asyncio.Future[None], hard: asyncio.Future[None]) -> Trigger | None:
+        # An answer already here wins over the ceiling: a core that finished is reported as finished.
+        if self._follow_task is not None and self._follow_task.done():
+            return Trigger.FOLLOW
+        if self._cancel is not None and self._cancel.done():
+            return Trigger.CANCEL_ANSWERED
+        if self._opening is not None and self._opening.done():
+            return Trigger.OPENED
+        if hard.done():
+            return Trigger.HARD_CEILING
+        if self.close_requested and not self.closing:
+            return Trigger.CLOSE
+        if deadline.done() and not self.deadline_seen:
+            return Trigger.DEADLINE
+        return None
+
+    async def _decide(self, trigger: Trigger, deadline: asyncio.Future[None]) -> Step:
+        """Take the trigger's result (each result is taken once) and look the step up in the table."""
+        situation = self._situation()
+        if trigger is Trigger.FOLLOW:
+            result = await self._take_follow()
+            self.last_result = result
+            if result.verdict is Verdict.AUTHORIZATION:
+                self.authorization_result = result
+            return decide(trigger, situation, verdict=result.verdict, status=result.status, silent=result.silent)
+        if trigger is Trigger.CANCEL_ANSWERED:
+            answer = await self._take_cancel()
+            return decide(trigger, situation, stopped=answer.stopped)
+        if trigger is Trigger.OPENED:
+            opened = await self._take_opening()
+            if opened is None:
+                return decide(Trigger.OPEN_FAILED, situation)
+            self.session_id = opened.session_id
+            return decide(trigger, self._situation(), deadline_passed=deadline.done())
+        if trigger is Trigger.DEADLINE:
+            self.deadline_seen = True
+        return decide(trigger, situation)
+
+    def _apply(self, step: Step) -> None:
+        if step.close_row:
+            self.closing = True
+            self._row_closing = self._track(asyncio.ensure_future(self._close_row()))
+        if step.stopping_for_authorization:
+            self.stopping_for_authorization = True
+        if step.finish is not None and self.finish_reason is None and self.session_id is not None:
+            self.finish_reason = step.finish
+            self._finish = self._track(
+                workflow.start_activity_method(
+                    SessionActivities.finish_session,
+                    self._session_ref(),
+                    summary=f"finish now ({step.finish.value})",
+                    **options.core_call(self.start.check_ms, give_up_after=timedelta(minutes=1), cancellable=True),
                 )
             )
-            closing = self.closing
-            follow = self._follow
-            if hard.done():
-                follow.cancel()
-                if closing:
-                    return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
-                return await self._finalize(
-                    OutcomeKind.PARTIAL,
-                    RowState.UNREPORTED,
-                    explanation=self._text(
-                        "stop.hard_ceiling",
-                        grace_minutes=start.limits.grace_ms // 60_000,
-                        deadline_minutes=start.limits.deadline_ms // 60_000,
-                    ),
+        if step.cancel and self._cancel is None and self.session_id is not None:
+            reason = "closed by the owner" if self.closing else "cleanup cancel of an authorization wait"
+            self._cancel = self._track(
+                workflow.start_activity_method(
+                    SessionActivities.cancel_session,
+                    self._session_ref(),
+                    summary=f"cancel: {reason}",
+                    **options.core_call(self.start.check_ms, cancellable=True),
                 )
-            if self.close_requested and not closing:
-                self.closing = True
-                if await self._close_running():
-                    follow.cancel()
-                    return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
-                continue  # the slot stays held until the core confirms the stop (R7)
-            if deadline.done() and self.finish_reason is None and not closing:
-                self.finish_reason = "deadline"
-                await self._finish_now()
-                continue
-            result = await self._follow_result(follow)
-            match result.verdict:
-                case Verdict.TERMINAL:
-                    assert result.status is not None
-                    kind = terminal_outcome_kind(
-                        result.status, closing=closing, stopping_for_authorization=stopping_for_authorization
-                    )
-                    state = RowState.CLOSED if kind is OutcomeKind.CLOSED else RowState.UNREPORTED
-                    return await self._finalize(kind, state, self._explanation(kind, start), result)
-                case Verdict.QUESTION:
-                    if closing:
-                        return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
-                    return await self._finalize(OutcomeKind.QUESTION, RowState.UNREPORTED, "", result)
-                case Verdict.AUTHORIZATION:
-                    # Without a webhook an authorization wait ends by a cleanup cancel (seed, R17).
-                    stopping_for_authorization = True
-                    cancelled = await workflow.execute_activity_method(
-                        SessionActivities.cancel_session,
-                        self._session_ref(),
-                        summary="cleanup cancel of an authorization wait",
-                        **options.core_call(start.check_ms),
-                    )
-                    if cancelled.stopped:
-                        kind = OutcomeKind.CLOSED if closing else OutcomeKind.AUTHORIZATION
-                        state = RowState.CLOSED if closing else RowState.UNREPORTED
-                        return await self._finalize(kind, state, "", result)
-                    self._follow = self._start_follow(watch_work_ceiling=False)
-                case Verdict.WORK_CEILING:
-                    self.finish_reason = "work_ceiling"
-                    await self._finish_now()
-                    self._follow = self._start_follow(watch_work_ceiling=False)
-                case Verdict.LOST:
-                    kind = OutcomeKind.CLOSED if closing else OutcomeKind.INTERRUPTED
-                    explanation = (
-                        self._text("outcome.closed")
-                        if closing
-                        else self._text("outcome.interrupted", reason=result.error or "session not found")
-                    )
-                    state = RowState.CLOSED if closing else RowState.UNREPORTED
-                    return await self._finalize(kind, state, explanation, None)
-                case Verdict.CORE_FAILED:
-                    if closing:  # closed by the owner: it reports nothing, whatever the core did (R21)
-                        return await self._finalize(OutcomeKind.CLOSED, RowState.CLOSED, self._text("outcome.closed"))
-                    return await self._finalize(
-                        OutcomeKind.FAILED,
-                        RowState.UNREPORTED,
-                        self._text("outcome.failed", reason=result.error or "the core failed"),
-                        None,
-                    )
+            )
+        if step.follow:
+            self._follow_task = self._start_follow(step.watch_work_ceiling, step.stop_at_pauses)
 
-    def _start_follow(self, *, watch_work_ceiling: bool) -> asyncio.Task[FollowResult]:
-        assert self.session_id is not None
-        start = self.start
-        return workflow.start_activity_method(
-            SessionActivities.follow_session,
-            FollowRequest(
-                owner=start.owner,
-                helper_id=start.helper_id,
-                seq=start.seq,
-                session_id=self.session_id,
-                generation=self.generation,
-                ceiling_tokens=start.limits.ceiling_tokens,
-                watch_work_ceiling=watch_work_ceiling,
-                tuning=start.follow,
-            ),
-            summary=f"follow session {self.session_id}: live steps and work tokens in the heartbeat details",
-            **options.follow(start.check_ms, start.follow),
+    def _finish_answered(self) -> bool:
+        return self._finish is not None and self._finish.done()
+
+    def _situation(self) -> Situation:
+        return Situation(
+            phase=Phase.FOLLOWING if self.session_id is not None else Phase.OPENING,
+            closing=self.closing,
+            finish_asked=self.finish_reason,
+            stopping_for_authorization=self.stopping_for_authorization,
         )
 
-    async def _follow_result(self, follow: asyncio.Task[FollowResult]) -> FollowResult:
+    # --- taking results -------------------------------------------------------------------------------
+
+    async def _take_opening(self) -> OpenedSession | None:
+        opening, self._opening = self._opening, None
+        assert opening is not None
+        try:
+            return await opening
+        except ActivityError as error:
+            # Refused by the core, or the row is gone: no session was made.
+            workflow.logger.warning("open of %s failed: %s", self.start.helper_id, _cause(error))
+            return None
+
+    async def _take_follow(self) -> FollowResult:
+        follow, self._follow_task = self._follow_task, None
+        assert follow is not None
         try:
             return await follow
         except ActivityError as error:
             return FollowResult(verdict=Verdict.CORE_FAILED, error=_cause(error))
 
-    async def _finish_now(self) -> None:
-        """Ask the core for the partial outcome (R13, R15); if it cannot be asked, the hard ceiling still holds."""
+    async def _take_cancel(self) -> CancelResult:
+        cancel, self._cancel = self._cancel, None
+        assert cancel is not None
         try:
-            await workflow.execute_activity_method(
-                SessionActivities.finish_session,
-                self._session_ref(),
-                summary=f"finish now ({self.finish_reason})",
-                **options.core_call(self.start.check_ms, give_up_after=timedelta(minutes=1)),
-            )
+            return await cancel
         except ActivityError as error:
+            return CancelResult(stopped=False, reachable=False, detail=_cause(error))
+
+    async def _take_finish(self) -> None:
+        finish, self._finish = self._finish, None
+        assert finish is not None
+        try:
+            await finish
+        except ActivityError as error:
+            # The follow goes on; if the core never finishes, the hard ceiling still holds (R15).
             workflow.logger.warning("finish-now for %s failed: %s", self.start.helper_id, _cause(error))
 
-    async def _close_running(self) -> bool:
-        """Close the row at once and cancel the session; True when the core confirms the turn stopped (R21)."""
+    # --- effects ----------------------------------------------------------------------------------------
+
+    def _start_follow(self, watch_work_ceiling: bool, stop_at_pauses: bool) -> asyncio.Task[FollowResult]:
+        assert self.session_id is not None
+        start = self.start
+        return self._track(
+            workflow.start_activity_method(
+                SessionActivities.follow_session,
+                FollowRequest(
+                    owner=start.owner,
+                    helper_id=start.helper_id,
+                    seq=start.seq,
+                    session_id=self.session_id,
+                    generation=self.generation,
+                    ceiling_tokens=start.limits.ceiling_tokens,
+                    watch_work_ceiling=watch_work_ceiling,
+                    stop_at_pauses=stop_at_pauses,
+                    tuning=start.follow,
+                    check_ms=start.check_ms,
+                ),
+                summary=f"follow session {self.session_id}: live steps and work tokens in the heartbeat details",
+                **options.follow(start.check_ms, start.follow, cancellable=True),
+            )
+        )
+
+    async def _close_row(self) -> None:
+        """Close the row at once (R21), then let the coordinator answer the owner's close."""
         self.generation += 1
         await workflow.execute_local_activity_method(
             RowActivities.mark_closed, MarkClosed(row=self._row_key()), **options.STORE_WRITE
         )
-        self.state = RowState.CLOSED
-        await self._tell_coordinator(HELPER_CLOSED, self.start.helper_id)
-        cancelled: CancelResult = await workflow.execute_activity_method(
-            SessionActivities.cancel_session,
-            self._session_ref(),
-            summary="cancel: closed by the owner",
-            **options.core_call(self.start.check_ms),
-        )
-        return cancelled.stopped
+        if self.outcome is None:
+            self.state = RowState.CLOSED
+        await self._tell_coordinator(tell_closed(self.start.owner, self.start.helper_id))
 
-    # --- the one finalizer -----------------------------------------------------------------------
+    # --- small helpers ---------------------------------------------------------------------------------
 
-    async def _finalize(
-        self, kind: OutcomeKind, state: RowState, explanation: str, result: FollowResult | None = None
-    ) -> OutcomeKind:
-        """Write the outcome once (R19), hand the row and slot back, then reset the session (R20)."""
-        start = self.start
-        finished_at = workflow.now()
-        self.generation += 1
-        final = Finalize(
-            row=self._row_key(),
-            kind=kind,
-            state=state,
-            language=start.language,
-            model=start.model,
-            explanation=explanation,
-            question=result.question if result else None,
-            authorization=result.authorization if result else None,
-            actions=result.actions if result else [],
-            refusals=result.refusals if result else [],
-            usage=result.usage if result and result.usage.steps else None,
-            summary_max=start.summary_max,
-            finished_at=finished_at,
-        )
-        await workflow.execute_local_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
-        self.outcome = kind
-        self.state = state
-        workflow.upsert_search_attributes([HELPER_STATE.value_set(state.value), HELPER_OUTCOME.value_set(kind.value)])
-        workflow.set_current_details(f"{kind.value} · {start.title}")
-        notice = FinishedNotice(
-            helper_id=start.helper_id, kind=kind, generation=self.generation, finished_at=finished_at
-        )
-        # The notice frees the slot at once; the reset is cleanup and runs beside it (R20).
-        cleanup = []
-        if self.session_id is not None:
-            cleanup.append(
-                workflow.execute_activity_method(
-                    SessionActivities.reset_session,
-                    self._session_ref(),
-                    summary="reset the session (cleanup)",
-                    **options.core_call(start.check_ms),
-                )
-            )
-        await asyncio.gather(self._tell_coordinator(HELPER_FINISHED, notice), *cleanup)
-        return kind
-
-    # --- small helpers ----------------------------------------------------------------------------
-
-    async def _tell_coordinator(self, signal: str, payload: object) -> None:
-        handle = workflow.get_external_workflow_handle(coordinator_id(self.start.owner))
-        try:
-            await handle.signal(signal, payload)
-        except ApplicationError as error:
-            # Only an operator can remove a coordinator; the outcome is final and in the store anyway,
-            # and the slot lease of a new coordinator cannot include this helper.
-            workflow.logger.error("could not tell the coordinator %s: %s", signal, error)
-
-    def _explanation(self, kind: OutcomeKind, start: HelperStart) -> str:
-        if kind is OutcomeKind.CLOSED:
-            return self._text("outcome.closed")
-        if kind is OutcomeKind.INTERRUPTED:
-            return self._text("outcome.interrupted", reason=self._text("reason.turn_interrupted"))
-        if kind is not OutcomeKind.PARTIAL or self.finish_reason is None:
-            return ""
-        if self.finish_reason == "work_ceiling":
-            return self._text("stop.work_ceiling", ceiling_tokens=f"{start.limits.ceiling_tokens:,}")
-        return self._text("stop.deadline", deadline_minutes=start.limits.deadline_ms // 60_000)
-
-    def _text(self, key: str, **fields: object) -> str:
-        return text(key, self.start.language, **fields)
+    def _track(self, task: _Task) -> _Task:
+        self._started.append(task)
+        return task
 
     def _row_key(self) -> RowKey:
         start = self.start
@@ -353,16 +350,14 @@ class HelperWorkflow:
 
     def _session_ref(self) -> SessionRef:
         assert self.session_id is not None
-        return SessionRef(owner=self.start.owner, helper_id=self.start.helper_id, session_id=self.session_id)
+        return SessionRef(
+            owner=self.start.owner,
+            helper_id=self.start.helper_id,
+            session_id=self.session_id,
+            check_ms=self.start.check_ms,
+        )
 
     def _idempotency_key(self) -> str:
         # Stable across retries and worker restarts, distinct for a helper id reused after retention (R9).
         info = workflow.info()
         return f"{info.workflow_id}/{info.first_execution_run_id}"
-
-
-def _cause(error: ActivityError) -> str:
-    cause = error.cause
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause or error)

@@ -3,59 +3,105 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TypedDict
 
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
 
 from domain.limits import FollowTuning
+from protocol.errors import ErrorType
+
+
+class LocalActivityOptions(TypedDict, total=False):
+    """The options of a local activity (store writes), typed for `execute_local_activity`."""
+
+    start_to_close_timeout: timedelta
+    schedule_to_close_timeout: timedelta
+    retry_policy: RetryPolicy
+    cancellation_type: ActivityCancellationType
+
+
+class ActivityOptions(LocalActivityOptions, total=False):
+    """The options of an activity, typed for `execute_activity` / `start_activity`."""
+
+    heartbeat_timeout: timedelta
+
 
 # Store writes run as local activities: one marker event instead of three plus a workflow task, and
 # no round trip through the server. They are idempotent (generation guards), so re-running one after
 # a lost workflow task is harmless.
 # A store write must eventually happen (a finalization is never dropped): retry until the store is back.
-STORE_WRITE: dict[str, Any] = {
+STORE_WRITE: LocalActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
 }
 
 # Admission answers the caller: give up after half a minute and refuse rather than hang the starter.
-ADMISSION_WRITE: dict[str, Any] = {
+ADMISSION_WRITE: LocalActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=10),
     "schedule_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)),
 }
 
 
-def core_call(check_ms: int, *, give_up_after: timedelta | None = None) -> dict[str, Any]:
-    """One core call: HELPER_CHECK_MS bounds the HTTP call, the activity gets a little more."""
-    options: dict[str, Any] = {
+def core_call(check_ms: int, *, give_up_after: timedelta | None = None, cancellable: bool = False) -> ActivityOptions:
+    """One core call: HELPER_CHECK_MS bounds the HTTP call, the activity gets a little more.
+
+    `cancellable` calls run beside others and may be cancelled when the helper ends; the helper then waits
+    for their end before it completes, so no late result meets a completing workflow task.
+    """
+    options: ActivityOptions = {
         "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
-            non_retryable_error_types=["CoreRejected"],
+            non_retryable_error_types=[ErrorType.CORE_REJECTED],
         ),
     }
     if give_up_after is not None:
         options["schedule_to_close_timeout"] = give_up_after
+    if cancellable:
+        options["cancellation_type"] = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
     return options
 
 
-def follow(check_ms: int, tuning: FollowTuning) -> dict[str, Any]:
-    """The follow activity: one window per attempt, retried at `resume_ms` with its heartbeat cursor."""
+# Finding a session whose create was never answered: after the outcome, without the hard ceiling's time
+# pressure, but before the slot passes on (R38). The slot's lease ends 5 minutes after the hard ceiling
+# (domain.book.LEASE_MARGIN), so the whole search must end well before that.
+RECOVERY_BUDGET = timedelta(minutes=3)
+
+
+def recovery(check_ms: int) -> ActivityOptions:
     return {
-        "start_to_close_timeout": timedelta(milliseconds=tuning.window_ms + 2 * check_ms) + timedelta(seconds=30),
-        # A core call may take HELPER_CHECK_MS between heartbeats; a dead worker shows after this.
-        "heartbeat_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        # The search itself may take a few slow calls (create again, cancel, reset), each bounded.
+        "start_to_close_timeout": timedelta(milliseconds=6 * check_ms) + timedelta(seconds=10),
+        "schedule_to_close_timeout": RECOVERY_BUDGET,
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
+    }
+
+
+def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) -> ActivityOptions:
+    """The follow activity: one window per attempt, retried at `resume_ms` with its heartbeat cursor."""
+    options: ActivityOptions = {
+        # A window, plus the last read (a long poll: its wait and HELPER_CHECK_MS) and the writes after it.
+        "start_to_close_timeout": timedelta(milliseconds=tuning.window_ms + tuning.wait_ms + 2 * check_ms)
+        + timedelta(seconds=30),
+        # A dead worker shows after this; heartbeats go out at most every 80 % of it (the SDK's throttle), so
+        # it sets the heartbeats a helper costs too (R44). A read is shortened to fit inside it
+        # (domain.follow.long_poll_wait_ms); a core call alone may take HELPER_CHECK_MS.
+        "heartbeat_timeout": timedelta(milliseconds=max(tuning.liveness_ms, check_ms + 5_000)),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(milliseconds=tuning.resume_ms),
             backoff_coefficient=1.0,
             maximum_interval=timedelta(milliseconds=tuning.resume_ms),
         ),
     }
+    if cancellable:
+        options["cancellation_type"] = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+    return options
 
 
-CHAT_OFFER: dict[str, Any] = {
+CHAT_OFFER: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(maximum_attempts=1),  # the outbox loop owns retries and their backoff
 }

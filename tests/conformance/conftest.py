@@ -1,4 +1,4 @@
-"""The conformance suite: checks any core against the session contract (domain/core_api.py, R14).
+"""The conformance suite: checks any core against the session contract (contracts/core_api.py, R14).
 
     pytest tests/conformance --core-url http://127.0.0.1:8310 [--core-model scripted]
 
@@ -59,6 +59,12 @@ async def core_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         return
     async with running_core(tmp_path_factory.mktemp("conformance") / "core.sqlite3") as base_url:
         yield base_url
+
+
+@pytest.fixture(scope="session")
+def core_is_reference(request: pytest.FixtureRequest) -> bool:
+    """True when the suite checks the reference core it started itself (which must offer every option)."""
+    return _option(request.config, "core_url", ENV_URL) is None
 
 
 @pytest.fixture(scope="session")

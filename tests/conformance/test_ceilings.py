@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from domain.core_api import SessionStatus, StopReason
+from contracts.core_api import SessionStatus, StopReason
 from reference_core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, in_english, in_russian, mentions_number
 

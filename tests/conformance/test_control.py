@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from domain.core_api import CancelAnswer, SessionStatus, StopReason
+from contracts.core_api import CancelAnswer, SessionStatus, StopReason
 from reference_core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, in_english, in_russian, unique
 

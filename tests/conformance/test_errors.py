@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from domain.core_api import SessionStatus
+from contracts.core_api import SessionStatus
 from reference_core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, unique
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from domain.core_api import SessionCreated, SessionStatus
+from contracts.core_api import SessionCreated, SessionStatus
 from reference_core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, unique
 

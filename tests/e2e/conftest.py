@@ -13,8 +13,8 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from config.settings import Settings
 from domain.limits import FollowTuning
-from domain.settings import Settings
 from reference_chat.server import running_chat
 from reference_core.server import running_core
 from starter.client import HelperClient
@@ -26,7 +26,10 @@ from worker import running_worker
 pytestmark = pytest.mark.e2e
 
 # Real time on the dev server: poll fast, short windows, resume at once.
-E2E_FOLLOW = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000)
+# Long polls of 2 s (the reference core offers them); a killed worker's follow is retried after 25 s.
+E2E_FOLLOW = FollowTuning(
+    poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000, liveness_ms=25_000
+)
 
 
 @dataclass

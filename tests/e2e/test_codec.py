@@ -2,28 +2,37 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
+import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from google.protobuf import json_format
-from temporalio.api.common.v1 import Payloads
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.exceptions import ActivityError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from temporalio.workflow import ActivityCancellationType
 
-from codec.encryption import ENCODING, EncryptionCodec, codec_from, data_converter, new_key
+from codec.encryption import ENCODING, REFUSED_PLAINTEXT, EncryptionCodec, codec_from, data_converter, new_key
 from codec.server import create_app
+from domain.activity_io import HelperStart
+from protocol.names import coordinator_id, helper_workflow_id
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core, serving
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW
-from tests.helpers import eventually, helper_request, settings_for
+from tests.helpers import eventually, helper_request, history_events, settings_for
 from worker import running_worker
-from workflows.names import coordinator_id, helper_workflow_id
 
 pytestmark = pytest.mark.e2e
 
@@ -86,3 +95,52 @@ async def test_histories_hold_only_ciphertext_and_the_codec_server_decodes_for_t
 async def _final(store: HelperStore):
     row = await store.get("kim", "secret")
     return row if row is not None and row.outcome_kind is not None else None
+
+
+@workflow.defn(sandboxed=False)
+class _CancelsAnActivityThatNeverStarted:
+    @workflow.run
+    async def run(self) -> str:
+        # Nobody polls this queue, so the activity never starts and the server answers the cancel itself.
+        task = workflow.start_activity(
+            "nobody-runs-this",
+            task_queue="nobody-polls-this",
+            start_to_close_timeout=timedelta(seconds=30),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        await workflow.sleep(timedelta(milliseconds=200))
+        task.cancel()
+        try:
+            await task
+        except ActivityError as error:
+            return type(error.cause).__name__
+        return "completed"
+
+
+async def test_plaintext_the_server_writes_itself_does_not_fail_a_workflow_task(dev_env: WorkflowEnvironment):
+    """R39: the server writes its own plaintext details into the cancel of an activity that never started;
+    with encryption required the workflow still sees a plain cancellation, while a typed plaintext input is
+    still refused (a helper once stayed stuck on `Unknown payload encoding binary/plaintext-refused`)."""
+    keyed = Client(
+        dev_env.client.service_client,
+        namespace=dev_env.client.namespace,
+        data_converter=data_converter(codec_from(f"k1:{new_key()}", None)),
+    )
+    queue = f"server-plaintext-{uuid.uuid4()}"
+    async with Worker(keyed, task_queue=queue, workflows=[_CancelsAnActivityThatNeverStarted]):
+        handle = await keyed.start_workflow(
+            _CancelsAnActivityThatNeverStarted.run, id=f"server-plaintext-{uuid.uuid4()}", task_queue=queue
+        )
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert result == "CancelledError"
+    failures = [
+        event
+        for event in await history_events(keyed, handle.id)
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert failures == []
+
+    refused = Payload(metadata={"encoding": REFUSED_PLAINTEXT})
+    converter = data_converter(codec_from(f"k1:{new_key()}", None)).payload_converter
+    with pytest.raises(Exception, match="unencrypted payload was refused"):
+        converter.from_payloads([refused], [HelperStart])

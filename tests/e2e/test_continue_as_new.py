@@ -9,10 +9,10 @@ import time
 import pytest
 
 from domain.rows import RowState
+from protocol.names import coordinator_id
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, helper_request
-from workflows.names import coordinator_id
 
 pytestmark = pytest.mark.e2e
 

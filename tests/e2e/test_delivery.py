@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from protocol.errors import HelperRefused
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core
 from starter.client import HelperClient
-from starter.errors import HelperRefused
 from tests.e2e.conftest import Stack, _stack
 from tests.helpers import eventually, helper_request
 
@@ -30,7 +30,7 @@ async def _final(stack: Stack, helper_id: str, owner: str | None = None) -> Any:
 
 async def _event_state(stack: Stack, state: str) -> Any:
     events = await stack.store.events(stack.owner)
-    return events if events and events[-1]["state"] == state else None
+    return events if events and events[-1].state == state else None
 
 
 async def _chat(stack: Stack, method: str, path: str, body: Any = None) -> Any:
@@ -49,13 +49,13 @@ async def test_a_failing_chat_gets_the_event_once_it_is_back(stack: Stack, mode:
     await stack.client.start(helper_request(stack.owner, "note", scripted_task("Note.", steps=1, step_ms=20)))
     await eventually(functools.partial(_final, stack, "note"))
     failing = await eventually(functools.partial(_event_state, stack, state_while_failing), timeout=30)
-    assert failing[-1]["receipt_id"] is None
+    assert failing[-1].receipt_id is None
     await _chat(stack, "PUT", "/v1/control/failing", {"failing": False, "mode": mode})
     delivered = await eventually(functools.partial(_event_state, stack, "delivered"), timeout=30)
-    assert delivered[-1]["attempts"] >= 2 and delivered[-1]["receipt_id"]
+    assert delivered[-1].attempts >= 2 and delivered[-1].receipt_id
     received = await stack.chat_events()
     assert [event["helper_ids"] for event in received] == [["note"]]
-    assert received[0]["key"] == delivered[-1]["key"]
+    assert received[0]["key"] == delivered[-1].key
 
 
 async def test_a_turn_that_never_answered_lets_the_outcome_be_told_again(stack: Stack):

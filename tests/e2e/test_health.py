@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import httpx
@@ -10,24 +9,18 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.health import serving_health
+from health import serving_health
 from store.database import create_engine
 from store.helper_store import HelperStore
-from tests.helpers import settings_for
+from tests.helpers import free_port, settings_for
 from worker import running_worker
 
 pytestmark = pytest.mark.e2e
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_a_running_worker_is_live_and_ready(dev_env: WorkflowEnvironment, tmp_path: Path):
     """R25: with HELPER_HEALTH_BIND set, /livez and /readyz answer 200 while the store and Temporal answer."""
-    port = _free_port()
+    port = free_port()
     settings = settings_for(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9").model_copy(
         update={"health_bind": f"127.0.0.1:{port}"}
     )
@@ -40,7 +33,7 @@ async def test_a_running_worker_is_live_and_ready(dev_env: WorkflowEnvironment, 
 async def test_not_ready_names_what_does_not_answer():
     """R25: a worker whose store and Temporal do not answer reports 503 naming both, so Kubernetes takes it
     out of service until they are back; it is still live."""
-    port = _free_port()
+    port = free_port()
     store = HelperStore(create_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none"))
     client = await Client.connect("127.0.0.1:9", lazy=True)
     try:

@@ -9,11 +9,11 @@ import pytest
 
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from protocol.errors import HelperRefused, InvalidRequest
+from protocol.names import helper_workflow_id
 from reference_core.script import scripted_task
-from starter.errors import HelperRefused, InvalidRequest
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, helper_request
-from workflows.names import helper_workflow_id
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ async def test_three_run_a_fourth_is_refused_and_each_reaches_its_outcome(stack:
         output_tokens=200_000,
     )
     admissions = [
-        await stack.client.start(helper_request(owner, "mail", mail, boundary=("send_mail",))),
+        await stack.client.start(helper_request(owner, "mail", mail, boundary=("send_mail to bob@example.com",))),
         await stack.client.start(helper_request(owner, "venue", question)),
         await stack.client.start(helper_request(owner, "scan", heavy)),
     ]

@@ -9,10 +9,10 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.chat import ChatActivities
-from activities.chat_client import ChatClient
+from clients.chat_client import ChatClient
 from domain.activity_io import OfferEvent
+from domain.book import EventState
 from domain.limits import LimitOverrides
-from domain.owner_book import EventState
 from store.helper_store import HelperStore
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore
@@ -55,7 +55,7 @@ async def test_an_unreachable_chat_is_a_failed_attempt(tmp_path: Path):
         result = await ActivityEnvironment().run(ChatActivities(store, chat).offer_chat_event, offer)
         assert result.state is EventState.FAILED and result.receipt_id is None
         recorded = await store.events("ida")
-        assert [(e["key"], e["state"], e["attempts"]) for e in recorded] == [("helpers-ready:ida:1", "failed", 1)]
+        assert [(e.key, e.state, e.attempts) for e in recorded] == [("helpers-ready:ida:1", "failed", 1)]
     finally:
         await chat.aclose()
         await store.close()

@@ -4,7 +4,6 @@ on its SQLite file. Every part runs as its own process here, exactly as in `make
 from __future__ import annotations
 
 import asyncio
-import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,22 +16,16 @@ from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from reference_core.script import scripted_task
 from starter.client import HelperClient
-from tests.helpers import eventually, helper_request
+from tests.helpers import eventually, free_port, helper_request
 
 pytestmark = pytest.mark.e2e
 
 HELPERS = [f"h{n}" for n in range(1, 6)]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 async def processes(tmp_path: Path) -> AsyncIterator[Stack]:
-    stack = Stack(tmp_path / "data", Ports(_free_port(), _free_port(), _free_port(), _free_port(), _free_port()))
+    stack = Stack(tmp_path / "data", Ports(free_port(), free_port(), free_port(), free_port(), free_port()))
     try:
         await stack.start(fresh=True)
         yield stack
@@ -61,7 +54,9 @@ class SlotWatch:
 
 async def _run_through(stack: Stack, crash: str) -> None:
     # Five open helpers, three slots: two wait. The follow heartbeat times out 3 s after a worker dies.
-    policy = Policy(max_open=5, check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200))
+    policy = Policy(
+        max_open=5, check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, liveness_ms=6_000)
+    )
     client = await HelperClient.connect(stack.settings(policy=policy))
     owner = "rita"
     try:

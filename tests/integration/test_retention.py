@@ -16,18 +16,15 @@ import pytest
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.rows import RowActivities
+from contracts.core_api import SessionStatus
 from domain.activity_io import RemoveRows, RowToRemove
-from domain.core_api import SessionStatus
 from domain.limits import Limits
 from domain.rows import HelperRow, RowState
-from starter.client import HelperClient
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.helpers import eventually, helper_request, settings_for, skip_time
-from worker import running_worker
-
-CLOSED_PORT = "http://127.0.0.1:9"
+from tests.fakes.fake_core import FakeCore
+from tests.helpers import eventually, helper_request, skip_time
+from tests.integration.stack import time_stack
 
 
 async def _finished(store: HelperStore, owner: str, helper_id: str) -> bool:
@@ -43,34 +40,30 @@ async def test_delivered_and_closed_rows_expire_with_their_directories(time_env:
     """R29, R28: a delivered row lives HELPER_KEEP_MS from delivery, a closed one from its finish; then row
     and result directory are gone, on one timer, without anyone asking."""
     core = FakeCore()
-    async with serving_fake_core(core) as core_url:
-        settings = settings_for(tmp_path, core_url, CLOSED_PORT)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
-        async with running_worker(time_env.client, settings):
-            client = HelperClient(settings, store, time_env.client)
-            for helper_id in ("told", "dropped"):
-                await client.start(helper_request("una", helper_id))
-                session = await eventually(functools.partial(core.session_of, helper_id))
-                session.add_step(100, 10, f"{helper_id} done")
-                session.end(SessionStatus.COMPLETED)
-                await eventually(functools.partial(_finished, store, "una", helper_id))
-            await client.close("una", "dropped")  # unreported -> closed: kept a day from its finish
-            await skip_time(time_env, timedelta(hours=12), chunk=timedelta(hours=1))
-            await client.read("una", "t1", ["told"])
-            await client.delivered("una", "t1", answer_chars=5)  # kept a day from now
-            directories = {v.helper_id: Path(v.result_dir) for v in await client.list_helpers("una")}
-            assert all([await _exists(d) for d in directories.values()])
+    async with time_stack(time_env, tmp_path, core) as stack:
+        client, store = stack.client, stack.store
+        for helper_id in ("told", "dropped"):
+            await client.start(helper_request("una", helper_id))
+            session = await eventually(functools.partial(core.session_of, helper_id))
+            session.add_step(100, 10, f"{helper_id} done")
+            session.end(SessionStatus.COMPLETED)
+            await eventually(functools.partial(_finished, store, "una", helper_id))
+        await client.close("una", "dropped")  # unreported -> closed: kept a day from its finish
+        await skip_time(time_env, timedelta(hours=12), chunk=timedelta(hours=1))
+        await client.read("una", "t1", ["told"])
+        await client.delivered("una", "t1", answer_chars=5)  # kept a day from now
+        directories = {v.helper_id: Path(v.result_dir) for v in await client.list_helpers("una")}
+        assert all([await _exists(d) for d in directories.values()])
 
-            # The closed row is now a day old; the delivered one only half a day.
-            await skip_time(time_env, timedelta(hours=12, minutes=5), chunk=timedelta(hours=1))
-            await eventually(lambda: _gone(store, "una", "dropped"))
-            assert not await _exists(directories["dropped"])
-            assert await store.get("una", "told") is not None  # delivered only 12 hours ago
+        # The closed row is now a day old; the delivered one only half a day.
+        await skip_time(time_env, timedelta(hours=12, minutes=5), chunk=timedelta(hours=1))
+        await eventually(lambda: _gone(store, "una", "dropped"))
+        assert not await _exists(directories["dropped"])
+        assert await store.get("una", "told") is not None  # delivered only 12 hours ago
 
-            await skip_time(time_env, timedelta(hours=12), chunk=timedelta(hours=1))
-            await eventually(lambda: _gone(store, "una", "told"))
-            assert not await _exists(directories["told"])
-        await store.close()
+        await skip_time(time_env, timedelta(hours=12), chunk=timedelta(hours=1))
+        await eventually(lambda: _gone(store, "una", "told"))
+        assert not await _exists(directories["told"])
 
 
 async def _gone(store: HelperStore, owner: str, helper_id: str) -> bool:

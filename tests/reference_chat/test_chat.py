@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from domain.chat_api import EventReceipt, ReceivedEvent
-from domain.core_api import Problem
+from contracts.chat_api import EventReceipt, ReceivedEvent
+from contracts.core_api import Problem
 from reference_chat.server import running_chat
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from domain.core_api import CreateSession, SessionStatus, Snapshot
+from contracts.core_api import CreateSession, SessionStatus, Snapshot
 from reference_core.model import Model, ModelReply, ModelRequest
 from reference_core.model_catalog import ModelFactory, PreparedModel, scripted
 
@@ -94,6 +94,6 @@ def recording_catalog() -> tuple[dict[str, ModelFactory], dict[str, list[ModelRe
     def factory(request: CreateSession) -> PreparedModel:
         prepared = scripted(request)
         requests = recorded.setdefault(request.helper_id, [])
-        return PreparedModel(RecordingModel(prepared.model, requests), prepared.faults)
+        return PreparedModel(RecordingModel(prepared.model, requests), prepared.faults, prepared.holds)
 
     return {"scripted": factory}, recorded

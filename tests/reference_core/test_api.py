@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from domain.core_api import Problem, SessionCreated
+from contracts.core_api import Problem, SessionCreated
 from reference_core.script import scripted_task
 from tests.reference_core.support import FAST, session_body
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from domain.core_api import SessionStatus, StopReason
+from contracts.core_api import SessionStatus, StopReason
 from reference_core.model import ModelRequest
 from reference_core.script import scripted_task
 from tests.reference_core.support import create, settled
@@ -41,7 +41,7 @@ async def test_a_tool_call_at_the_final_step_is_not_made(client: httpx.AsyncClie
     session_id = await create(
         client,
         scripted_task("Send at the end", tool_calls=[send], **RUN_FAST),
-        boundary=("send_mail",),
+        boundary=("send_mail to bob@example.com",),
         max_steps=3,
     )
 

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from domain.core_api import CancelAnswer, SessionStatus, Snapshot, StopReason
+from contracts.core_api import CancelAnswer, SessionStatus, Snapshot, StopReason
 from reference_core.script import scripted_task
 from tests.reference_core.support import FAST, create, session_body, settled, snapshot, wait_for
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from domain.core_api import Problem, SessionStatus, StopReason
+from contracts.core_api import Problem, SessionStatus, StopReason
 from reference_core.__main__ import parse_arguments
 from reference_core.instructions import UNTRUSTED_TAG, system_instructions
 from reference_core.model_catalog import default_models, openai_factory
@@ -234,7 +234,7 @@ async def test_arguments_that_are_not_json_get_an_error_result_and_the_turn_goes
         task,
         completion(tool_calls=[("send_mail", '{"to": "bob@')]),
         completion("Gave up on the mail."),
-        boundary=("send_mail",),
+        boundary=("send_mail to bob@example.com",),
     )
 
     final = await settled(setup.client, session_id)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from domain.core_api import SessionStatus
+from contracts.core_api import SessionStatus
 from reference_core.script import scripted_task
 from reference_core.server import running_core
 from tests.reference_core.support import FAST, create, session_body, settled, snapshot, wait_for

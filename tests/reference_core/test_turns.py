@@ -7,7 +7,7 @@ import itertools
 
 import httpx
 
-from domain.core_api import SessionStatus, Snapshot
+from contracts.core_api import SessionStatus, Snapshot
 from reference_core.script import scripted_task
 from tests.reference_core.support import FAST, create, settled, snapshot, wait_for
 

@@ -24,12 +24,13 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from domain.limits import FollowTuning
+from domain.limits import FollowTuning, Limits
+from protocol.errors import HelperRefused
+from protocol.names import coordinator_id, helper_workflow_id
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core
 from starter.client import HelperClient
-from starter.errors import HelperRefused
 from starter.goals import goal_schedule_id
 from store.helper_store import HelperStore
 from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
@@ -37,10 +38,9 @@ from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import eventually, helper_request, settings_for, skip_time
 from worker import running_worker
 from workflows.maintenance import SweepWorkflow
-from workflows.names import coordinator_id, helper_workflow_id
 
 HISTORIES = Path(__file__).parent / "histories"
-FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000)
+FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000, liveness_ms=25_000)
 OWNER = "recorded"
 SUFFIX = [""]
 REPLACE = [False]
@@ -65,8 +65,9 @@ async def _save(client: Client, workflow_id: str, name: str, *, completed: bool 
 
 
 async def _completed(client: Client, workflow_id: str) -> bool:
+    """Ended: completed, or failed (a helper whose outcome is failed ends its workflow failed)."""
     description = await client.get_workflow_handle(workflow_id).describe()
-    return description.status is not None and description.status.name == "COMPLETED"
+    return description.status is not None and description.status.name in ("COMPLETED", "FAILED")
 
 
 async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> None:
@@ -82,7 +83,10 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
             client = HelperClient(settings, store, env.client)
             send = {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
             wave = {
-                "completed": (scripted_task("Mail Bob.", steps=2, step_ms=50, tool_calls=[send]), ("send_mail",)),
+                "completed": (
+                    scripted_task("Mail Bob.", steps=2, step_ms=50, tool_calls=[send]),
+                    ("send_mail to bob@example.com",),
+                ),
                 "question": (scripted_task("Venue?", steps=1, step_ms=50, end="question", question="Taxi?"), ()),
                 "authorization": (
                     scripted_task("Pay.", steps=1, step_ms=50, end="authorization", authorization="pay invoice"),
@@ -161,6 +165,34 @@ async def record_time_skipped_paths(work: Path) -> None:
         folder = work / name
         folder.mkdir()
         await _record_time_skipped(folder, name, FakeCore(on_finish=on_finish))
+    folder = work / "helper-lost-create"
+    folder.mkdir()
+    await _record_lost_create(folder, "helper-lost-create")
+
+
+async def _record_lost_create(folder: Path, name: str) -> None:
+    """Every create answered after the call bound: failed at the hard ceiling, the session found by its key."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter
+    )
+    await register_search_attributes(env)
+    core = FakeCore(create_delay_s=1.0)
+    try:
+        async with serving_fake_core(core) as core_url:
+            settings = settings_for(
+                folder, core_url, "http://127.0.0.1:9", check_ms=400, limits=Limits(deadline_ms=60_000, grace_ms=30_000)
+            )
+            store = await HelperStore.connect(settings.store_url, run_migrations=True)
+            async with running_worker(env.client, settings):
+                client = HelperClient(settings, store, env.client)
+                await client.start(helper_request(name, "h1"))
+                await eventually(lambda: core.create_calls >= 1)
+                await skip_time(env, timedelta(seconds=95), chunk=timedelta(seconds=5))
+                await eventually(lambda: _row_final(store, name), timeout=60)
+                await _save(env.client, helper_workflow_id(name, "h1"), name)
+            await store.close()
+    finally:
+        await env.shutdown()
 
 
 async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:

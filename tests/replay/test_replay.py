@@ -14,10 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.coordinator import CoordinatorWorkflow
-from workflows.goal_check import GoalCheckWorkflow
-from workflows.helper import HelperWorkflow
-from workflows.maintenance import SweepWorkflow
+from worker import WORKFLOWS
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 EXPECTED = {
@@ -31,6 +28,7 @@ EXPECTED = {
     "helper-interrupted",
     "helper-deadline-partial",
     "helper-hard-ceiling",
+    "helper-lost-create",
     "coordinator-lifecycle",
     "goal-check",
     "sweep",
@@ -48,7 +46,7 @@ async def test_recorded_history_replays(path: Path) -> None:
     """R19, R25: today's code makes exactly the decisions recorded in this history."""
     history = WorkflowHistory.from_json(path.stem, await asyncio.to_thread(path.read_text))
     replayer = Replayer(
-        workflows=[CoordinatorWorkflow, HelperWorkflow, GoalCheckWorkflow, SweepWorkflow],
+        workflows=WORKFLOWS,  # exactly what the worker runs
         data_converter=pydantic_data_converter,
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)

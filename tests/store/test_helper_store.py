@@ -17,12 +17,12 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from domain.core_api import Action
+from contracts.core_api import Action
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
-from store.database import migrate
+from store.database import head_revision, migrate
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
 
@@ -145,7 +145,7 @@ async def test_migrations_create_the_schema_and_rerunning_them_is_a_no_op(store:
     async with store.engine.connect() as connection:
         assert await connection.run_sync(table_names) >= TABLES
         versions = (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalars().all()
-    assert versions == ["0001"]
+    assert versions == [head_revision()]
     assert await store.get("anna", "h1") == row()
 
 
@@ -233,9 +233,7 @@ async def test_stale_write_leaves_the_finalized_row_unchanged(store: HelperStore
     final = await store.get("anna", "h1")
     assert final is not None
     assert final.actions == [action] and final.outcome_kind is OutcomeKind.PARTIAL and final.steps == 12
-    stale = await store.write_state(
-        "anna", "h1", 1, 2, state=RowState.RUNNING, outcome_kind=None, summary=None, steps=99, finished_at=None
-    )
+    stale = await store.write_state("anna", "h1", 1, 2, state=RowState.RUNNING, steps=99, keep_until=None)
     assert stale is False
     assert await store.get("anna", "h1") == final
 
@@ -259,7 +257,8 @@ async def test_write_state_refuses_columns_that_are_not_writable(store: HelperSt
     assert await store.insert_admitted(row())
     for column in ("task", "boundary", "limits", "result_dir", "admitted_at", "goal_id", "nonsense"):
         with pytest.raises(ValueError, match="not writable"):
-            await store.write_state("anna", "h1", 1, 2, **{column: "x"})
+            untyped: Any = store.write_state  # what an untyped caller could do
+            await untyped("anna", "h1", 1, 2, **{column: "x"})
     assert await store.get("anna", "h1") == row()
 
 
@@ -352,16 +351,16 @@ async def test_usage_is_recorded_once_per_admission(store: HelperStore) -> None:
     recorded = await store.usage("anna")
     assert len(recorded) == 1
     usage = recorded[0]
-    assert (usage["helper_id"], usage["seq"], usage["model"], usage["outcome_kind"]) == (
+    assert (usage.helper_id, usage.seq, usage.model, usage.outcome_kind) == (
         "h1",
         1,
         "gpt-large",
         "completed",
     )
-    assert (usage["steps"], usage["work_tokens"], usage["input_tokens"]) == (12, 34_000, 90_000)
+    assert (usage.steps, usage.work_tokens, usage.input_tokens) == (12, 34_000, 90_000)
     # A later admission of the same helper id (after retention) is its own usage record.
     await store.record_usage(row("h1", seq=8, goal_id="weekly"), OutcomeKind.PARTIAL, first, finished)
-    assert [(u["seq"], u["goal_id"]) for u in await store.usage("anna")] == [(1, None), (8, "weekly")]
+    assert [(u.seq, u.goal_id) for u in await store.usage("anna")] == [(1, None), (8, "weekly")]
     assert await store.usage("boris") == []
 
 
@@ -375,16 +374,16 @@ async def test_record_event_upserts_by_key(store: HelperStore) -> None:
         owner="anna", key="helpers-ready:anna:2", helper_ids=["h3"], state="pending", attempts=0, receipt_id=None,
         last_error=None,
     )  # fmt: skip
-    events = {e["key"]: e for e in await store.events("anna")}
+    events = {e.key: e for e in await store.events("anna")}
     assert set(events) == {"helpers-ready:anna:1", "helpers-ready:anna:2"}
     first = events["helpers-ready:anna:1"]
-    assert (first["state"], first["attempts"], first["receipt_id"], first["last_error"]) == (
+    assert (first.state, first.attempts, first.receipt_id, first.last_error) == (
         "delivered",
         2,
         "r-9",
         None,
     )
-    assert first["helper_ids"] == ["h1", "h2"]
+    assert first.helper_ids == ["h1", "h2"]
     assert await store.events("boris") == []
 
 
@@ -394,9 +393,9 @@ async def test_record_parked_keeps_one_record_per_session(store: HelperStore) ->
     await store.record_parked("anna", "h1", "s-1", "reset refused")
     await store.record_parked("anna", "h2", "s-2", "core down")
     await store.record_parked("boris", "h9", "s-9", "core down")
-    parked = {p["session_id"]: p for p in await store.parked("anna")}
+    parked = {p.session_id: p for p in await store.parked("anna")}
     assert set(parked) == {"s-1", "s-2"}
-    assert parked["s-1"]["error"] == "reset refused" and parked["s-1"]["helper_id"] == "h1"
+    assert parked["s-1"].error == "reset refused" and parked["s-1"].helper_id == "h1"
 
 
 # --- reads (R27, R34) ---------------------------------------------------------------------------------------
@@ -475,10 +474,10 @@ async def test_usage_event_and_parked_moments_are_aware(store: HelperStore, requ
     )
     await store.record_parked("anna", "h1", "s-h1", "reset failed")
     moments = [
-        (await store.usage("anna"))[0]["finished_at"],
-        (await store.usage("anna"))[0]["started_at"],
-        (await store.events("anna"))[0]["updated_at"],
-        (await store.parked("anna"))[0]["parked_at"],
+        (await store.usage("anna"))[0].finished_at,
+        (await store.usage("anna"))[0].started_at,
+        (await store.events("anna"))[0].updated_at,
+        (await store.parked("anna"))[0].parked_at,
     ]
     assert all(isinstance(m, datetime) and m.tzinfo is not None for m in moments), moments
     assert moments[0] == T0 + timedelta(minutes=5)

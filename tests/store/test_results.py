@@ -148,3 +148,16 @@ def test_sweep_keeps_directories_known_by_the_paths_rows_store(tmp_path: Path, m
     row_result_dirs = {str(live)}  # what the row stores: str(path_for(...))
     results.sweep_orphans({Path(d) for d in row_result_dirs})
     assert results.read_text(live) == "done"
+
+
+def test_sweep_refuses_when_orphans_are_the_majority(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """R29: a worker pointed at the wrong (or an empty) store would see every directory as an orphan: the sweep
+    removes nothing and says why, while a handful of orphans among many known directories still go."""
+    results = ResultDirectories(tmp_path)
+    everything = [written(results, "anna", f"h{n}", n) for n in range(30)]
+    with caplog.at_level(logging.ERROR, logger="store.results"):
+        assert results.sweep_orphans(set()) == []
+    assert all(path.exists() for path in everything)
+    assert any("is this the right store" in record.getMessage() for record in caplog.records)
+    known = {path.resolve() for path in everything[:25]}
+    assert set(results.sweep_orphans(known)) == set(everything[25:])

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.core_api import (
+from contracts.core_api import (
     Action,
     Authorization,
     SessionOutcome,
@@ -15,7 +15,8 @@ from domain.core_api import (
     StepUsage,
     StopReason,
 )
-from domain.follow import Verdict, judge, result_from, terminal_outcome_kind
+from domain.follow import Verdict, judge, long_poll_wait_ms, next_read_waits, result_from, terminal_outcome_kind
+from domain.limits import FollowTuning
 from domain.outcome import OutcomeKind
 from domain.work import Usage
 
@@ -136,3 +137,40 @@ def test_result_from_without_reason_or_authorization() -> None:
     assert result_from(with_action, Verdict.AUTHORIZATION).authorization == "send_mail"
     plain = result_from(snapshot(SessionStatus.COMPLETED), Verdict.TERMINAL)
     assert plain.authorization is None and plain.stop_reason is None and plain.usage == Usage()
+
+
+def test_a_long_poll_wait_fits_inside_the_heartbeat_timeout() -> None:
+    """R44: the wait is HELPER_LONG_POLL_MS unless the read (wait plus check_ms) would outlast the heartbeat
+    timeout less 5 s; 0 turns long poll off."""
+    assert long_poll_wait_ms(FollowTuning(), 15_000) == 20_000
+    assert long_poll_wait_ms(FollowTuning(wait_ms=60_000, liveness_ms=60_000), 15_000) == 40_000
+    assert long_poll_wait_ms(FollowTuning(liveness_ms=6_000), 1_000) == 0
+    assert long_poll_wait_ms(FollowTuning(wait_ms=0), 15_000) == 0
+    for liveness in (1_000, 20_000, 110_000, 120_000):
+        for check in (400, 1_000, 15_000):
+            wait = long_poll_wait_ms(FollowTuning(liveness_ms=liveness), check)
+            assert wait == 0 or wait + check + 5_000 <= liveness
+
+
+def test_the_defaults_cost_at_most_six_reads_a_minute_and_notice_a_dead_worker_within_two_minutes() -> None:
+    """R44: an idle helper's reads a minute with the default tuning, and the heartbeat timeout."""
+    tuning = FollowTuning()
+    assert 60_000 / long_poll_wait_ms(tuning, 15_000) <= 6
+    assert tuning.liveness_ms <= 120_000
+
+
+@pytest.mark.parametrize(
+    ("long_polled", "changed", "elapsed_ms", "at_once"),
+    [
+        (True, True, 5, True),  # a change came back: ask again at once, the core waits
+        (True, False, 19_000, True),  # the core held the read: it waits, not us
+        (True, False, 3, False),  # answered at once with nothing new: a core ignoring the wait is paced
+        (False, True, 5, False),  # a polled core: always the poll interval
+        (False, False, 19_000, False),
+    ],
+)
+def test_the_next_read_goes_at_once_only_when_the_core_did_the_waiting(
+    long_polled: bool, changed: bool, elapsed_ms: float, at_once: bool
+) -> None:
+    """R44: never a tight loop against a core that advertises long poll but answers at once."""
+    assert next_read_waits(long_polled, changed, elapsed_ms, 20_000) is at_once

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.core_api import Action
+from contracts.core_api import Action
 from domain.limits import HELPER_SUMMARY_MAX, Policy
 from domain.outcome import OutcomeKind, compose_outcome_text, summarize
 from domain.texts import text
@@ -164,7 +164,7 @@ def test_question_text_appears_only_for_question_outcomes() -> None:
 
 def test_explanation_comes_first() -> None:
     """R13, R15: the stop explanation leads, then the message."""
-    explanation = text("stop.deadline", "en", deadline_minutes=45)
+    explanation = text("stop.deadline", "en", deadline="45 minutes")
     full = compose_outcome_text(
         kind=OutcomeKind.PARTIAL, language="en", message="  Half of the table.  ", explanation=explanation
     )

@@ -6,9 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.limits import Policy
-from domain.outcome import OutcomeKind
-from domain.owner_book import (
+from domain.book import (
     LEASE_MARGIN,
     Admit,
     AlreadyAdmitted,
@@ -40,6 +38,8 @@ from domain.owner_book import (
     undo_admission,
     withdraw_from_event,
 )
+from domain.limits import Policy
+from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
 from domain.texts import text
@@ -306,9 +306,25 @@ def test_undo_admission_forgets_the_helper() -> None:
     book = book_of(max_running=1)
     admit(book, "h1")
     admit(book, "h2")
-    undo_admission(book, "h2")
+    undo_admission(book, "h2", [])
     assert "h2" not in book.entries and book.queue == []
-    undo_admission(book, "never")  # harmless
+    undo_admission(book, "never", [])  # harmless
+
+
+def test_undo_admission_puts_back_the_rows_it_would_have_evicted() -> None:
+    """R3, R4: a failed admission removes nothing: the delivered row it evicted is back in the book."""
+    book = book_of(max_rows=2, max_running=2)
+    admit(book, "old")
+    finish(book, "old")
+    deliver(book, "old")
+    admit(book, "keep")
+    decision = decide_admission(book, request("new"))
+    assert isinstance(decision, Admit) and decision.evict == ["old"]
+    evicted = [book.entries["old"]]
+    apply_admission(book, request("new"), decision, T0, 2_820_000)
+    assert "old" not in book.entries
+    undo_admission(book, "new", evicted)
+    assert set(book.entries) == {"old", "keep"}
 
 
 # --- slots (R6-R8) ----------------------------------------------------------------------------------

@@ -24,34 +24,41 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from domain.limits import Policy
-from domain.outcome import OutcomeKind
-from domain.owner_book import (
+from domain.book import (
+    OFFER_GIVE_UP,
     AlreadyAdmitted,
     CloseAction,
     Entry,
     EventState,
     FinishedNotice,
+    OfferOutcome,
     OwnerBook,
     Refusal,
     RefusalCode,
     apply_admission,
     apply_closed_by_coordinator,
+    apply_closed_by_helper,
     apply_delivered,
     apply_event_delivered,
     apply_finished,
+    apply_offer_result,
     apply_read,
     decide_admission,
     decide_close,
     decide_read,
+    event_due,
+    expire_leases,
     expired_leases,
     expired_rows,
     grant_slots,
     next_event,
     next_wakeup,
-    release_slot,
     remove_entries,
+    request_close,
+    start_offer,
 )
+from domain.limits import Policy
+from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
 
@@ -59,7 +66,6 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TURNS = ("turn-a", "turn-b")
 RUNNING_KINDS = [k for k in OutcomeKind if k is not OutcomeKind.CLOSED]
 MIN_TOTAL_STEPS = 10_000
-TIME_BUDGET_S = 90.0
 
 policies = st.one_of(
     st.just(Policy()),
@@ -93,6 +99,9 @@ EXERCISED = [
     "delivered",
     "read but closed before the answer",
     "lease ended",
+    "event offered again",
+    "event given up",
+    "event withdrawn by a close",
     "expired rows removed",
     "event delivered",
 ]
@@ -329,9 +338,9 @@ class OwnerBookMachine(RuleBasedStateMachine):
         helper_id = helpers[which % len(helpers)]
         entry = self.book.entries[helper_id]
         if entry.state is RowState.RUNNING:
-            # The coordinator's `helper_closed` signal handler.
             held = entry.holds_slot
-            entry.state = RowState.CLOSED
+            assert apply_closed_by_helper(self.book, helper_id) is entry
+            assert self.book.entries[helper_id].state is RowState.CLOSED
             assert helper_id not in self._open() and helper_id not in self.book.open_ids(), (
                 "a closed helper is not open"
             )
@@ -366,6 +375,32 @@ class OwnerBookMachine(RuleBasedStateMachine):
             return
         self._close(ids[which % len(ids)])
 
+    def _event_in_flight_with_closable_rows(self) -> bool:
+        event = self.book.event
+        return (
+            event is not None
+            and event.state is not EventState.DELIVERED
+            and bool(event.helper_ids)
+            and all(
+                h in self.book.entries
+                and self.book.entries[h].state is RowState.UNREPORTED
+                and not self.book.entries[h].helper_writes
+                for h in event.helper_ids
+            )
+        )
+
+    @precondition(_event_in_flight_with_closable_rows)
+    @rule()
+    def owner_closes_everything_an_event_announces(self) -> None:
+        """R22, R26: closing every outcome an undelivered event announces withdraws the event. Random closes
+        reach this only now and then, so it has a rule of its own."""
+        self._step()
+        event = self.book.event
+        assert event is not None
+        for helper_id in list(event.helper_ids):
+            self._close(helper_id)
+        assert self.book.event is None
+
     @precondition(lambda self: any(e.state is RowState.DELIVERED for e in self.book.entries.values()))
     @rule(which=pick)
     def owner_closes_a_delivered_row(self, which: int) -> None:
@@ -380,11 +415,14 @@ class OwnerBookMachine(RuleBasedStateMachine):
         action = decide_close(self.book, helper_id)
         if entry.helper_writes:
             assert action is CloseAction.FORWARD_TO_HELPER
-            entry.close_requested = True
+            first = not entry.close_requested
+            assert request_close(self.book, helper_id) is first, "the helper is signalled once"
+            assert entry.close_requested and request_close(self.book, helper_id) is False
             self.close_requested.add(helper_id)
         elif state is RowState.UNREPORTED or (state is RowState.DELIVERED and goal is not None):
             assert action is CloseAction.WRITE_CLOSED
             generation = entry.generation
+            event_before = self.book.event
             apply_closed_by_coordinator(self.book, helper_id)
             STEPS.saw(f"coordinator closed a {state.value} row")
             assert entry.state is RowState.CLOSED and entry.generation == generation + 1
@@ -394,6 +432,9 @@ class OwnerBookMachine(RuleBasedStateMachine):
             assert all(helper_id not in reads for reads in self.book.turn_reads.values())
             event = self.book.event
             assert event is None or event.state is EventState.DELIVERED or helper_id not in event.helper_ids
+            if event_before is not None and event_before.state is not EventState.DELIVERED and event is None:
+                assert event_before.helper_ids == [], "only an event left with nothing to say is withdrawn"
+                STEPS.saw("event withdrawn by a close")
         elif state is RowState.DELIVERED:
             assert action is CloseAction.REMOVE
             STEPS.saw("removed on close")
@@ -459,6 +500,44 @@ class OwnerBookMachine(RuleBasedStateMachine):
         assert turn not in self.book.turn_reads
         return [e.helper_id for e in delivered]
 
+    @rule(
+        state=st.sampled_from([EventState.DELIVERED, EventState.PENDING, EventState.FAILED, EventState.UNCERTAIN]),
+        receipt=st.booleans(),
+        minutes=st.sampled_from([0, 1, 30, 61]),
+    )
+    def chat_outbox_offers(self, state: EventState, receipt: bool, minutes: int) -> None:
+        """R26: the coordinator's outbox: one offer of the event due; delivered only with the chat's receipt as
+        evidence; otherwise offered again, and given up after an hour (its outcomes stay unreported)."""
+        self._step()
+        if not event_due(self.book):
+            assert next_event(self.book) is None or self.book.event is not None
+            return
+        event = next_event(self.book)
+        assert event is not None
+        start_offer(event, self.now)
+        offered = event.model_copy()
+        assert offered.state is EventState.ATTEMPTING and event.first_offered_at is not None
+        first_offered_at = event.first_offered_at
+        attempts = event.attempts
+        self.now += timedelta(minutes=minutes)
+        outcome = apply_offer_result(
+            self.book, event, state, f"receipt-{event.key}" if receipt else None, "busy", self.now, OFFER_GIVE_UP
+        )
+        assert event.attempts == attempts + 1
+        if state is EventState.DELIVERED and receipt:
+            assert outcome is OfferOutcome.DELIVERED and event.state is EventState.DELIVERED
+            STEPS.saw("event delivered")
+        elif self.now - first_offered_at >= OFFER_GIVE_UP:
+            assert outcome is OfferOutcome.GIVEN_UP and self.book.event is None
+            for helper_id in event.helper_ids:
+                entry = self.book.entries.get(helper_id)
+                assert entry is None or entry.announced, "a given-up event's outcomes are not offered again"
+            STEPS.saw("event given up")
+        else:
+            assert outcome is OfferOutcome.RETRY and event.state is not EventState.DELIVERED
+            assert self.book.event is event and event_due(self.book), "an unanswered event is offered again"
+            STEPS.saw("event offered again")
+
     @rule(received=st.booleans())
     def chat_outbox(self, received: bool) -> None:
         """R26: one event for the unannounced outcomes; delivered only with a receipt."""
@@ -505,11 +584,15 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self._expire(max(moment, self.now))
 
     def _expire(self, now: datetime) -> None:
-        """The coordinator's `_expire`."""
+        """What the coordinator's timer does: take back ended leases, pass the slots on, remove expired rows."""
         self.now = now
-        for helper_id in expired_leases(self.book, now):
-            assert self.book.entries[helper_id].lease_until is not None
-            assert release_slot(self.book, helper_id)
+        ending = {h: self.book.entries[h].lease_until for h in expired_leases(self.book, now)}
+        released = expire_leases(self.book, now)
+        assert sorted(released) == sorted(ending)
+        for helper_id in released:
+            lease_until = ending[helper_id]
+            assert lease_until is not None and lease_until <= now
+            assert not self.book.entries[helper_id].holds_slot
             STEPS.saw("lease ended")
         self._grant()
         expired = expired_rows(self.book, now)
@@ -580,6 +663,8 @@ def test_owner_book_state_machine() -> None:
             max_examples=400,
             stateful_step_count=60,
             deadline=None,
+            # The same 400 runs every time: the coverage check below must not depend on luck.
+            derandomize=True,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
@@ -590,4 +675,3 @@ def test_owner_book_state_machine() -> None:
     # The machine reached every situation it is meant to check (else the invariants pass vacuously).
     missing = [what for what in EXERCISED if STEPS.seen.get(what, 0) == 0]
     assert not missing, f"never exercised: {missing}"
-    assert elapsed < TIME_BUDGET_S

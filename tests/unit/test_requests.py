@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from domain.boundary import ACCEPTED_FORMS, BoundaryItem
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
@@ -32,7 +33,7 @@ def valid(**changes: Any) -> dict[str, Any]:
         "owner": "anna",
         "helper_id": "h-2026.03_01",
         "task": "Find the Q3 report and draft a summary for the board.",
-        "boundary": ["send the summary to board@example.com"],
+        "boundary": ["send_mail to board@example.com"],
         "language": "ru",
         "model": "gpt-large",
         "goal_id": None,
@@ -63,7 +64,8 @@ def test_a_valid_request_parses_with_every_field() -> None:
     request = HelperRequest.parse(valid(goal_id="weekly-mail"))
     assert request.owner == "anna"
     assert request.helper_id == "h-2026.03_01"
-    assert request.boundary == ("send the summary to board@example.com",)
+    assert request.boundary == ("send_mail to board@example.com",)
+    assert request.authority == (BoundaryItem(tool="send_mail", targets=("board@example.com",)),)
     assert request.language == "ru"
     assert request.model == "gpt-large"
     assert request.goal_id == "weekly-mail"
@@ -93,9 +95,23 @@ def test_limits_equal_to_the_defaults_are_not_looser() -> None:
 
 
 def test_boundary_at_its_limits_is_accepted() -> None:
-    """R5: the maximum number of boundary items of the maximum length is accepted."""
-    boundary = ["b" * HELPER_BOUNDARY_ITEM_MAX_CHARS] * HELPER_BOUNDARY_MAX_ITEMS
+    """R5, R41: the maximum number of boundary items of the maximum length is accepted."""
+    prefix, domain = "send_mail to ", "@example.com"
+    item = prefix + "b" * (HELPER_BOUNDARY_ITEM_MAX_CHARS - len(prefix) - len(domain)) + domain
+    assert len(item) == HELPER_BOUNDARY_ITEM_MAX_CHARS
+    boundary = [item] * HELPER_BOUNDARY_MAX_ITEMS
     assert len(HelperRequest.parse(valid(boundary=boundary)).boundary) == HELPER_BOUNDARY_MAX_ITEMS
+
+
+def test_the_boundary_keeps_its_wire_form_and_derives_the_parsed_one() -> None:
+    """R41: the strings Iva sent are kept as sent (the core gets them); the parsed items are derived."""
+    boundary = ["Send mail to Bob@example.com, ann@example.com", "create event with bob@example.com"]
+    request = HelperRequest.parse(valid(boundary=boundary))
+    assert request.boundary == tuple(boundary)
+    assert request.authority == (
+        BoundaryItem(tool="send_mail", targets=("bob@example.com", "ann@example.com")),
+        BoundaryItem(tool="create_event", targets=("bob@example.com",)),
+    )
 
 
 # --- malformed requests (R5): every problem names its field -------------------------------------------
@@ -210,15 +226,80 @@ def test_undecodable_bytes_are_refused() -> None:
 
 
 def test_too_many_boundary_items_are_refused() -> None:
-    """R5: at most HELPER_BOUNDARY_MAX_ITEMS actions can be named."""
-    problems = problems_of(valid(boundary=["send mail"] * (HELPER_BOUNDARY_MAX_ITEMS + 1)))
+    """R5, R41: at most HELPER_BOUNDARY_MAX_ITEMS actions can be named."""
+    problems = problems_of(valid(boundary=["send_mail to bob@example.com"] * (HELPER_BOUNDARY_MAX_ITEMS + 1)))
     assert names(problems, "boundary") and str(HELPER_BOUNDARY_MAX_ITEMS) in problems[0]
 
 
 @pytest.mark.parametrize("item", ["", "  ", "b" * (HELPER_BOUNDARY_ITEM_MAX_CHARS + 1)])
 def test_bad_boundary_items_are_refused(item: str) -> None:
     """R5: each boundary item is 1..HELPER_BOUNDARY_ITEM_MAX_CHARS non-blank characters."""
-    assert names(problems_of(valid(boundary=["send mail", item])), "boundary")
+    assert names(problems_of(valid(boundary=["send_mail to bob@example.com", item])), "boundary")
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ("send_mail", "names send_mail but not whom it may touch"),
+        ("send mail to bob", "'bob' is not an e-mail address"),
+        ("send the summary to board@example.com", "not of an accepted form"),
+        ("pay_invoice to bob@example.com", "a boundary names only send_mail and create_event"),
+        ("send_mail: NO, never", "a negation or condition never authorizes anything"),
+        ("never send mail", "a negation or condition never authorizes anything"),
+        ("send mail only after I confirm", "a negation or condition never authorizes anything"),
+        ("don't send mail to bob@example.com", "a negation or condition never authorizes anything"),
+        ("send_mail to bob@example.com\nsend_mail to evil@example.com", "U+000A"),
+        ("send_mail to bob@example.com\x00", "U+0000"),
+    ],
+)
+def test_a_boundary_item_that_does_not_parse_is_refused_with_the_accepted_forms(item: str, says: str) -> None:
+    """R41, R5: an item that is not '<tool> to|with <address>[, ...]' is refused at admission (exit 2 in the
+    starter), naming the boundary, why, and the accepted forms; negations and line breaks never pass."""
+    problems = problems_of(valid(boundary=["send_mail to bob@example.com", item]))
+    assert len(problems) == 1 and problems[0].startswith("boundary: "), problems
+    assert says in problems[0], problems
+    assert ACCEPTED_FORMS in problems[0] or "use one line" in problems[0], problems
+    assert "\n" not in problems[0] and "\x00" not in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "character"),
+    [
+        ("task", "Find the report\x00 and mail it", "U+0000"),
+        ("task", "Find the report\x1b[2J", "U+001B"),
+        ("task", "Find the report\x7f", "U+007F"),
+        ("task", "Find the report\x0b", "U+000B"),
+        ("task", "Find\x85the report", "U+0085"),
+        ("model", "gpt-5\x00", "U+0000"),
+        ("model", "gpt-5\n", "U+000A"),
+        ("model", "gpt\t5", "U+0009"),
+    ],
+)
+def test_control_characters_are_refused_naming_the_field(field: str, value: str, character: str) -> None:
+    """R5, R40: NUL and the other control characters are refused in every text field, naming the field and the
+    character (a NUL would make a PostgreSQL write fail), so nothing is written."""
+    problems = problems_of(valid(**{field: value}))
+    assert len(problems) == 1 and names(problems, field), problems
+    assert character in problems[0] and "control character" in problems[0]
+
+
+def test_a_stored_request_still_loads_but_is_not_admitted_again() -> None:
+    """R41, R5: the grammar and the control-character checks are admission checks. A request read back from a
+    history recorded before them (bare `send_mail`, a NUL) still loads, so the history replays; admitting it
+    again (`parse`, the starter, the coordinator's update validator via `check_against`) refuses it."""
+    stored = valid(boundary=["send_mail"], task="Mail Bob\x00", limits=None)
+    request = HelperRequest.model_validate(stored)  # what Temporal's converter does on replay
+    assert request.boundary == ("send_mail",)
+    with pytest.raises(RequestError) as refused:
+        request.check_against(Limits())
+    assert names(refused.value.problems, "task") and names(refused.value.problems, "boundary")
+    assert len(problems_of(stored)) == 2
+
+
+def test_line_breaks_and_tabs_are_kept_in_the_task() -> None:
+    """R5: the task is prose: line breaks (LF or CRLF) and tabs are allowed there, and only there."""
+    task = "Find the Q3 report.\n\tThen draft a summary.\r\nKeep it short."
+    assert HelperRequest.parse(valid(task=task)).task == task
 
 
 @pytest.mark.parametrize("model", ["", "  ", "m" * 101])

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from config.settings import Settings, SettingsError
 from domain.limits import (
     HELPER_CEILING_TOKENS,
     HELPER_CHECK_MS,
@@ -20,7 +24,6 @@ from domain.limits import (
     TURN_MAX_STEPS_HELPER,
     FollowTuning,
 )
-from domain.settings import Settings, SettingsError
 
 # variable -> (the raw value to set, the Settings field it lands in)
 OVERRIDES: dict[str, tuple[str, str]] = {
@@ -46,6 +49,8 @@ INT_OVERRIDES: dict[str, tuple[str, int]] = {
     "TURN_MAX_STEPS_HELPER": ("policy.limits.max_steps", 40),
     "HELPER_INPUT_CEILING_TOKENS": ("policy.limits.max_input_tokens", 2_000_000),
     "HELPER_POLL_MS": ("policy.follow.poll_ms", 250),
+    "HELPER_LONG_POLL_MS": ("policy.follow.wait_ms", 10_000),
+    "HELPER_FOLLOW_LIVENESS_MS": ("policy.follow.liveness_ms", 60_000),
     "HELPER_FOLLOW_WINDOW_MS": ("policy.follow.window_ms", 30_000),
     "HELPER_FOLLOW_RESUME_MS": ("policy.follow.resume_ms", 2_000),
     "HELPER_CORE_SILENCE_MS": ("policy.follow.silence_ms", 120_000),
@@ -157,3 +162,57 @@ def test_a_value_out_of_range_is_refused(variable: str, raw: str) -> None:
     """A number out of range is refused (a SettingsError, never a half-read configuration)."""
     with pytest.raises(SettingsError, match="should be greater than"):
         Settings.from_env({variable: raw})
+
+
+@pytest.mark.parametrize(
+    ("address", "local"),
+    [
+        ("127.0.0.1:7233", True),
+        ("localhost:7233", True),
+        ("[::1]:7233", True),
+        ("127.8.0.1:7233", True),
+        ("temporal-frontend.temporal.svc.cluster.local:7233", False),
+        ("10.0.0.7:7233", False),
+        ("[2001:db8::1]:7233", False),
+        ("localhost.example.com:7233", False),
+    ],
+)
+def test_encryption_is_required_unless_temporal_is_on_this_machine(address: str, local: bool) -> None:
+    """R39: without keys, talking to a Temporal elsewhere is refused with a message naming what to set; the
+    local run (loopback) needs no keys; keys or an explicit HELPER_CODEC_REQUIRED=false lift the refusal."""
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": address})
+    assert settings.encryption_required is not local
+    problem = settings.encryption_problem()
+    if local:
+        assert problem is None
+    else:
+        assert problem is not None and "HELPER_CODEC_KEYS" in problem and "HELPER_CODEC_REQUIRED=false" in problem
+    keyed = Settings.from_env({"TEMPORAL_ADDRESS": address, "HELPER_CODEC_KEYS": "k1:" + "A" * 43 + "="})
+    assert keyed.encryption_problem() is None
+    opted_out = Settings.from_env({"TEMPORAL_ADDRESS": address, "HELPER_CODEC_REQUIRED": "false"})
+    assert opted_out.encryption_problem() is None
+    forced = Settings.from_env({"TEMPORAL_ADDRESS": address, "HELPER_CODEC_REQUIRED": "true"})
+    assert forced.encryption_problem() is not None
+
+
+@pytest.mark.parametrize(
+    "variable", ["HELPER_CODEC_REQUIRED", "HELPER_CODEC_ALLOW_PLAINTEXT", "HELPER_MIGRATE_ON_START"]
+)
+def test_a_flag_that_is_neither_true_nor_false_names_the_variable(variable: str) -> None:
+    with pytest.raises(SettingsError, match=variable):
+        Settings.from_env({variable: "maybe"})
+
+
+def test_the_worker_refuses_to_start_without_keys_for_a_remote_temporal() -> None:
+    """R39: a worker pointed at a Temporal elsewhere without keys stops at once (exit 2) and says what to set,
+    before it connects to anything."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))}
+    done = subprocess.run(
+        [sys.executable, "worker.py"],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**env, "TEMPORAL_ADDRESS": "temporal.example.invalid:7233"},
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert b"HELPER_CODEC_KEYS" in done.stderr and b"Traceback" not in done.stderr

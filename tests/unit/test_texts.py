@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.owner_book import RefusalCode
+from domain.book import RefusalCode
+from domain.durations import TOKENS, say_count, say_duration
 from domain.texts import SUPPORTED_LANGUAGES, keys, text, variants
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,3 +103,108 @@ def test_every_key_the_runtime_uses_exists() -> None:
     assert "outcome.question" in used, "the scan found the runtime's lookups"
     missing = {key: where for key, where in used.items() if key not in keys()}
     assert not missing
+
+
+# The fields each text takes. Callers (workflows/helper.py, domain/outcome.py, domain/owner_book.py,
+# activities/chat.py) pass exactly these; a change here is a change of their contract.
+FIELDS: dict[str, set[str]] = {
+    "refused.too_many_open": {"helper_id", "max_open", "open_ids"},
+    "refused.goal_needs_open_place": {"helper_id", "open_ids"},
+    "refused.rows_full": {"helper_id", "max_rows"},
+    "refused.goal_needs_row_place": {"helper_id"},
+    "refused.unknown_helper": {"helper_id"},
+    "refused.not_unreported": {"helper_id"},
+    "stop.work_ceiling": {"ceiling"},
+    "stop.deadline": {"deadline"},
+    "stop.hard_ceiling": {"grace", "deadline"},
+    "stop.close_unconfirmed": set(),
+    "stop.no_message": set(),
+    "outcome.question": {"question"},
+    "outcome.authorization": {"needed"},
+    "outcome.interrupted": {"reason"},
+    "outcome.failed": {"reason"},
+    "outcome.closed": set(),
+    "outcome.core_unreachable": set(),
+    "outcome.actions_heading": set(),
+    "summary.cut_mark": set(),
+    "event.ready": {"helper_ids"},
+    "reason.turn_interrupted": set(),
+    "reason.session_lost": set(),
+    "reason.core_no_answer_start": set(),
+    "reason.core_rejected": set(),
+    "reason.core_unreachable": set(),
+    "reason.core_bad_answers": set(),
+    "reason.core_silent": {"duration"},
+    "reason.core_failed": set(),
+    "reason.core_failed_detail": {"detail"},
+}
+
+
+def test_the_catalogue_is_exactly_the_documented_one() -> None:
+    """R32: every key, and the fields it takes, are the ones its callers are written against."""
+    assert set(keys()) == set(FIELDS)
+    for key, fields in FIELDS.items():
+        for language in SUPPORTED_LANGUAGES:
+            assert placeholders(variants(key)[language]) == fields, (key, language)
+
+
+# Fragments of machinery that must never reach the owner: HTTP, paths, status codes, session ids.
+MACHINERY = re.compile(r"\b(GET|POST|PUT|DELETE|HTTP|ms|\d{3})\b|/v1/|\bs-\d|_|\bcore refused \(")
+
+
+@pytest.mark.parametrize("key", keys())
+@pytest.mark.parametrize("language", SUPPORTED_LANGUAGES)
+def test_no_text_speaks_machinery(key: str, language: str) -> None:
+    """R32: the texts themselves carry no HTTP verbs, paths, status codes or identifiers."""
+    template = variants(key)[language]
+    literal = "".join(part for part, _, _, _ in string.Formatter().parse(template))
+    assert not MACHINERY.search(literal), (key, language, literal)
+
+
+@pytest.mark.parametrize("key", [key for key in keys() if key.startswith("reason.")])
+@pytest.mark.parametrize("language", SUPPORTED_LANGUAGES)
+def test_reasons_fit_into_the_failure_and_interruption_texts(key: str, language: str) -> None:
+    """R32: a reason is a lower-case clause without a final period, made to follow "failed:"."""
+    fields = {name: "30 seconds" for name in placeholders(variants(key)[language])}
+    reason = text(key, language, **fields)
+    assert reason[0].islower() and not reason.endswith(".")
+    assert text("outcome.failed", language, reason=reason).endswith(reason)
+    interrupted = text("outcome.interrupted", language, reason=reason)
+    assert f": {reason}. " in interrupted
+
+
+@pytest.mark.parametrize(
+    ("language", "deadline", "expected"),
+    [
+        ("en", 30_000, "Stopped at the deadline of 30 seconds; this is a partial outcome."),
+        ("en", 90_000, "Stopped at the deadline of 1.5 minutes; this is a partial outcome."),
+        ("en", 2_700_000, "Stopped at the deadline of 45 minutes; this is a partial outcome."),
+        ("ru", 30_000, "Остановлено по истечении срока (30 секунд); это частичный результат."),
+        ("ru", 60_000, "Остановлено по истечении срока (1 минута); это частичный результат."),
+        ("ru", 90_000, "Остановлено по истечении срока (1,5 минуты); это частичный результат."),
+        ("ru", 2_700_000, "Остановлено по истечении срока (45 минут); это частичный результат."),
+    ],
+)
+def test_deadline_is_said_as_the_owner_would(language: str, deadline: int, expected: str) -> None:
+    """R15, R32: the deadline stop says the deadline as a person would, never "0-minute"."""
+    assert text("stop.deadline", language, deadline=say_duration(deadline, language)) == expected
+
+
+def test_hard_ceiling_says_both_durations() -> None:
+    """R15, R32: the hard-ceiling stop says the grace and the deadline in words, in both languages."""
+    english = text("stop.hard_ceiling", "en", grace=say_duration(10_000, "en"), deadline=say_duration(30_000, "en"))
+    assert english == (
+        "The core did not finish within 10 seconds after the deadline of 30 seconds; "
+        "this outcome is the last completed message."
+    )
+    russian = text("stop.hard_ceiling", "ru", grace=say_duration(120_000, "ru"), deadline=say_duration(2_700_000, "ru"))
+    assert russian.startswith("Срок (45 минут) истёк, и ядро не завершило работу за дополнительное время (2 минуты);")
+
+
+def test_work_ceiling_is_said_with_its_noun() -> None:
+    """R13, R32: the work ceiling reads "1,000,000 tokens", and in Russian with no comma in the number."""
+    assert text("stop.work_ceiling", "en", ceiling=say_count(1_000_000, "en", TOKENS)) == (
+        "Stopped at the work ceiling of 1,000,000 tokens; this is a partial outcome."
+    )
+    russian = text("stop.work_ceiling", "ru", ceiling=say_count(1_000_000, "ru", TOKENS))
+    assert "пределе работы" in russian and "1\u00a0000\u00a0000 токенов" in russian and "," not in russian[:40]

@@ -8,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.core_api import StepUsage
+from contracts.core_api import StepUsage
 from domain.work import Usage, fold_usage, work_tokens
 
 

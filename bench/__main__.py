@@ -1,0 +1,104 @@
+"""Every bench in one run, then the figures beside their baselines (`make bench`).
+
+    .venv/bin/python -m bench [--quick] [--only NAME,...]
+
+Each bench runs as its own process (they start dev servers and workers of their own) and prints its figures;
+the lines that compare the project with a baseline (`project … | baseline … | ratio …`) are gathered at the
+end into one table. Nothing here asserts: a bench prints what it measured, on this machine, in this run.
+`--quick` runs smaller samples (a few minutes in all); the full run takes about 20 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+POSTGRES_URL = os.environ.get("HELPER_BENCH_POSTGRES", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    module: str
+    arguments: tuple[str, ...]
+    quick_arguments: tuple[str, ...]
+    about: str
+
+
+BENCHES = (
+    Bench("starter", "bench.starter", (), ("--runs", "10"), "helper-starter as one process per call (R43)"),
+    Bench("admission", "bench.admission", ("--samples", "200"), ("--samples", "50"), "HelperClient.start (R43)"),
+    Bench(
+        "reads",
+        "bench.reads",
+        ("--sizes", "1000x20,50000x20", "--postgres", POSTGRES_URL),
+        ("--sizes", "1000x20", "--postgres", POSTGRES_URL),
+        "unreported and list among many owners, SQLite and PostgreSQL (R43)",
+    ),
+    Bench("helper_rate", "bench.helper_rate", (), ("--helpers", "100"), "helpers per second, CPU per helper"),
+    Bench(
+        "observation",
+        "bench.observation_latency",
+        ("--samples", "200"),
+        ("--samples", "50"),
+        "core change to row, long poll and polling (R44)",
+    ),
+    Bench(
+        "actions",
+        "bench.actions",
+        ("--minutes", "2"),
+        ("--minutes", "1", "--paths", "partial,completed"),
+        "billable actions and core reads per helper (R44)",
+    ),
+    Bench("one_owner", "bench.one_owner", (), ("--helpers", "300"), "one owner, many helpers: history per run"),
+    Bench("handoff", "bench.handoff", ("--rounds", "100"), ("--rounds", "20"), "slot handoff (R8)"),
+    Bench("codec_server", "bench.codec_server", (), (), "the codec server under big bodies"),
+)
+
+
+def run(bench: Bench, quick: bool) -> tuple[list[str], float, int]:
+    """Run one bench, echoing its output; its comparison lines, its duration and exit status."""
+    command = [sys.executable, "-m", bench.module, *(bench.quick_arguments if quick else bench.arguments)]
+    print(f"\n== {bench.name}: {bench.about}\n$ {' '.join(command[1:])}", flush=True)
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    compared = []
+    for line in process.stdout:
+        print(line, end="", flush=True)
+        if "| baseline" in line or "| target" in line:
+            compared.append(line.strip())
+    return compared, time.monotonic() - started, process.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller samples: a few minutes in all")
+    parser.add_argument("--only", default="", help="comma-separated bench names: " + ", ".join(b.name for b in BENCHES))
+    arguments = parser.parse_args()
+    chosen = {name.strip() for name in arguments.only.split(",") if name.strip()}
+    unknown = chosen - {bench.name for bench in BENCHES}
+    if unknown:
+        parser.error(f"unknown benches: {', '.join(sorted(unknown))}")
+    table: list[str] = []
+    failed: list[str] = []
+    for bench in BENCHES:
+        if chosen and bench.name not in chosen:
+            continue
+        compared, seconds, status = run(bench, arguments.quick)
+        table += compared or [f"{bench.name}: (no comparison line)"]
+        if status != 0:
+            failed.append(f"{bench.name} (exit {status})")
+        print(f"-- {bench.name}: {seconds:.0f} s", flush=True)
+    print("\n== project | baseline | ratio, from this run\n" + "\n".join(table))
+    if failed:
+        print("benches that did not finish: " + ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

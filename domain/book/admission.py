@@ -1,0 +1,109 @@
+"""Admission (R2-R5): admit, return the existing helper, or refuse with the reason; and undo a failed one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, note_removed
+from domain.requests import HelperRequest
+from domain.rows import RowState
+from domain.texts import text
+
+
+@dataclass(frozen=True)
+class Admit:
+    seq: int
+    evict: list[str]
+    starts_now: bool
+    ahead: int
+
+
+@dataclass(frozen=True)
+class AlreadyAdmitted:
+    entry: Entry
+
+
+AdmissionDecision = Admit | AlreadyAdmitted | Refusal
+
+
+def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecision:
+    """Admit, return the existing helper (R5), or refuse with the reason (R2, R3)."""
+    existing = book.entries.get(request.helper_id)
+    if existing is not None:
+        return AlreadyAdmitted(existing)
+    policy = book.policy
+    language = request.language
+    open_ids = book.open_ids()
+    # A Goal check leaves one open place and one row place for an owner helper (R2, R3).
+    reserve = 1 if request.is_goal_check else 0
+    if len(open_ids) + 1 > policy.max_open - reserve:
+        code = RefusalCode.GOAL_NEEDS_OPEN_PLACE if reserve else RefusalCode.TOO_MANY_OPEN
+        return Refusal(
+            code=code,
+            message=text(
+                f"refused.{code.value}",
+                language,
+                helper_id=request.helper_id,
+                max_open=policy.max_open,
+                open_ids=", ".join(open_ids),
+            ),
+            open_ids=open_ids,
+        )
+    evict = rows_to_evict(book, room_needed=1 + reserve)
+    if evict is None:
+        code = RefusalCode.GOAL_NEEDS_ROW_PLACE if reserve else RefusalCode.ROWS_FULL
+        return Refusal(
+            code=code,
+            message=text(f"refused.{code.value}", language, helper_id=request.helper_id, max_rows=policy.max_rows),
+        )
+    starts_now = not book.queue and len(book.slot_holders()) < policy.max_running
+    return Admit(seq=book.next_seq, evict=evict, starts_now=starts_now, ahead=len(book.queue))
+
+
+def rows_to_evict(book: OwnerBook, room_needed: int) -> list[str] | None:
+    """The oldest delivered or closed rows without a Goal to remove so `room_needed` rows fit, or None."""
+    excess = len(book.entries) + room_needed - book.policy.max_rows
+    if excess <= 0:
+        return []
+    candidates = sorted(
+        (e for e in book.entries.values() if e.evictable),
+        key=lambda e: (e.delivered_at or e.finished_at or e.admitted_at, e.seq),
+    )
+    if len(candidates) < excess:
+        return None
+    return [e.helper_id for e in candidates[:excess]]
+
+
+def apply_admission(
+    book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime, hard_ceiling_ms: int
+) -> Entry:
+    for helper_id in decision.evict:
+        del book.entries[helper_id]
+    note_removed(book, decision.evict)
+    if request.helper_id in book.recently_removed:
+        book.recently_removed.remove(request.helper_id)
+    entry = Entry(
+        helper_id=request.helper_id,
+        seq=decision.seq,
+        goal_id=request.goal_id,
+        language=request.language,
+        state=RowState.WAITING,
+        hard_ceiling_ms=hard_ceiling_ms,
+        admitted_at=now,
+    )
+    book.entries[entry.helper_id] = entry
+    book.queue.append(entry.helper_id)
+    book.next_seq += 1
+    book.language = request.language
+    return entry
+
+
+def undo_admission(book: OwnerBook, helper_id: str, evicted: list[Entry]) -> None:
+    """Forget an admission whose row could not be written, so it never holds a place, and put back the rows
+    it would have evicted."""
+    book.entries.pop(helper_id, None)
+    if helper_id in book.queue:
+        book.queue.remove(helper_id)
+    for old in evicted:
+        book.entries.setdefault(old.helper_id, old)

@@ -1,0 +1,66 @@
+"""Close (R21-R23): forward to a helper that owns its row, withdraw an unreported outcome, remove a
+delivered row."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from domain.book.state import Entry, EventState, OwnerBook, Refusal, RefusalCode, forget_reads
+from domain.limits import kept_until
+from domain.rows import RowState
+from domain.texts import text
+
+
+class CloseAction(StrEnum):
+    FORWARD_TO_HELPER = "forward_to_helper"  # the helper still owns the row: it closes and cancels
+    WRITE_CLOSED = "write_closed"  # unreported: withdraw the automatic report (R22)
+    REMOVE = "remove"  # delivered without a Goal: remove row and directory at once (R23)
+    NOTHING = "nothing"  # already closed: closing twice is harmless
+    ALREADY_REMOVED = "already_removed"  # closed and since removed (retention, eviction): harmless too
+
+
+def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
+    entry = book.entries.get(helper_id)
+    if entry is None and helper_id in book.recently_removed:
+        return CloseAction.ALREADY_REMOVED
+    if entry is None:
+        return Refusal(
+            code=RefusalCode.UNKNOWN_HELPER,
+            message=text("refused.unknown_helper", book.language, helper_id=helper_id),
+        )
+    if entry.helper_writes:
+        return CloseAction.FORWARD_TO_HELPER
+    if entry.state is RowState.UNREPORTED:
+        return CloseAction.WRITE_CLOSED
+    if entry.state is RowState.DELIVERED:
+        return CloseAction.WRITE_CLOSED if entry.is_goal_check else CloseAction.REMOVE
+    return CloseAction.NOTHING
+
+
+def request_close(book: OwnerBook, helper_id: str) -> bool:
+    """Note the owner's close of a helper that owns its row; True the first time (then signal the helper)."""
+    entry = book.entries[helper_id]
+    if entry.close_requested:
+        return False
+    entry.close_requested = True
+    return True
+
+
+def apply_closed_by_coordinator(book: OwnerBook, helper_id: str) -> Entry:
+    entry = book.entries[helper_id]
+    entry.state = RowState.CLOSED
+    entry.generation += 1
+    entry.keep_until = kept_until(entry.finished_at or entry.admitted_at, book.policy.keep_ms)
+    forget_reads(book, [helper_id])
+    withdraw_from_event(book, helper_id)
+    return entry
+
+
+def withdraw_from_event(book: OwnerBook, helper_id: str) -> None:
+    """A closed outcome is no longer announced (R22); an event left with nothing to say is dropped."""
+    event = book.event
+    if event is None or event.state is EventState.DELIVERED or helper_id not in event.helper_ids:
+        return
+    event.helper_ids.remove(helper_id)
+    if not event.helper_ids:
+        book.event = None

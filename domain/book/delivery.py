@@ -1,0 +1,60 @@
+"""Reading and delivery (R27, R28): a turn reads unreported outcomes; what it read is delivered only once it
+answered."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads
+from domain.limits import kept_until
+from domain.rows import RowState
+from domain.texts import text
+
+
+def decide_read(book: OwnerBook, helper_ids: list[str], *, allow_finishing: bool = False) -> Refusal | None:
+    """Refuse unknown helpers and outcomes that are not unreported. With `allow_finishing`, a helper whose
+    finished notice has not arrived yet passes: the store may already show its outcome to the chat."""
+    for helper_id in helper_ids:
+        entry = book.entries.get(helper_id)
+        if entry is None:
+            return Refusal(
+                code=RefusalCode.UNKNOWN_HELPER,
+                message=text("refused.unknown_helper", book.language, helper_id=helper_id),
+            )
+        if allow_finishing and entry.helper_writes and entry.state is RowState.RUNNING:
+            continue
+        if entry.state is not RowState.UNREPORTED:
+            return Refusal(
+                code=RefusalCode.NOT_UNREPORTED,
+                message=text("refused.not_unreported", entry.language, helper_id=helper_id),
+            )
+    return None
+
+
+def finishing(book: OwnerBook, helper_ids: list[str]) -> bool:
+    """Some of these helpers still own their rows: their outcomes are being finalized."""
+    return any((entry := book.entries.get(h)) is not None and entry.helper_writes for h in helper_ids)
+
+
+def apply_read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
+    reads = book.turn_reads.setdefault(turn, [])
+    for helper_id in helper_ids:
+        if helper_id not in reads:
+            reads.append(helper_id)
+    return list(reads)
+
+
+def apply_delivered(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
+    """Mark what `turn` read as delivered; only after that turn answered (the caller's promise, R28)."""
+    delivered: list[Entry] = []
+    for helper_id in book.turn_reads.pop(turn, []):
+        entry = book.entries.get(helper_id)
+        if entry is None or entry.state is not RowState.UNREPORTED:
+            continue
+        entry.state = RowState.DELIVERED
+        entry.delivered_at = now
+        entry.keep_until = kept_until(now, book.policy.keep_ms)
+        entry.generation += 1
+        delivered.append(entry)
+    forget_reads(book, [entry.helper_id for entry in delivered])
+    return delivered

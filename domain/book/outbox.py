@@ -1,0 +1,94 @@
+"""The chat outbox (R26): one system event at a time for every unannounced outcome, offered while the chat
+is idle, with a key that makes a repeat harmless; given up after a while, its outcomes stay unreported."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from domain.book.state import ChatEventRecord, EventState, OwnerBook
+from domain.rows import RowState
+
+# An event the chat could not take for this long is given up: the outcomes stay unreported and appear in
+# the chat's next instruction anyway (seed: "a lost event leaves the outcome for the next owner message").
+OFFER_GIVE_UP = timedelta(hours=1)
+
+
+def unannounced(book: OwnerBook) -> list[str]:
+    return [e.helper_id for e in book._by_seq() if e.state is RowState.UNREPORTED and not e.announced]
+
+
+def event_due(book: OwnerBook) -> bool:
+    """An event is waiting to be offered: the one in flight, or new unannounced outcomes."""
+    event = book.event
+    if event is not None and event.state is not EventState.DELIVERED:
+        return bool(event.helper_ids)
+    return bool(unannounced(book))
+
+
+def next_event(book: OwnerBook) -> ChatEventRecord | None:
+    """The event to offer now: the one in flight, or a new one for every unannounced outcome."""
+    if book.event is not None and book.event.state is not EventState.DELIVERED:
+        return book.event
+    pending = unannounced(book)
+    if not pending:
+        return None
+    book.event = ChatEventRecord(key=f"helpers-ready:{book.owner}:{book.next_event_seq}", helper_ids=pending)
+    book.next_event_seq += 1
+    return book.event
+
+
+def abandon_event(book: OwnerBook) -> None:
+    """Give up offering the current event; its outcomes stay unreported for the chat's next instruction."""
+    if book.event is None:
+        return
+    for helper_id in book.event.helper_ids:
+        entry = book.entries.get(helper_id)
+        if entry is not None:
+            entry.announced = True
+    book.event = None  # its last attempt's state stays in the store's chat_events
+
+
+def apply_event_delivered(book: OwnerBook, receipt_id: str) -> None:
+    if book.event is None:
+        return
+    book.event.state = EventState.DELIVERED
+    book.event.receipt_id = receipt_id
+    for helper_id in book.event.helper_ids:
+        entry = book.entries.get(helper_id)
+        if entry is not None:
+            entry.announced = True
+
+
+def start_offer(event: ChatEventRecord, now: datetime) -> None:
+    event.state = EventState.ATTEMPTING
+    event.first_offered_at = event.first_offered_at or now
+
+
+class OfferOutcome(StrEnum):
+    DELIVERED = "delivered"  # the chat gave its receipt
+    RETRY = "retry"  # busy, down or uncertain: offer again after a backoff
+    GIVEN_UP = "given_up"  # offered for too long: the outcomes stay unreported for the next turn
+
+
+def apply_offer_result(
+    book: OwnerBook,
+    event: ChatEventRecord,
+    state: EventState,
+    receipt_id: str | None,
+    error: str | None,
+    now: datetime,
+    give_up_after: timedelta,
+) -> OfferOutcome:
+    """One offer's answer: delivered needs the chat's receipt (evidence); otherwise retry or give up."""
+    event.attempts += 1
+    if state is EventState.DELIVERED and receipt_id:
+        apply_event_delivered(book, receipt_id)
+        return OfferOutcome.DELIVERED
+    # "Delivered" needs the chat's receipt as evidence (R26): without one the chat may or may not have it.
+    event.state = EventState.UNCERTAIN if state is EventState.DELIVERED else state
+    event.last_error = error
+    if event.first_offered_at is not None and now - event.first_offered_at >= give_up_after:
+        abandon_event(book)
+        return OfferOutcome.GIVEN_UP
+    return OfferOutcome.RETRY

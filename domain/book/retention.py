@@ -1,0 +1,34 @@
+"""Retention (R29): delivered and closed rows expire `HELPER_KEEP_MS` after delivery or finish."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.book.state import OwnerBook, forget_reads, note_removed
+from domain.rows import RowState
+
+
+def remove_entries(book: OwnerBook, helper_ids: list[str]) -> None:
+    for helper_id in helper_ids:
+        book.entries.pop(helper_id, None)
+    forget_reads(book, helper_ids)
+    note_removed(book, helper_ids)
+
+
+def expired_rows(book: OwnerBook, now: datetime) -> list[str]:
+    return [
+        e.helper_id
+        for e in book.entries.values()
+        if e.keep_until is not None
+        and e.keep_until <= now
+        and e.state in (RowState.DELIVERED, RowState.CLOSED)
+        and not e.helper_writes
+        and not e.holds_slot
+    ]
+
+
+def next_wakeup(book: OwnerBook) -> datetime | None:
+    """The earliest retention expiry or lease end: the coordinator keeps one timer for it."""
+    moments = [e.keep_until for e in book.entries.values() if e.keep_until and not e.helper_writes]
+    moments += [e.lease_until for e in book.entries.values() if e.lease_until]
+    return min(moments) if moments else None

@@ -1,0 +1,110 @@
+"""Slots (R6-R8): lend free slots in admission order, as leases; take them back at a helper's end."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from domain.book.state import EARLY_NOTICES_KEPT, LEASE_MARGIN, Entry, FinishedNotice, OwnerBook
+from domain.limits import kept_until
+from domain.outcome import OutcomeKind
+from domain.rows import RowState
+
+
+def grant_slots(book: OwnerBook, now: datetime) -> list[str]:
+    """Pass free slots to waiting helpers in admission order; returns the helpers granted."""
+    granted: list[str] = []
+    while book.queue and len(book.slot_holders()) < book.policy.max_running:
+        helper_id = book.queue.pop(0)
+        entry = book.entries[helper_id]
+        entry.holds_slot = True
+        entry.state = RowState.RUNNING
+        entry.lease_until = now + timedelta(milliseconds=entry.hard_ceiling_ms) + LEASE_MARGIN
+        granted.append(helper_id)
+    return granted
+
+
+def release_slot(book: OwnerBook, helper_id: str) -> bool:
+    entry = book.entries.get(helper_id)
+    if entry is None or not entry.holds_slot:
+        return False
+    entry.holds_slot = False
+    entry.lease_until = None
+    return True
+
+
+def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> None:
+    """A helper workflow that no longer exists (removed by an operator) gives its slot and place back."""
+    entry = book.entries.get(helper_id)
+    if entry is None:
+        return
+    release_slot(book, helper_id)
+    entry.helper_writes = False
+    entry.state = RowState.CLOSED
+    entry.finished_at = entry.finished_at or now
+    entry.keep_until = kept_until(now, book.policy.keep_ms)
+    if helper_id in book.queue:
+        book.queue.remove(helper_id)
+
+
+def expired_leases(book: OwnerBook, now: datetime) -> list[str]:
+    return [e.helper_id for e in book.entries.values() if e.holds_slot and e.lease_until and e.lease_until <= now]
+
+
+def expire_leases(book: OwnerBook, now: datetime) -> list[str]:
+    """Take back the slots whose lease ended without the helper's notice; returns their helper ids."""
+    expired = expired_leases(book, now)
+    for helper_id in expired:
+        release_slot(book, helper_id)
+    return expired
+
+
+def apply_finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
+    entry = book.entries.get(notice.helper_id)
+    if entry is None:
+        _keep_early_notice(book, notice)
+        return None
+    if not entry.helper_writes or (notice.seq is not None and notice.seq != entry.seq):
+        return None  # a repeated notice (the first one already handed the row over), or an older run's
+    entry.helper_writes = False
+    entry.holds_slot = False
+    entry.lease_until = None
+    entry.generation = max(entry.generation, notice.generation)
+    entry.outcome_kind = notice.kind
+    entry.finished_at = notice.finished_at
+    if notice.helper_id in book.queue:
+        book.queue.remove(notice.helper_id)
+    if notice.kind is OutcomeKind.CLOSED:
+        entry.state = RowState.CLOSED
+        entry.keep_until = kept_until(notice.finished_at, book.policy.keep_ms)
+    else:
+        entry.state = RowState.UNREPORTED
+    return entry
+
+
+def _keep_early_notice(book: OwnerBook, notice: FinishedNotice) -> None:
+    """A notice for a helper this book does not know yet: a worker died after starting the helper but
+    before the admission was recorded, and the helper finished before the admission was replayed. Keep the
+    notice for that admission (`take_early_notice`); first-release notices carry no seq and cannot match."""
+    if notice.seq is None:
+        return
+    book.early_notices = [n for n in book.early_notices if n.helper_id != notice.helper_id]
+    book.early_notices.append(notice)
+    del book.early_notices[:-EARLY_NOTICES_KEPT]
+
+
+def take_early_notice(book: OwnerBook, helper_id: str, seq: int) -> FinishedNotice | None:
+    """The notice that arrived before this admission was replayed, if any."""
+    for notice in book.early_notices:
+        if notice.helper_id == helper_id:
+            book.early_notices.remove(notice)
+            return notice if notice.seq == seq else None
+    return None
+
+
+def apply_closed_by_helper(book: OwnerBook, helper_id: str) -> Entry | None:
+    """A running helper closed its row; it keeps its slot until the core confirms the stop (R7, R21)."""
+    entry = book.entries.get(helper_id)
+    if entry is None or not entry.helper_writes:
+        return None
+    entry.state = RowState.CLOSED
+    return entry

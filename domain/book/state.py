@@ -1,0 +1,180 @@
+"""The owner book: the coordinator's whole state for one owner, as plain data (R2-R8, R22-R23, R26-R29).
+
+The coordinator workflow holds one `OwnerBook`, passes it on when it continues as new, and changes it only
+through the functions of this package, one module per concern: `admission`, `slots`, `close`, `delivery`,
+`outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without Temporal;
+mutating functions change the book in place and return what the workflow must now do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from domain.ids import GoalId, HelperId, OwnerId
+from domain.limits import Policy
+from domain.outcome import OutcomeKind
+from domain.rows import RowState
+
+# A slot is a lease: a helper that never reports back (terminated by hand, say) loses its slot this
+# long after its own hard ceiling, so a lost signal cannot hold a slot forever.
+LEASE_MARGIN = timedelta(minutes=5)
+# Finished notices of helpers whose admission is not recorded yet (a worker died mid-admission); bounded.
+EARLY_NOTICES_KEPT = 20
+
+
+class Entry(BaseModel):
+    """One retained row as the coordinator sees it."""
+
+    helper_id: HelperId
+    seq: int
+    goal_id: GoalId | None = None
+    language: str = "en"
+    state: RowState
+    helper_writes: bool = Field(
+        default=True, description="The helper workflow still owns the row; the coordinator takes over at its end."
+    )
+    holds_slot: bool = False
+    lease_until: datetime | None = None
+    hard_ceiling_ms: int
+    generation: int = 1
+    outcome_kind: OutcomeKind | None = None
+    admitted_at: datetime
+    finished_at: datetime | None = None
+    delivered_at: datetime | None = None
+    keep_until: datetime | None = None
+    close_requested: bool = False
+    announced: bool = False  # a chat event carrying it was delivered, or given up on
+
+    @property
+    def is_goal_check(self) -> bool:
+        return self.goal_id is not None
+
+    @property
+    def evictable(self) -> bool:
+        """Retention pressure may remove only delivered or closed rows without a Goal (R3)."""
+        return (
+            self.state in (RowState.DELIVERED, RowState.CLOSED)
+            and not self.is_goal_check
+            and not self.helper_writes
+            and not self.holds_slot
+        )
+
+
+class EventState(StrEnum):
+    PENDING = "pending"
+    ATTEMPTING = "attempting"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    UNCERTAIN = "uncertain"
+    WITHDRAWN = "withdrawn"  # every outcome it carried was closed before the chat took it (R22)
+
+
+class ChatEventRecord(BaseModel):
+    """One system event offered to the chat (R26); `delivered` only with the chat's receipt."""
+
+    key: str
+    helper_ids: list[HelperId]
+    state: EventState = EventState.PENDING
+    attempts: int = 0
+    receipt_id: str | None = None
+    last_error: str | None = None
+    first_offered_at: datetime | None = None
+
+
+class FinishedNotice(BaseModel):
+    """Sent by a helper workflow once its outcome is final: the row passes back to the coordinator."""
+
+    helper_id: HelperId
+    seq: int | None = None  # None from first-release helpers
+    kind: OutcomeKind
+    generation: int
+    finished_at: datetime
+
+
+class OwnerBook(BaseModel):
+    owner: OwnerId
+    policy: Policy = Policy()
+    language: str = Field(default="en", description="The owner's language as of the latest request.")
+    next_seq: int = 1
+    entries: dict[HelperId, Entry] = Field(default_factory=dict)
+    queue: list[HelperId] = Field(default_factory=list, description="Waiting helper ids in admission order (R6).")
+    turn_reads: dict[str, list[HelperId]] = Field(default_factory=dict)
+    recently_removed: list[HelperId] = Field(
+        default_factory=list, description="Ids whose rows were removed lately: closing them again is harmless."
+    )
+    next_event_seq: int = 1
+    event: ChatEventRecord | None = None
+    early_notices: list[FinishedNotice] = Field(
+        default_factory=list, description="Notices of helpers whose admission is not recorded yet (a crash)."
+    )
+
+    def open_ids(self) -> list[str]:
+        return [e.helper_id for e in self._by_seq() if e.state.is_open]
+
+    def slot_holders(self) -> list[str]:
+        return [e.helper_id for e in self._by_seq() if e.holds_slot]
+
+    def _by_seq(self) -> list[Entry]:
+        return sorted(self.entries.values(), key=lambda e: e.seq)
+
+
+class RefusalCode(StrEnum):
+    TOO_MANY_OPEN = "too_many_open"
+    GOAL_NEEDS_OPEN_PLACE = "goal_needs_open_place"
+    ROWS_FULL = "rows_full"
+    GOAL_NEEDS_ROW_PLACE = "goal_needs_row_place"
+    UNKNOWN_HELPER = "unknown_helper"
+    NOT_UNREPORTED = "not_unreported"
+    INVALID_REQUEST = "invalid_request"
+    WRONG_OWNER = "wrong_owner"
+
+
+class Refusal(BaseModel):
+    """A refused request: a machine-readable code and a text in the owner's language."""
+
+    code: RefusalCode
+    message: str
+    open_ids: list[str] = Field(default_factory=list)
+
+
+RECENTLY_REMOVED_KEPT = 100
+
+
+def note_removed(book: OwnerBook, helper_ids: list[str]) -> None:
+    """Remember removed ids for a while: closing one of them again is harmless (R23)."""
+    book.recently_removed = [h for h in book.recently_removed if h not in helper_ids] + list(helper_ids)
+    del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
+
+
+def forget_reads(book: OwnerBook, helper_ids: list[str]) -> None:
+    """Turns that read these outcomes and never answered (lost in a restart) have nothing left to deliver."""
+    for turn in list(book.turn_reads):
+        book.turn_reads[turn] = [h for h in book.turn_reads[turn] if h not in helper_ids]
+        if not book.turn_reads[turn]:
+            del book.turn_reads[turn]
+
+
+@dataclass
+class BookSummary:
+    """Counts for logs and the Web UI's current details."""
+
+    open: int
+    running: int
+    waiting: int
+    rows: int
+    unreported: int = 0
+
+
+def summarize_book(book: OwnerBook) -> BookSummary:
+    entries = list(book.entries.values())
+    return BookSummary(
+        open=len(book.open_ids()),
+        running=len(book.slot_holders()),
+        waiting=len(book.queue),
+        rows=len(entries),
+        unreported=sum(e.state is RowState.UNREPORTED for e in entries),
+    )

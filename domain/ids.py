@@ -1,0 +1,59 @@
+"""Owner, helper and Goal ids: validated wherever they enter (R40).
+
+An id names a coordinator workflow, a row's key and a result directory, so every model that carries one into
+a path, a store key or a workflow id checks it, not only the starter's request: a Temporal client without
+the starter (or a crafted continue-as-new input) must not reach outside its room.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, Final
+
+from pydantic import AfterValidator
+
+ID_MAX_CHARS: Final = 64
+ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ID_RULE: Final = "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+# How much of a bad id an error message repeats: enough to recognise it, never a 10,000-character echo.
+ECHO_MAX_CHARS: Final = 40
+
+
+def echo(value: object) -> str:
+    """A short, printable prefix of a value for an error message."""
+    text = repr(value)
+    return text if len(text) <= ECHO_MAX_CHARS else text[: ECHO_MAX_CHARS - 1] + "…"
+
+
+def check_id(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise ValueError(f"{kind} {echo(value)} is not valid: {ID_RULE}")
+    return value
+
+
+def directory_name(value: str) -> str:
+    """The directory an id's results live under. Ids differ in case (`ANNA`, `anna`) but a case-insensitive
+    volume (Azure Files, macOS) would give both one directory: an id with capitals gets a suffix from its
+    exact spelling; '~' is not allowed in ids, so no other id can name the same directory."""
+    check_id("id", value)
+    if value == value.lower():
+        return value
+    return f"{value.lower()}~{hashlib.sha256(value.encode()).hexdigest()[:10]}"
+
+
+def _owner(value: str) -> str:
+    return check_id("owner", value)
+
+
+def _helper(value: str) -> str:
+    return check_id("helper id", value)
+
+
+def _goal(value: str) -> str:
+    return check_id("goal id", value)
+
+
+OwnerId = Annotated[str, AfterValidator(_owner)]
+HelperId = Annotated[str, AfterValidator(_helper)]
+GoalId = Annotated[str, AfterValidator(_goal)]

@@ -1,0 +1,1 @@
+"""The helper runtime's own Prometheus metrics (declarations; see metrics.py)."""

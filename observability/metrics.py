@@ -1,0 +1,130 @@
+"""The catalogue of the helper runtime's application metrics, in Prometheus conventions.
+
+Declarations only: the code that updates them is wired in separately. Every metric lives in `REGISTRY`, a
+registry of its own rather than prometheus-client's global one, so importing this module never adds series
+to another registry, tests can read exactly these metrics, and the worker decides where to serve them (the
+Temporal SDK already serves its own metrics on HELPER_METRICS_BIND).
+
+The dashboard (deploy/grafana/helper-runtime.json) and the alert rules (deploy/k8s/prometheus-rules.yaml) use these
+names; tests/deploy checks that every `helper_runtime_*` name they use is declared here.
+
+Label values are small closed sets (never owner or helper ids, which would make a series per person):
+
+- `state` of helpers: waiting, running, unreported, delivered, closed (the row states).
+- `result` of admissions: admitted, refused; `reason`: the refusal code (too_many_open, rows_full, ...) or
+  `none` when admitted.
+- `kind` of outcomes: completed, partial, question, authorization, failed, interrupted, closed.
+- `state` of chat deliveries: the state a system event reached (delivered, failed, uncertain, withdrawn).
+- `endpoint` of core requests: the session API's operation (create, snapshot, finish, cancel, reset, find,
+  models); `kind` of core errors: timeout, connect, status, malformed.
+- `operation` of store writes: the activity's write (admit, progress, finalize, close, remove, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX: Final = "helper_runtime"
+
+REGISTRY: Final = CollectorRegistry(auto_describe=True)
+
+# Buckets sized to the seed's times: a slot may be waited for, and a helper may run, up to its 47-minute hard
+# ceiling (45 min deadline + 2 min grace), so the top buckets sit at those marks.
+_LONG_SECONDS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 2700.0, 2820.0, 3600.0)
+# A core call is bounded by HELPER_CHECK_MS (15 s), a long-poll read by that plus HELPER_LONG_POLL_MS (20 s).
+_CORE_SECONDS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0)
+# Store writes are small single-row statements; seconds mean the database is in trouble.
+_STORE_SECONDS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+HELPERS: Final = Gauge(
+    "helper_runtime_helpers",
+    "Helpers by row state, as the store last counted them.",
+    ["state", "task_queue"],
+    registry=REGISTRY,
+)
+ADMISSIONS: Final = Counter(
+    "helper_runtime_admissions",
+    "Admission decisions: admitted, or refused with the refusal code as the reason.",
+    ["result", "reason"],
+    registry=REGISTRY,
+)
+SLOT_WAIT_SECONDS: Final = Histogram(
+    "helper_runtime_slot_wait_seconds",
+    "Time from admission to the helper getting a running slot.",
+    buckets=_LONG_SECONDS,
+    registry=REGISTRY,
+)
+TIME_TO_OUTCOME_SECONDS: Final = Histogram(
+    "helper_runtime_time_to_outcome_seconds",
+    "Time from getting a slot to the outcome being final, by outcome kind.",
+    ["kind"],
+    buckets=_LONG_SECONDS,
+    registry=REGISTRY,
+)
+OUTCOMES: Final = Counter(
+    "helper_runtime_outcomes",
+    "Outcomes finalized, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+CHAT_DELIVERIES: Final = Counter(
+    "helper_runtime_chat_deliveries",
+    "System events to the chat that reached a final state, by that state.",
+    ["state"],
+    registry=REGISTRY,
+)
+CORE_REQUEST_SECONDS: Final = Histogram(
+    "helper_runtime_core_request_seconds",
+    "Duration of HTTP requests to the core, by session API endpoint (long-poll reads included).",
+    ["endpoint"],
+    buckets=_CORE_SECONDS,
+    registry=REGISTRY,
+)
+CORE_ERRORS: Final = Counter(
+    "helper_runtime_core_errors",
+    "Core requests that failed or were answered with something malformed, by endpoint and kind of error.",
+    ["endpoint", "kind"],
+    registry=REGISTRY,
+)
+STORE_WRITE_SECONDS: Final = Histogram(
+    "helper_runtime_store_write_seconds",
+    "Duration of store writes, by operation.",
+    ["operation"],
+    buckets=_STORE_SECONDS,
+    registry=REGISTRY,
+)
+STORE_CONFLICTS: Final = Counter(
+    "helper_runtime_store_conflicts",
+    "Row writes not applied because the stored generation was newer (a retried or late write, R19).",
+    registry=REGISTRY,
+)
+FOLLOW_ATTEMPTS: Final = Counter(
+    "helper_runtime_follow_attempts",
+    "Attempts of the follow activity started (one per HELPER_FOLLOW_WINDOW_MS per running helper, plus retries).",
+    registry=REGISTRY,
+)
+HELPERS_PAST_HARD_CEILING: Final = Gauge(
+    "helper_runtime_helpers_past_hard_ceiling",
+    "Helpers still running past their hard ceiling (deadline + grace); should always be 0 (R35).",
+    registry=REGISTRY,
+)
+STORE_UP: Final = Gauge(
+    "helper_runtime_store_up",
+    "1 when the store answered the worker's last check, 0 when it did not.",
+    registry=REGISTRY,
+)
+
+
+def metric_names() -> frozenset[str]:
+    """Every series name the registry can expose (`_total`, `_bucket`, ... included), for checks of users."""
+    names: set[str] = set()
+    for family in REGISTRY.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+        if family.type == "counter":
+            names.update({f"{family.name}_total", f"{family.name}_created"})
+        elif family.type == "histogram":
+            names.update(f"{family.name}{suffix}" for suffix in ("_bucket", "_count", "_sum", "_created"))
+    return frozenset(names)

@@ -1,0 +1,95 @@
+"""Errors across the protocol: the ApplicationError types workflows and activities raise, and the one
+exception hierarchy a client sees (what did not happen, a machine-readable code, why, and an exit code)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the starter's read commands import this module and never load the Temporal client
+    from temporalio.client import WorkflowUpdateFailedError
+
+# What a failure's message reads when its real message travels encrypted.
+ENCODED_FAILURE = "Encoded failure"
+
+
+class ErrorType(StrEnum):
+    """`ApplicationError.type` values: raised in one place, matched in another, spelled only here."""
+
+    HELPER_REFUSED = "HelperRefused"  # a coordinator refused an update (limits, unknown helper, ...)
+    COORDINATOR_BUSY = "CoordinatorBusy"  # a coordinator drains to continue as new: ask again
+    ADMISSION_FAILED = "AdmissionFailed"  # the store or the server did not answer during an admission
+    PREVIOUS_RUN_ACTIVE = "PreviousRunActive"  # an older helper with the same id still cleans up
+    CORE_REJECTED = "CoreRejected"  # the core refused the request (4xx): not retried
+    CORE_UNAVAILABLE = "CoreUnavailable"  # the core is slow, down or restarting: retried
+    CORE_PROTOCOL_ERROR = "CoreProtocolError"  # the core answered outside the contract: retried
+    FOLLOW_WINDOW_ELAPSED = "FollowWindowElapsed"  # a follow attempt ended its window: resumed
+    INVALID_GOAL = "InvalidGoal"  # a Goal's stored request no longer validates
+    UNAVAILABLE = "Unavailable"  # a Goal check could not reach its coordinator
+    HELPER_FAILED = "HelperFailed"  # a helper's outcome is failed: its workflow ends failed, with the reason
+
+
+class StarterError(Exception):
+    """A starter operation did not happen; `code` is machine-readable, the message says why."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+    def as_json(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.details}}
+
+
+# RefusalCode.INVALID_REQUEST and UNKNOWN_HELPER, spelled out so the starter's reads do not load the owner
+# book (a test keeps them equal).
+INVALID_REQUEST = "invalid_request"
+UNKNOWN_HELPER = "unknown_helper"
+
+
+class InvalidRequest(StarterError):
+    code = INVALID_REQUEST
+    exit_code = 2
+
+
+class InvalidConfiguration(StarterError):
+    """The starter's own environment is wrong (a bad HELPER_* variable): an operator must fix it, and asking
+    again unchanged will not help, so it is exit 2 like an invalid request, with its own code (R42)."""
+
+    code = "invalid_configuration"
+    exit_code = 2
+
+
+class HelperRefused(StarterError):
+    """The coordinator refused: too many open, rows full, unknown helper, ..."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details)
+        self.code = code
+
+
+class Unavailable(StarterError):
+    code = "unavailable"
+    exit_code = 3
+
+
+def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
+    from temporalio.exceptions import ApplicationError
+
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.type == ErrorType.HELPER_REFUSED:
+        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        code = str(details.get("code", "refused"))
+        extra = {"open_ids": details["open_ids"]} if details.get("open_ids") else {}
+        if code == INVALID_REQUEST:
+            return InvalidRequest(cause.message, extra)
+        return HelperRefused(code, cause.message, extra)
+    if isinstance(cause, ApplicationError) and cause.message == ENCODED_FAILURE:
+        # The failure was encrypted by the runtime's codec: this client has no key to read it (R39).
+        return Unavailable("the runtime encrypts its payloads and refused this request: set HELPER_CODEC_KEYS")
+    if isinstance(cause, ApplicationError):
+        return Unavailable(cause.message)
+    return Unavailable(str(cause or error))

@@ -1,0 +1,79 @@
+"""The messages between the workflows, and from the starter to a coordinator: every name in one place.
+
+A workflow declares its handlers with these names; a sender (`protocol.senders` inside workflows,
+`protocol.client` outside) uses the same names with typed arguments and results. No other module spells a
+signal or update name, and a rename here is a rename everywhere (a replay test guards the recorded ones).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel, Field
+
+from domain.book import OwnerBook
+from domain.ids import HelperId, OwnerId
+from domain.limits import Policy
+from domain.outcome import OutcomeKind
+
+COORDINATOR_WORKFLOW: Final = "CoordinatorWorkflow"
+HELPER_WORKFLOW: Final = "HelperWorkflow"
+
+# Updates a coordinator takes from the starter (and from Goal checks).
+ADMIT: Final = "admit"
+CLOSE_HELPER: Final = "close"
+MARK_READ: Final = "mark_read"
+MARK_DELIVERED: Final = "mark_delivered"
+# Signals a helper sends its coordinator.
+HELPER_FINISHED: Final = "helper_finished"
+HELPER_CLOSED: Final = "helper_closed"
+# Signals a coordinator sends a helper.
+SLOT_GRANTED: Final = "slot_granted"
+CLOSE: Final = "close"
+# Queries.
+OWNER_BOOK: Final = "owner_book"
+COUNTS: Final = "counts"
+HELPER_STATUS: Final = "status"
+
+# Turn ids come from the chat; bounded so no message carries an unbounded one (R36).
+TURN_MAX_CHARS: Final = 200
+READ_MAX_HELPERS: Final = 100
+
+
+# Helpers that started after this change ignore a bare `close` or `slot_granted` (R39).
+SIGNALS_CARRY_A_TOKEN: Final = "signals-carry-a-token"
+# Helpers that end after this change return a `HelperResult`, and a failed one ends its workflow failed.
+RESULT_SAYS_WHY: Final = "helper-result-says-why"
+
+
+class HelperResult(BaseModel):
+    """What a finished helper workflow returns, shown at the top of its page in the Web UI: the outcome and, for
+    every outcome but completed, why (the owner-facing explanation). A failed helper's workflow fails instead,
+    with the same reason as its message, so the workflow list shows it red."""
+
+    outcome: OutcomeKind
+    reason: str = ""
+
+
+class Token(BaseModel):
+    """The argument of the coordinator's signals to a helper. It says nothing; its payload is encrypted, so
+    only a sender with the codec keys can make one: a client without them sends a bare signal, or a plaintext
+    payload the codec refuses, and the helper ignores it."""
+
+
+class CoordinatorStart(BaseModel):
+    """A coordinator's input: its owner, the policy frozen at its start, and the book on continue-as-new."""
+
+    owner: OwnerId
+    policy: Policy = Policy()
+    book: OwnerBook | None = None
+
+
+class ReadRequest(BaseModel):
+    turn: str = Field(min_length=1, max_length=TURN_MAX_CHARS)
+    helper_ids: list[HelperId] = Field(max_length=READ_MAX_HELPERS)
+
+
+class DeliveredRequest(BaseModel):
+    turn: str = Field(min_length=1, max_length=TURN_MAX_CHARS)
+    answer_chars: int

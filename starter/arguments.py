@@ -1,0 +1,238 @@
+"""The starter's command line: every command, its arguments and its help (exit codes, the environment it
+reads, where model names come from). Parsing errors raise InvalidRequest, so they too become one JSON object
+and exit 2 (R42)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, NoReturn
+
+from domain.limits import LimitOverrides
+from domain.rows import RowState
+from protocol.errors import InvalidRequest
+from starter import inputs as goals
+
+EXIT_CODES = """\
+Answers: one JSON object on stdout; an error is {"error": {"code": ..., "message": ...}} plus one line on stderr.
+Exit codes:
+  0  done
+  1  refused: a limit, an unknown helper or Goal (error.code says which)
+  2  invalid: the request or the command line (error.code "invalid_request"), or the starter's own
+     configuration, a bad HELPER_* or TEMPORAL_* variable (error.code "invalid_configuration"):
+     asking again unchanged will not help
+  3  unavailable: the store or Temporal did not answer; asking again is safe
+Input is checked before anything is connected to: exit 2 does not depend on the runtime being up."""
+
+# What each kind of command reads from the environment (every variable: docs/configuration.md).
+ENV_READ = """\
+Environment:
+  HELPER_STORE_URL     the store (default sqlite+aiosqlite:///data/helpers.sqlite3); reads need nothing else
+  HELPER_RESULTS_DIR   where the full outcome texts are kept (default data/results)
+  HELPER_ENV_FILE      a settings file filling in what the environment lacks (from the checkout, with none
+                       of TEMPORAL_ADDRESS, HELPER_STORE_URL, HELPER_CODEC_KEYS set: data/local.env)"""
+ENV_WRITE = f"""{ENV_READ}
+  TEMPORAL_ADDRESS     Temporal's frontend (default 127.0.0.1:7233); also TEMPORAL_NAMESPACE (default
+                       "default") and, for Temporal Cloud, TEMPORAL_API_KEY and TEMPORAL_TLS_*
+  HELPER_TASK_QUEUE    the workers' task queue (default helpers)
+  HELPER_CODEC_KEYS    id:base64key,... encrypting every payload (with HELPER_CODEC_KEY_ID); required
+                       unless TEMPORAL_ADDRESS is on this machine (HELPER_CODEC_REQUIRED)
+  HELPER_STARTER_TIMEOUT_MS  a write no worker answers fails after this, exit 3 (default 30,000)"""
+ENV_LIMITS = """\
+  HELPER_MAX_OPEN, HELPER_MAX_RUNNING, HELPER_DEADLINE_MS, HELPER_GRACE_MS, HELPER_CEILING_TOKENS,
+  HELPER_INPUT_CEILING_TOKENS  the limits; --deadline-ms and the other limit flags only tighten them"""
+MODELS = """\
+Models: --model names a model of the core's catalog. The local reference core offers "scripted" (follows
+a helper-script block in the task: tests and the demo) and, when an OpenAI-compatible API is configured,
+"openai:<model>" for each configured model (docs/reference-core.md). The starter asks the core's catalog
+(GET /v1/models at HELPER_CORE_URL) and refuses any other name with exit 2, listing those offered."""
+ENV_WATCH = f"""{ENV_READ}
+Output: human lines, not JSON ("HH:MM:SS  owner/helper  what changed"), polled about every 0.5 s from the
+store only (Temporal may be down), until Ctrl-C (exit 0). An error is still one JSON object and its code."""
+
+
+def _epilog(*sections: str) -> str:
+    return "\n\n".join([*sections, EXIT_CODES])
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises InvalidRequest instead of printing usage text and exiting (R42)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("epilog", EXIT_CODES)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidRequest(f"{message} (see {self.prog} --help)", {"problems": [message]})
+
+
+BOUNDARY_HELP = (
+    "what the owner allowed: 'send_mail to <address>[, <address>...]' or "
+    "'create_event with <address>[, ...]' (repeatable)"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="helper-starter", description="Start and manage Iva's helpers.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    start = commands.add_parser(
+        "start",
+        help="admit a helper (answers at once: running, or waiting and how many ahead)",
+        description="Admit a helper; asking again with the same --id is harmless.",
+        epilog=_epilog(f"{ENV_WRITE}\n{ENV_LIMITS}", MODELS),
+    )
+    _owner(start)
+    _helper_id(start)
+    task = start.add_mutually_exclusive_group(required=True)
+    task.add_argument("--task", help="the task text (1-20,000 characters)")
+    task.add_argument("--task-file", type=Path, help="read the task (UTF-8) from this file; '-' for stdin")
+    _request_options(start)
+    start.add_argument("--goal", dest="goal_id", help="the Goal this check belongs to")
+    for name in (field.replace("_", "-") for field in LimitOverrides.model_fields):
+        start.add_argument(
+            f"--{name}", type=int, metavar="N", help="a tighter limit for this helper (at most the configured one)"
+        )
+
+    listing = commands.add_parser(
+        "list",
+        help="the owner's helper rows, from the store",
+        description="The owner's helper rows, read from the store (works while Temporal is down).",
+        epilog=_epilog(ENV_READ),
+    )
+    _owner(listing)
+    listing.add_argument(
+        "--state", action="append", choices=[s.value for s in RowState], help="only rows in this state (repeatable)"
+    )
+
+    show = commands.add_parser(
+        "show",
+        help="one helper with its full outcome text",
+        description="One helper's row and its full outcome text, from the store.",
+        epilog=_epilog(ENV_READ),
+    )
+    _owner(show)
+    _helper_id(show)
+
+    close = commands.add_parser(
+        "close",
+        help="close a helper (running, ready or delivered)",
+        description="Close a helper. A running one keeps its slot until the core confirms the stop.",
+        epilog=_epilog(ENV_WRITE),
+    )
+    _owner(close)
+    _helper_id(close)
+
+    unreported = commands.add_parser(
+        "unreported",
+        help="finalized outcomes not yet delivered, with summaries",
+        description="Finalized outcomes not yet delivered, with their summaries, from the store.",
+        epilog=_epilog(ENV_READ),
+    )
+    _owner(unreported)
+
+    read = commands.add_parser(
+        "read",
+        help="record that a chat turn read these outcomes",
+        description="Record that a chat turn read these outcomes (before it answers).",
+        epilog=_epilog(ENV_WRITE),
+    )
+    _owner(read)
+    _turn(read)
+    read.add_argument("helper_ids", nargs="+", metavar="HELPER_ID", help="the helpers whose outcomes the turn read")
+
+    delivered = commands.add_parser(
+        "delivered",
+        help="the turn answered (nonempty) and completed: mark what it read",
+        description="The turn answered (nonempty) and completed: mark the outcomes it read as delivered.",
+        epilog=_epilog(ENV_WRITE),
+    )
+    _owner(delivered)
+    _turn(delivered)
+    delivered.add_argument(
+        "--answer-chars", type=int, required=True, metavar="N", help="length of the answer the turn sent (> 0)"
+    )
+    usage = commands.add_parser(
+        "usage",
+        help="usage per helper and per model (kept after rows expire)",
+        description="Steps and tokens per helper and per model, from the store (kept after rows expire).",
+        epilog=_epilog(ENV_READ),
+    )
+    _owner(usage)
+
+    watching = commands.add_parser(
+        "watch",
+        help="live lines for the owner's helpers (or one), until Ctrl-C",
+        description="Print a line whenever one of the owner's helpers changes: admitted, running with its "
+        "steps, waiting for a slot, its outcome, delivered or closed.",
+        epilog=_epilog(ENV_WATCH),
+    )
+    _owner(watching)
+    watching.add_argument(
+        "--id",
+        dest="helper_id",
+        help="only this helper: 1-64 letters, digits, '.', '_' or '-' (default: every helper of the owner)",
+    )
+    watching.add_argument(
+        "--once", action="store_true", help="print the current lines and exit (an unknown --id: exit 1)"
+    )
+
+    goal = commands.add_parser(
+        "goal",
+        help="Goals: checks that run as helpers on a Temporal Schedule",
+        description="Goals: checks that run as helpers on a Temporal Schedule.",
+        epilog=_epilog(ENV_WRITE),
+    )
+    goal_commands = goal.add_subparsers(dest="goal_command", required=True, metavar="GOAL_COMMAND")
+    add = goal_commands.add_parser("add", help="create a Goal and its Schedule", epilog=_epilog(ENV_WRITE, MODELS))
+    _owner(add)
+    _goal_id(add)
+    add.add_argument(
+        "--every", required=True, help=f"how often a check runs: 30m, 1h, 1d (1 minute to {goals.MAX_EVERY.days} days)"
+    )
+    add.add_argument("--task", required=True, help="the task each check runs (1-20,000 characters)")
+    _request_options(add)
+    goal_list = goal_commands.add_parser("list", help="the owner's Goals", epilog=_epilog(ENV_WRITE))
+    _owner(goal_list)
+    for name, text in (
+        ("pause", "stop the checks for now"),
+        ("resume", "start the checks again"),
+        ("run", "run one check now"),
+        ("remove", "remove the Goal and its Schedule"),
+    ):
+        one = goal_commands.add_parser(
+            name, help=text, description=text[0].upper() + text[1:] + ".", epilog=_epilog(ENV_WRITE)
+        )
+        _owner(one)
+        _goal_id(one)
+    return parser
+
+
+def _owner(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--owner", required=True, help="the owner's id (from the authenticated chat session)")
+
+
+def _helper_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--id", required=True, dest="helper_id", help="the helper's id: 1-64 letters, digits, '.', '_' or '-'"
+    )
+
+
+def _goal_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--goal", required=True, dest="goal_id", help="the Goal's id: 1-40 letters, digits, '.', '_' or '-'"
+    )
+
+
+def _turn(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--turn", required=True, help="the chat turn's id (1-200 characters)")
+
+
+def _request_options(parser: argparse.ArgumentParser) -> None:
+    """What a helper's request carries besides its task, the same for `start` and `goal add`."""
+    parser.add_argument("--boundary", action="append", default=[], help=BOUNDARY_HELP)
+    parser.add_argument("--language", default="en", help="the owner's language: en or ru (default en)")
+    parser.add_argument(
+        "--model", required=True, help="the owner's selected model, a name from the core's catalog (see Models)"
+    )

@@ -1,0 +1,176 @@
+"""The starter's input checks: pure, and light to import, so every command validates its input before it
+connects to anything (R42) and a read command never loads the Temporal client (R43)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from config.settings import Settings
+from domain.requests import HelperRequest, RequestError, check_id
+from protocol.errors import InvalidConfiguration, InvalidRequest
+from store.row_reads import bare_store_address
+
+if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
+    from domain.goals import Goal
+
+TURN_MAX_CHARS = 200
+
+ECHO_MAX_CHARS = 40
+
+# A Schedule's interval must stay far from what Temporal (and timedelta) can hold: at most a year and a day.
+MAX_EVERY = timedelta(days=366)
+
+
+def clip(value: str, limit: int = ECHO_MAX_CHARS) -> str:
+    """A short prefix of an input for a message: an error never echoes a whole 10,000-character input."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"  # at most `limit` characters in all
+
+
+def parse_request(request: HelperRequest | dict[str, Any], settings: Settings) -> HelperRequest:
+    """A validated request, checked against the configured limits; InvalidRequest names every problem (R5)."""
+    try:
+        if isinstance(request, HelperRequest):
+            request.check_against(settings.policy.limits)
+            return request
+        return HelperRequest.parse(request, settings.policy.limits)
+    except RequestError as error:
+        raise InvalidRequest(str(error), {"problems": error.problems}) from None
+
+
+def check_ids(owner: str, helper_ids: Iterable[str], kind: str = "helper id") -> None:
+    try:
+        check_id("owner", owner)
+        for helper_id in helper_ids:
+            check_id(kind, helper_id)
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from None
+
+
+def check_turn(turn: str) -> None:
+    if not turn.strip() or len(turn) > TURN_MAX_CHARS:
+        raise InvalidRequest(f"turn must be 1-{TURN_MAX_CHARS} characters")
+    if any(unicodedata.category(character) in ("Cc", "Cs") for character in turn):
+        raise InvalidRequest("turn must not contain control characters")
+
+
+def check_read(owner: str, turn: str, helper_ids: list[str]) -> None:
+    check_ids(owner, helper_ids)
+    check_turn(turn)
+    if not helper_ids:
+        raise InvalidRequest("name at least one helper id to read")
+
+
+def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
+    check_ids(owner, [])
+    check_turn(turn)
+    if answer_chars <= 0:
+        raise InvalidRequest("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
+
+
+def every_ms(text: str) -> int:
+    """`--every` ('30m', '1h', '1d') in milliseconds, from one minute to MAX_EVERY; InvalidRequest otherwise (R42)."""
+    from domain.goals import parse_every
+
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    try:
+        every = parse_every(text)
+    except RequestError as error:
+        problems = [problem.replace(repr(text), repr(shown)) for problem in error.problems]
+        raise InvalidRequest("; ".join(problems), {"problems": problems}) from None
+    except (ValueError, OverflowError):  # a number too long for int() or too large for a timedelta
+        every = MAX_EVERY + timedelta(days=1)
+    if every > MAX_EVERY:
+        problem = f"every: {shown!r} is longer than {MAX_EVERY.days} days"
+        raise InvalidRequest(problem, {"problems": [problem]})
+    return int(every.total_seconds() * 1000)
+
+
+def parse_goal(data: dict[str, Any]) -> Goal:
+    """A validated Goal, with the request its checks will make; InvalidRequest names every problem (R5, R42)."""
+    from domain.goals import Goal, check_helper_id
+
+    try:
+        try:
+            goal = Goal.parse(data)
+        except ValidationError:
+            # Goal.parse builds its check's request directly, which raises pydantic's error: parse that
+            # request again for a RequestError naming the problems (the same checks as an admission).
+            goal_id = str(data.get("goal_id", ""))
+            fields = ("owner", "task", "boundary", "language", "model", "limits")
+            check = {name: data[name] for name in fields if name in data}
+            helper_id = check_helper_id(goal_id, datetime(2000, 1, 1))
+            HelperRequest.parse({**check, "goal_id": goal_id, "helper_id": helper_id})
+            raise RequestError(["goal: is not valid"]) from None
+    except RequestError as error:
+        raise InvalidRequest(str(error), {"problems": error.problems}) from None
+    if goal.every_ms > MAX_EVERY.total_seconds() * 1000:
+        problem = f"every_ms: {goal.every_ms} is longer than {MAX_EVERY.days} days"
+        raise InvalidRequest(problem, {"problems": [problem]})
+    return goal
+
+
+def check_goal_ids(owner: str, goal_id: str) -> None:
+    from domain.goals import GOAL_ID_MAX
+
+    try:
+        check_id("owner", owner)
+        check_id("goal id", goal_id)
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from None
+    if len(goal_id) > GOAL_ID_MAX:
+        raise InvalidRequest(f"goal id is {len(goal_id)} characters; at most {GOAL_ID_MAX}")
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"]*@")
+
+_SECRET_PARAMETER = re.compile(r"(?i)\b(?P<name>password|passwd|pwd|secret|token|api_?key)=[^&\s'\"]*")
+
+
+def _make_url(url: str) -> Any:
+    # SQLAlchemy costs a read command about 0.2 s to import: only an unusual URL or an error message loads it (R43).
+    from sqlalchemy.engine import make_url
+
+    return make_url(url)
+
+
+def check_store_url(url: str) -> None:
+    """A store URL that does not parse is the operator's error (exit 2); its text is never printed."""
+    if bare_store_address(url) is not None:
+        return  # parsed by SQLAlchemy's own pattern (store.row_reads)
+    try:
+        _make_url(url)
+    except Exception:
+        raise InvalidConfiguration(f"HELPER_STORE_URL is not a database URL ({describe_store(url)})") from None
+
+
+def describe_store(url: str) -> str:
+    """The store's URL as it may be printed: no user information, no query (it can carry a password)."""
+    try:
+        shown = _make_url(url).set(username=None, password=None, query={}).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("://", 1)[0] + "://…" if "://" in url else "(an unreadable URL)"
+    return redact(shown)
+
+
+def redact(text: str) -> str:
+    """Never print a password: any URL's user information and any `password=`-like parameter are hidden."""
+    return _SECRET_PARAMETER.sub(r"\g<name>=***", _USERINFO.sub(r"\g<scheme>***@", text))
+
+
+def scrub(text: str, store_url: str | None = None) -> str:
+    """`text` with the store URL (if given) replaced by its printable form, and every secret redacted."""
+    if store_url:
+        text = text.replace(store_url, describe_store(store_url))
+        try:
+            password = _make_url(store_url).password
+        except Exception:
+            password = None
+        if password and len(str(password)) >= 3:
+            text = text.replace(str(password), "***")
+    return redact(text)

@@ -1,0 +1,160 @@
+"""The starter's reads: rows, outcomes and usage straight from the store, with no Temporal client loaded, so
+Iva's per-turn reads answer fast and work while no worker runs (R27, R31, R43)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from config.settings import Settings
+from domain.rows import HelperRow, HelperView, RowState
+from protocol.errors import UNKNOWN_HELPER, HelperRefused, Unavailable
+from starter.inputs import check_ids, check_store_url, describe_store, scrub
+from store.records import UsageLine
+from store.results import ResultDirectories
+from store.revisions import SchemaNotCurrent
+from store.row_reads import SqliteRowReader, bare_store_address, open_bare_reader
+
+
+class RowSource(Protocol):
+    """What the reads need of a store: `HelperStore` (SQLAlchemy) or a bare-driver reader (`store.row_reads`)."""
+
+    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]: ...
+
+    async def get(self, owner: str, helper_id: str) -> HelperRow | None: ...
+
+    async def ahead(self, owner: str, seq: int) -> int: ...
+
+    async def usage(self, owner: str) -> list[UsageLine]: ...
+
+    async def close(self) -> None: ...
+
+
+class UsageTotal(BaseModel):
+    model: str
+    helpers: int = 0
+    steps: int = 0
+    work_tokens: int = 0
+    input_tokens: int = 0
+
+
+class UsageReport(BaseModel):
+    owner: str
+    helpers: list[UsageLine]
+    by_model: list[UsageTotal]
+
+
+def _ahead(row: HelperRow, waiting_seqs: list[int]) -> int | None:
+    if row.state is not RowState.WAITING:
+        return None
+    return sum(1 for seq in waiting_seqs if seq < row.seq)
+
+
+def _unopened(settings: Settings, error: BaseException) -> Unavailable:
+    where = describe_store(settings.store_url)
+    return Unavailable(scrub(f"the store at {where} cannot be opened: {error}", settings.store_url))
+
+
+def open_sqlite_reader(settings: Settings) -> SqliteRowReader | None:
+    """The configured SQLite store on the stdlib driver, opened without an event loop; None when the store is not
+    one the bare path takes, or its driver failed in a way SQLAlchemy's path words (then use `open_store`)."""
+    import sqlite3
+
+    check_store_url(settings.store_url)
+    address = bare_store_address(settings.store_url)
+    if address is None or address.dialect != "sqlite":
+        return None
+    try:
+        return SqliteRowReader.open(address.sqlite_path)
+    except SchemaNotCurrent as error:
+        raise Unavailable(scrub(str(error), settings.store_url)) from None
+    except (sqlite3.Error, OSError):
+        return None  # the store cannot be opened: SQLAlchemy's path says why, in the words it always has
+
+
+async def open_store(settings: Settings) -> RowSource:
+    """The configured store, or Unavailable naming where it is (never its password). A store URL of the bare
+    path (`store.row_reads`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's path."""
+    check_store_url(settings.store_url)
+    address = bare_store_address(settings.store_url)
+    if address is not None:
+        try:
+            return await open_bare_reader(address)
+        except SchemaNotCurrent as error:
+            raise Unavailable(scrub(str(error), settings.store_url)) from None
+        except (OSError, TimeoutError) as error:
+            if address.dialect == "postgresql":  # a server down or silent: SQLAlchemy passes these on unwrapped
+                raise _unopened(settings, error) from None
+        except Exception:
+            pass  # the driver's own error (a database that is missing, a bad password): SQLAlchemy words it below
+    from store.helper_store import HelperStore
+
+    try:
+        return await HelperStore.connect(settings.store_url)
+    except SchemaNotCurrent as error:
+        raise Unavailable(scrub(str(error), settings.store_url)) from None
+    except Exception as error:
+        raise _unopened(settings, error) from None
+
+
+class StoreReader:
+    """Reads for one configuration: `open`, read, `aclose`. `HelperClient` adds the writes."""
+
+    def __init__(self, settings: Settings, store: RowSource) -> None:
+        self.settings = settings
+        self.store = store
+        self.results = ResultDirectories(settings.results_dir)
+
+    @classmethod
+    async def open(cls, settings: Settings) -> StoreReader:
+        return cls(settings, await open_store(settings))
+
+    async def aclose(self) -> None:
+        await self.store.close()
+
+    # --- reads: straight from the store, no worker needed -------------------------------------------
+
+    async def usage(self, owner: str) -> UsageReport:
+        """Usage per helper with its model, and totals per model (R31); kept after rows expire."""
+        check_ids(owner, [])
+        records = await self.store.usage(owner)
+        totals: dict[str, UsageTotal] = {}
+        for record in records:
+            total = totals.setdefault(record.model, UsageTotal(model=record.model))
+            total.helpers += 1
+            total.steps += record.steps
+            total.work_tokens += record.work_tokens
+            total.input_tokens += record.input_tokens
+        return UsageReport(
+            owner=owner,
+            helpers=records,
+            by_model=sorted(totals.values(), key=lambda t: t.model),
+        )
+
+    async def list_helpers(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        check_ids(owner, [])
+        rows = await self.store.rows(owner, states)
+        waiting = [r.seq for r in rows if r.state is RowState.WAITING]
+        return [self._view(row, ahead=_ahead(row, waiting)) for row in rows]
+
+    async def show(self, owner: str, helper_id: str) -> HelperView:
+        check_ids(owner, [helper_id])
+        row = await self.store.get(owner, helper_id)
+        if row is None:
+            raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
+        ahead = await self.store.ahead(owner, row.seq) if row.state is RowState.WAITING else None
+        view = self._view(row, ahead=ahead)
+        view.last_message = row.last_message or None
+        view.full_text = self.results.read_text(Path(row.result_dir))
+        return view
+
+    async def unreported(self, owner: str) -> list[HelperView]:
+        """Finalized outcomes not yet delivered, with summaries, for the chat's next instruction (R27)."""
+        return await self.list_helpers(owner, [RowState.UNREPORTED])
+
+    def _view(self, row: HelperRow, ahead: int | None) -> HelperView:
+        # The view is the row's public part: everything but the task, the limits and the writer's bookkeeping.
+        return HelperView.model_validate({**row.model_dump(exclude={"last_message"}), "ahead": ahead})

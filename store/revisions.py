@@ -1,0 +1,39 @@
+"""The schema revisions this code knows, and what a store's revision means for it: stdlib only, so the starter's
+read commands check the schema without loading SQLAlchemy or alembic (R43)."""
+
+from __future__ import annotations
+
+# The revisions of store/migrations, oldest first, spelled here so that opening the store for a read never loads
+# alembic (a test checks they match the migrations folder). Add each new revision at the end.
+REVISIONS = ("0001", "0002")
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The store's schema is not the one this code needs: run `python -m store migrate`."""
+
+
+def head_revision() -> str:
+    """The schema revision this code's migrations end at."""
+    return REVISIONS[-1]
+
+
+def check_revision(current: str | None) -> None:
+    """Fail clearly, naming both revisions, when the store's revision (None: never migrated) is behind this code.
+
+    A revision this code does not know belongs to a newer release, whose migration ran before its workers
+    rolled out: migrations only expand until every process runs the release that stops using what goes
+    (docs/operations.md, "Upgrading"), so this code still works on it and goes on.
+    """
+    head = head_revision()
+    if current == head:
+        return
+    if current is not None and current not in REVISIONS:
+        import logging  # only on this rare path: a read never pays for it
+
+        logging.getLogger("store.database").info(
+            "the store's schema is at %s, newer than this code's %s: a newer release migrated it", current, head
+        )
+        return
+    raise SchemaNotCurrent(
+        f"the store's schema is at {current or 'nothing'}, this code needs {head}: run `python -m store migrate`"
+    )

@@ -1,0 +1,203 @@
+"""A test-only worker that dies in the middle of an admission: `python -m tests.crash_worker`.
+
+It builds the worker of `worker.py` (same workflows, same activities from `activities_of`, same options) with
+one change: the `admit_helper` local activity is wrapped, and a workflow interceptor watches the coordinator's
+`admit` update, so the process can end with `os._exit(137)` (as a SIGKILL or an evicted pod would end it) at one
+of three points of an admission:
+
+- `after_row`: `admit_helper` wrote the row and has not started the helper workflow;
+- `after_start`: `admit_helper` started the helper workflow and has not returned;
+- `after_return`: the local activity returned and the `admit` handler finished, but the coordinator's workflow
+  task, which records the admission, is not completed yet.
+
+A point is armed by a marker file in `$HELPER_CRASH_DIR` named after it and holding the helper id it applies to.
+The admission that reaches the point deletes the marker before it exits, so the respawned worker runs normally.
+Configuration is `worker.py`'s (the environment, docs/configuration.md); `$HELPER_CRASH_WORKFLOW_TASK_SLOTS`
+optionally limits the concurrent workflow tasks (see `WORKFLOW_TASK_SLOTS_ENV`). Unlike `worker.py` it serves
+no health endpoint and no metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, cast
+
+from temporalio import activity, workflow
+from temporalio.worker import (
+    HandleUpdateInput,
+    Interceptor,
+    Worker,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+from activities.admission import AdmissionActivities
+from clients.chat_client import ChatClient
+from clients.core_client import CoreClient
+from config.settings import Settings
+from domain.activity_io import AdmitHelper
+from domain.rows import HelperRow
+from protocol.connection import connect_for
+from protocol.messages import ADMIT
+from store.helper_store import HelperStore
+from store.results import ResultDirectories
+from worker import WORKFLOWS, activities_of
+from workflows.maintenance import ensure_sweep_schedule
+
+CRASH_DIR_ENV = "HELPER_CRASH_DIR"
+# With 1, the worker holds no free workflow-task slot while the coordinator's task runs the admission, so it
+# does not poll: a helper started by that admission waits in the task queue for the respawned worker instead
+# of being handed to the worker about to die (where its first task would time out like the coordinator's).
+# The workflow cache (and with it the sticky queue) is then off: with one slot a task on the sticky queue
+# could wait behind another workflow's task until its schedule-to-start timeout.
+WORKFLOW_TASK_SLOTS_ENV = "HELPER_CRASH_WORKFLOW_TASK_SLOTS"
+AFTER_ROW = "after_row"
+AFTER_START = "after_start"
+AFTER_RETURN = "after_return"
+POINTS = (AFTER_ROW, AFTER_START, AFTER_RETURN)
+CRASH_EXIT = 137
+ADMIT_ACTIVITY = "admit_helper"
+
+log = logging.getLogger("helper.crash_worker")
+
+
+def crash_if_armed(point: str, helper_id: str) -> None:
+    """End the process at once if `point` is armed for `helper_id`; disarm it first (once per marker)."""
+    directory = os.environ.get(CRASH_DIR_ENV)
+    if not directory:
+        return
+    marker = Path(directory) / point
+    try:
+        armed_for = marker.read_text().strip()
+    except FileNotFoundError:
+        return
+    if armed_for != helper_id:
+        return
+    try:
+        marker.unlink()
+    except FileNotFoundError:
+        return  # another task of this process took it
+    log.warning("crash point %s reached for helper %s: exiting %s", point, helper_id, CRASH_EXIT)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(CRASH_EXIT)
+
+
+class _StoreThatCrashesAfterTheRow:
+    """The worker's store, except that writing an admitted row may end the process right after the write."""
+
+    def __init__(self, store: HelperStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def insert_admitted(self, row: HelperRow) -> bool:
+        written = await self._store.insert_admitted(row)
+        crash_if_armed(AFTER_ROW, row.helper_id)
+        return written
+
+
+def crashing_admit_helper(store: HelperStore, results: ResultDirectories) -> Any:
+    """The production `admit_helper`, registered under its name, with the `after_row`/`after_start` points."""
+    admission = AdmissionActivities(cast(HelperStore, _StoreThatCrashesAfterTheRow(store)), results)
+
+    @activity.defn(name=ADMIT_ACTIVITY)
+    async def admit_helper(admitted: AdmitHelper) -> None:
+        await admission.admit_helper(admitted)
+        crash_if_armed(AFTER_START, admitted.start.helper_id)
+
+    return admit_helper
+
+
+class _CrashAfterAdmit(WorkflowInboundInterceptor):
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        result = await super().handle_update_handler(input)
+        if input.update == ADMIT and input.args and not workflow.unsafe.is_replaying():
+            helper_id = str(getattr(input.args[0], "helper_id", ""))
+            # The handler has its answer; the workflow task carrying it has not been completed yet.
+            with workflow.unsafe.sandbox_unrestricted():
+                crash_if_armed(AFTER_RETURN, helper_id)
+        return result
+
+
+class CrashInterceptor(Interceptor):
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _CrashAfterAdmit
+
+
+def crash_activities(
+    store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, settings: Settings
+) -> list[Any]:
+    """`worker.activities_of`, with `admit_helper` replaced by its crashing wrapper."""
+    activities: list[Any] = activities_of(store, results, core, chat, settings)
+    kept = [fn for fn in activities if getattr(fn, "__name__", "") != ADMIT_ACTIVITY]
+    if len(kept) != len(activities) - 1:
+        raise RuntimeError("worker.activities_of no longer lists exactly one admit_helper")
+    return [*kept, crashing_admit_helper(store, results)]
+
+
+async def serve(settings: Settings) -> None:
+    client = await connect_for(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await ensure_sweep_schedule(client, settings.task_queue)
+    store = await HelperStore.connect(settings.store_url, run_migrations=settings.migrates_on_start)
+    core = CoreClient(settings.core_url, settings.policy.check_ms)
+    chat = ChatClient(settings.chat_url, settings.policy.check_ms)
+    results = ResultDirectories(settings.results_dir)
+    slots = _workflow_task_slots()
+    worker = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=crash_activities(store, results, core, chat, settings),
+        interceptors=[CrashInterceptor()],
+        graceful_shutdown_timeout=timedelta(seconds=10),
+        max_concurrent_activities=settings.max_concurrent_activities,
+        max_concurrent_workflow_tasks=slots,
+        max_cached_workflows=1000 if slots is None else 0,  # 1000: the SDK's default, as in worker.py
+    )
+    try:
+        async with worker:
+            log.info("crash worker polling %s (pid %s)", settings.task_queue, os.getpid())
+            await stop.wait()
+    finally:
+        await core.aclose()
+        await chat.aclose()
+        await store.close()
+
+
+def _workflow_task_slots() -> int | None:
+    """worker.py's default (None) unless the test asks for fewer concurrent workflow tasks."""
+    raw = os.environ.get(WORKFLOW_TASK_SLOTS_ENV)
+    return int(raw) if raw else None
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("HELPER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    code = 0
+    try:
+        asyncio.run(serve(Settings.from_env()))
+    except Exception:
+        log.exception("crash worker failed")
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # sdk-python#300, as in worker.py
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""R43: the starter's bare-driver reads (`store/row_reads.py`: stdlib sqlite3, asyncpg) answer exactly what the
+SQLAlchemy store answers, on SQLite and on PostgreSQL: rows written through `HelperStore` read back equal through
+both paths, the schema check refuses and accepts the same revisions, the SQL uses the owner-first indexes, and a
+URL parses as SQLAlchemy parses it. So the fast path and the store cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import Table, text
+from sqlalchemy.engine import make_url
+
+from contracts.core_api import Action
+from domain.outcome import OutcomeKind
+from domain.rows import HelperRow, RowState
+from domain.work import Usage
+from store.database import SchemaNotCurrent
+from store.helper_store import HelperStore, RowChanges, row_table
+from store.row_reads import (
+    HELPER_ROW_COLUMNS,
+    USAGE_COLUMNS,
+    PostgresRowReader,
+    SqliteRowReader,
+    ahead_query,
+    bare_store_address,
+    open_bare_reader,
+    row_query,
+    rows_query,
+)
+from store.schema import UsageRecord
+from tests.conftest import POSTGRES_URL
+from tests.helpers import fresh_postgres_database
+from tests.store.test_helper_store import row
+from tests.store.test_query_plans import OWNER_FIRST, _plan
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 3, 1, 9, 0, 0, 123456, tzinfo=UTC)
+Reader = SqliteRowReader | PostgresRowReader
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A migrated store's URL: a fresh SQLite file, or a fresh PostgreSQL database."""
+    async with contextlib.AsyncExitStack() as scope:
+        if request.param == "sqlite":
+            url = f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}"
+        else:
+            url = await scope.enter_async_context(fresh_postgres_database(POSTGRES_URL))
+        store = await HelperStore.connect(url, run_migrations=True)
+        await store.close()
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def both(url: str) -> AsyncIterator[tuple[HelperStore, Reader]]:
+    store = await HelperStore.connect(url)
+    address = bare_store_address(url)
+    assert address is not None, url
+    reader = await open_bare_reader(address)
+    try:
+        yield store, reader
+    finally:
+        await reader.close()
+        await store.close()
+
+
+async def _fill(store: HelperStore) -> None:
+    """Rows in every state and shape a read meets: outcomes with actions, Goals, moments with and without micros."""
+    action = Action(tool="send_mail", whom="bob@example.com", what="sent the Q3 report", at=T0)
+    for number, state in enumerate(RowState, start=1):
+        for owner in ("anna", "boris"):
+            await store.insert_admitted(row(f"h{number}", seq=number, state=RowState.WAITING, owner=owner))
+            if state is RowState.WAITING:
+                continue
+            changes: RowChanges = {
+                "state": state,
+                "session_id": f"s-{number}",
+                "steps": number,
+                "work_tokens": 1_000 * number,
+                "input_tokens": 7,
+                "last_message": "the last message\nwith two lines",
+                "started_at": T0 + timedelta(minutes=1),
+                "deadline_at": T0.astimezone(timezone(timedelta(hours=3))) + timedelta(minutes=46),
+            }
+            if state in (RowState.UNREPORTED, RowState.DELIVERED, RowState.CLOSED):
+                changes["outcome_kind"] = OutcomeKind.COMPLETED
+                changes["summary"] = "Mailed the report. «ok»"
+                changes["actions"] = [action]
+                changes["finished_at"] = T0 + timedelta(minutes=5)
+                changes["keep_until"] = T0 + timedelta(days=7)
+            assert await store.write_state(owner, f"h{number}", number, 2, **changes)
+    goal_row = row("g1", seq=9, state=RowState.WAITING, goal_id="inbox", admitted_at=T0 + timedelta(seconds=1))
+    await store.insert_admitted(goal_row)
+    finished_row = await store.get("anna", "h3")
+    assert finished_row is not None
+    await store.record_usage(finished_row, OutcomeKind.COMPLETED, Usage(steps=3, work_tokens=30, input_tokens=4), T0)
+    await store.record_usage(goal_row, OutcomeKind.FAILED, Usage(), T0 + timedelta(hours=1))
+
+
+async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> None:
+    """R43: every read of the starter, through the bare driver, equals `HelperStore`'s on the same rows."""
+    async with both(store_url) as (store, reader):
+        await _fill(store)
+        for owner in ("anna", "boris", "nobody"):
+            assert await reader.rows(owner) == await store.rows(owner)
+            for states in ([RowState.UNREPORTED], [RowState.WAITING, RowState.RUNNING], []):
+                assert await reader.rows(owner, states) == await store.rows(owner, states)
+            for helper_id in ("h1", "h3", "g1", "missing"):
+                assert await reader.get(owner, helper_id) == await store.get(owner, helper_id)
+            for seq in (1, 9, 10):
+                assert await reader.ahead(owner, seq) == await store.ahead(owner, seq)
+            assert await reader.usage(owner) == await store.usage(owner)
+        listed = await reader.rows("anna")
+        assert [r.seq for r in listed] == sorted(r.seq for r in listed) and len(listed) == 6
+        assert all(isinstance(r, HelperRow) and r.admitted_at.tzinfo is not None for r in listed)
+
+
+async def test_the_bare_schema_check_is_the_stores(store_url: str) -> None:
+    """R43: a schema behind this code is refused naming both revisions, a newer release's is accepted, a store
+    never migrated is "at nothing": the same rule (`store.revisions.check_revision`) as `check_schema`."""
+    address = bare_store_address(store_url)
+    assert address is not None
+    store = await HelperStore.connect(store_url)
+    try:
+        for version, refused in (("0001", "at 0001, this code needs 0002"), ("0099_newer", None)):
+            async with store.engine.begin() as connection:
+                await connection.execute(text(f"UPDATE alembic_version SET version_num = '{version}'"))
+            if refused:
+                with pytest.raises(SchemaNotCurrent, match=refused):
+                    await open_bare_reader(address)
+            else:
+                await (await open_bare_reader(address)).close()
+        async with store.engine.begin() as connection:
+            await connection.execute(text("DROP TABLE alembic_version"))
+        with pytest.raises(SchemaNotCurrent, match="at nothing, this code needs 0002"):
+            await open_bare_reader(address)
+    finally:
+        await store.close()
+
+
+def test_the_bare_columns_are_the_tables() -> None:
+    """R43: the bare reads select every column `HelperStore` decodes, and only those."""
+    mapped = [column.name for column in row_table.columns]
+    assert list(HELPER_ROW_COLUMNS) == mapped
+    assert list(USAGE_COLUMNS) == [column.name for column in cast(Table, UsageRecord.__table__).columns]
+    assert set(HELPER_ROW_COLUMNS) == set(HelperRow.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("name", "query"),
+    [
+        ("unreported", lambda dialect: rows_query(dialect, "anna", [RowState.UNREPORTED.value])),
+        ("list", lambda dialect: rows_query(dialect, "anna", None)),
+        ("show", lambda dialect: row_query(dialect, "anna", "h3")),
+        ("place in the queue", lambda dialect: ahead_query(dialect, "anna", 7)),
+    ],
+)
+async def test_the_bare_sql_uses_an_owner_first_index(store_url: str, name: str, query: Any) -> None:
+    """R43: the bare path's SQL reads one owner through an owner-first index, never a scan or a sort."""
+    async with both(store_url) as (store, _reader):
+        for owner in ("anna", "boris", "chen"):
+            for number in range(1, 9):
+                state = [RowState.WAITING, RowState.RUNNING, RowState.UNREPORTED, RowState.DELIVERED][number % 4]
+                await store.insert_admitted(row(f"h{number}", seq=number, state=state, owner=owner))
+        dialect = store.engine.dialect.name
+        plan = await _plan(store.engine, *query(dialect))
+        # SQLite names the (owner, helper_id) primary key's index itself.
+        assert any(index in plan for index in (*OWNER_FIRST, "sqlite_autoindex_helper_rows_1")), f"{name}: {plan}"
+        assert "SCAN helper_rows" not in plan and "TEMP B-TREE" not in plan and "Seq Scan" not in plan, plan
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///data/helpers.sqlite3",
+        "sqlite+aiosqlite:////tmp/x%20y/helpers.sqlite3",
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/helpers",
+        "postgresql+asyncpg://iva:p%40ss%3Aword@db.example.com/helpers",
+        "postgresql+asyncpg://iva:secret@[::1]:6432/helpers",
+        "postgresql+asyncpg://localhost",
+    ],
+)
+def test_a_bare_url_parses_as_sqlalchemy_parses_it(url: str) -> None:
+    """R43: the bare path connects where SQLAlchemy would: the same host, port, user, password and database."""
+    address = bare_store_address(url)
+    parsed = make_url(url)
+    assert address is not None
+    if address.dialect == "sqlite":
+        assert address.sqlite_path == str(Path(parsed.database or "").absolute())
+    else:
+        assert (address.host, address.port, address.user, address.password, address.database) == (
+            parsed.host,
+            parsed.port,
+            parsed.username,
+            parsed.password,
+            parsed.database,
+        )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///helpers.sqlite3?timeout=5",  # a query: connect options stay SQLAlchemy's
+        "sqlite+aiosqlite://",  # in memory
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite:///helpers.sqlite3",  # another driver
+        "postgresql+psycopg://postgres@127.0.0.1/helpers",
+        "postgresql+asyncpg://postgres@127.0.0.1/helpers?ssl=require",
+        "postgresql+asyncpg://postgres@127.0.0.1:port/helpers",
+        "not a url",
+    ],
+)
+def test_any_other_url_is_left_to_sqlalchemy(url: str) -> None:
+    """R43: the bare path takes only the two documented forms; any other URL goes through `HelperStore`."""
+    assert bare_store_address(url) is None
+
+
+def _starter(argv: list[str], store_url: str, results: Path) -> tuple[int, str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))},
+        "HELPER_STORE_URL": store_url,
+        "HELPER_RESULTS_DIR": str(results),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "starter", *argv], cwd=ROOT, env=env, capture_output=True, timeout=60, check=False
+    )
+    return done.returncode, done.stdout.decode()
+
+
+def _through_sqlalchemy(url: str) -> str:
+    """The same store behind a URL the bare path declines (a harmless query), so `HelperStore` reads it."""
+    return url + ("?timeout=30" if url.startswith("sqlite") else "?prepared_statement_cache_size=100")
+
+
+async def test_the_read_commands_print_the_same_answers_on_both_paths(store_url: str, tmp_path: Path) -> None:
+    """R43: `list`, `show`, `unreported` and `usage` print the same JSON, with the same exit codes, through the bare
+    driver as through SQLAlchemy; so do a store behind this code's schema and one never migrated."""
+    store = await HelperStore.connect(store_url)
+    try:
+        await _fill(store)
+    finally:
+        await store.close()
+    outcome = tmp_path / "results" / "outcome"
+    outcome.mkdir(parents=True)
+    commands = [
+        ["list", "--owner", "anna"],
+        ["list", "--owner", "anna", "--state", "waiting", "--state", "unreported"],
+        ["unreported", "--owner", "boris"],
+        ["show", "--owner", "anna", "--id", "h1"],
+        ["show", "--owner", "anna", "--id", "h3"],
+        ["show", "--owner", "anna", "--id", "missing"],
+        ["usage", "--owner", "anna"],
+    ]
+
+    def compare() -> None:
+        for argv in commands:
+            bare = _starter(argv, store_url, tmp_path / "results")
+            assert bare == _starter(argv, _through_sqlalchemy(store_url), tmp_path / "results"), argv
+
+    compare()
+    assert _starter(commands[0], store_url, tmp_path / "results")[0] == 0
+    store = await HelperStore.connect(store_url)
+    try:
+        async with store.engine.begin() as connection:
+            await connection.execute(text("UPDATE alembic_version SET version_num = '0001'"))
+    finally:
+        await store.close()
+    compare()
+    assert _starter(commands[0], store_url, tmp_path / "results")[0] == 3
+    if store_url.startswith("sqlite"):
+        (tmp_path / "garbage.sqlite3").write_bytes(b"not a database at all " * 100)
+        (tmp_path / "a-file").write_text("a file where a folder should be")
+        for broken in ("nowhere/helpers.sqlite3", "garbage.sqlite3", "a-file/helpers.sqlite3"):
+            url = f"sqlite+aiosqlite:///{tmp_path / broken}"
+            assert _starter(commands[0], url, tmp_path)[0] == 3
+            assert _starter(commands[0], url, tmp_path) == _starter(commands[0], _through_sqlalchemy(url), tmp_path)

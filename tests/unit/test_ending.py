@@ -1,0 +1,260 @@
+"""The helper's ending table, row by row (R7, R13, R15-R17, R21, R24, R35, R38)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts.core_api import SessionStatus
+from domain.ending import (
+    CLOSED,
+    Ending,
+    Explanation,
+    FinishReason,
+    Phase,
+    Situation,
+    Step,
+    Trigger,
+    decide,
+)
+from domain.ending_texts import explain
+from domain.follow import Verdict
+from domain.limits import Limits
+from domain.outcome import OutcomeKind
+from domain.rows import RowState
+
+OPENING = Situation(Phase.OPENING)
+FOLLOWING = Situation(Phase.FOLLOWING)
+CLOSING = Situation(Phase.FOLLOWING, closing=True)
+CLOSING_WHILE_OPENING = Situation(Phase.OPENING, closing=True)
+AUTH_STOP = Situation(Phase.FOLLOWING, stopping_for_authorization=True)
+AFTER_DEADLINE = Situation(Phase.FOLLOWING, finish_asked=FinishReason.DEADLINE)
+AFTER_CEILING = Situation(Phase.FOLLOWING, finish_asked=FinishReason.WORK_CEILING)
+
+
+def ends(kind: OutcomeKind, explanation: Explanation = Explanation.NONE) -> Step:
+    return Step(end=Ending(kind, explanation))
+
+
+ROWS: list[tuple[str, Trigger, Situation, dict[str, object], Step]] = [
+    # The hard ceiling ends everything, whatever is in flight (R15, R35).
+    (
+        "ceiling while following",
+        Trigger.HARD_CEILING,
+        FOLLOWING,
+        {},
+        ends(OutcomeKind.PARTIAL, Explanation.HARD_CEILING),
+    ),
+    (
+        "ceiling after finish-now",
+        Trigger.HARD_CEILING,
+        AFTER_DEADLINE,
+        {},
+        ends(OutcomeKind.PARTIAL, Explanation.HARD_CEILING),
+    ),
+    ("ceiling while closing", Trigger.HARD_CEILING, CLOSING, {}, Step(end=CLOSED)),
+    ("ceiling, create unanswered", Trigger.HARD_CEILING, OPENING, {}, ends(OutcomeKind.FAILED, Explanation.NO_START)),
+    ("ceiling, closed while opening", Trigger.HARD_CEILING, CLOSING_WHILE_OPENING, {}, Step(end=CLOSED)),
+    ("ceiling during authorization cleanup", Trigger.HARD_CEILING, AUTH_STOP, {}, ends(OutcomeKind.AUTHORIZATION)),
+    # Close: the row closes at once, the cancel runs beside the follow; the slot waits (R7, R21).
+    ("close while following", Trigger.CLOSE, FOLLOWING, {}, Step(close_row=True, cancel=True)),
+    ("close while opening", Trigger.CLOSE, OPENING, {}, Step(close_row=True, cancel=False)),
+    ("close again", Trigger.CLOSE, CLOSING, {}, Step()),
+    # Deadline: finish-now beside the follow, once (R15).
+    ("deadline", Trigger.DEADLINE, FOLLOWING, {}, Step(finish=FinishReason.DEADLINE)),
+    ("deadline after work ceiling", Trigger.DEADLINE, AFTER_CEILING, {}, Step()),
+    ("deadline while closing", Trigger.DEADLINE, CLOSING, {}, Step()),
+    ("deadline while opening", Trigger.DEADLINE, OPENING, {}, Step()),
+    ("deadline during authorization cleanup", Trigger.DEADLINE, AUTH_STOP, {}, Step()),
+    # The create's answer.
+    ("opened", Trigger.OPENED, FOLLOWING, {}, Step(follow=True)),
+    (
+        "opened after the deadline",
+        Trigger.OPENED,
+        FOLLOWING,
+        {"deadline_passed": True},
+        Step(follow=True, finish=FinishReason.DEADLINE),
+    ),
+    ("opened after a close", Trigger.OPENED, CLOSING, {"deadline_passed": True}, Step(follow=True, cancel=True)),
+    ("open refused", Trigger.OPEN_FAILED, OPENING, {}, ends(OutcomeKind.FAILED, Explanation.CORE_REJECTED)),
+    ("open refused while closing", Trigger.OPEN_FAILED, CLOSING_WHILE_OPENING, {}, Step(end=CLOSED)),
+    # The follow's verdicts.
+    (
+        "completed",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.COMPLETED},
+        ends(OutcomeKind.COMPLETED),
+    ),
+    (
+        "completed while closing",
+        Trigger.FOLLOW,
+        CLOSING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.COMPLETED},
+        Step(end=CLOSED),
+    ),
+    (
+        "partial by the core's ceiling",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.PARTIAL},
+        ends(OutcomeKind.PARTIAL),
+    ),
+    (
+        "partial after deadline",
+        Trigger.FOLLOW,
+        AFTER_DEADLINE,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.PARTIAL},
+        ends(OutcomeKind.PARTIAL, Explanation.DEADLINE),
+    ),
+    (
+        "partial after work ceiling",
+        Trigger.FOLLOW,
+        AFTER_CEILING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.PARTIAL},
+        ends(OutcomeKind.PARTIAL, Explanation.WORK_CEILING),
+    ),
+    (
+        "failed turn",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.FAILED},
+        ends(OutcomeKind.FAILED),
+    ),
+    (
+        "cancelled by someone else",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.CANCELLED},
+        ends(OutcomeKind.INTERRUPTED, Explanation.TURN_INTERRUPTED),
+    ),
+    (
+        "interrupted by a core restart",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.INTERRUPTED},
+        ends(OutcomeKind.INTERRUPTED, Explanation.TURN_INTERRUPTED),
+    ),
+    (
+        "cancelled for authorization",
+        Trigger.FOLLOW,
+        AUTH_STOP,
+        {"verdict": Verdict.TERMINAL, "status": SessionStatus.CANCELLED},
+        ends(OutcomeKind.AUTHORIZATION),
+    ),
+    ("question", Trigger.FOLLOW, FOLLOWING, {"verdict": Verdict.QUESTION}, ends(OutcomeKind.QUESTION)),
+    ("question while closing", Trigger.FOLLOW, CLOSING, {"verdict": Verdict.QUESTION}, Step(end=CLOSED)),
+    (
+        "authorization: cleanup cancel beside the follow",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.AUTHORIZATION},
+        Step(cancel=True, follow=True, watch_work_ceiling=False, stop_at_pauses=False, stopping_for_authorization=True),
+    ),
+    (
+        "authorization while closing",
+        Trigger.FOLLOW,
+        CLOSING,
+        {"verdict": Verdict.AUTHORIZATION},
+        Step(follow=True, watch_work_ceiling=False, stop_at_pauses=False),
+    ),
+    (
+        "work ceiling",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.WORK_CEILING},
+        Step(finish=FinishReason.WORK_CEILING, follow=True, watch_work_ceiling=False),
+    ),
+    (
+        "work ceiling after the deadline",
+        Trigger.FOLLOW,
+        AFTER_DEADLINE,
+        {"verdict": Verdict.WORK_CEILING},
+        Step(follow=True, watch_work_ceiling=False),
+    ),
+    (
+        "session lost",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.LOST},
+        ends(OutcomeKind.INTERRUPTED, Explanation.SESSION_LOST),
+    ),
+    ("session lost while closing", Trigger.FOLLOW, CLOSING, {"verdict": Verdict.LOST}, Step(end=CLOSED)),
+    (
+        "core babbling",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.CORE_FAILED},
+        ends(OutcomeKind.FAILED, Explanation.CORE_BAD_ANSWERS),
+    ),
+    (
+        "core silent",
+        Trigger.FOLLOW,
+        FOLLOWING,
+        {"verdict": Verdict.CORE_FAILED, "silent": True},
+        ends(OutcomeKind.FAILED, Explanation.CORE_SILENT),
+    ),
+    ("core failing while closing", Trigger.FOLLOW, CLOSING, {"verdict": Verdict.CORE_FAILED}, Step(end=CLOSED)),
+    # A cancel's answer: only a confirmed stop ends the helper (R7).
+    ("close confirmed", Trigger.CANCEL_ANSWERED, CLOSING, {"stopped": True}, Step(end=CLOSED)),
+    ("close not confirmed", Trigger.CANCEL_ANSWERED, CLOSING, {"stopped": False}, Step()),
+    (
+        "authorization cancel confirmed",
+        Trigger.CANCEL_ANSWERED,
+        AUTH_STOP,
+        {"stopped": True},
+        ends(OutcomeKind.AUTHORIZATION),
+    ),
+    ("authorization cancel not confirmed", Trigger.CANCEL_ANSWERED, AUTH_STOP, {"stopped": False}, Step()),
+]
+
+
+@pytest.mark.parametrize(("name", "trigger", "situation", "facts", "expected"), ROWS, ids=[row[0] for row in ROWS])
+def test_ending_table(name: str, trigger: Trigger, situation: Situation, facts: dict[str, Any], expected: Step) -> None:
+    """R7, R13, R15-R17, R21, R24, R35: each trigger in each situation leads to exactly this step."""
+    assert decide(trigger, situation, **facts) == expected
+
+
+def test_every_trigger_is_decided_in_every_situation() -> None:
+    """R35: the table has an answer for every trigger in every situation, so the loop never stalls."""
+    situations = [OPENING, FOLLOWING, CLOSING, CLOSING_WHILE_OPENING, AUTH_STOP, AFTER_DEADLINE, AFTER_CEILING]
+    for situation in situations:
+        for trigger in Trigger:
+            if trigger is Trigger.FOLLOW:
+                for verdict in Verdict:
+                    step = decide(trigger, situation, verdict=verdict, status=SessionStatus.COMPLETED)
+                    assert isinstance(step, Step)
+            else:
+                assert isinstance(decide(trigger, situation), Step)
+
+
+def test_a_closed_ending_reports_nothing() -> None:
+    """R21, R26: a closed helper's row is closed; every other outcome is unreported until told."""
+    assert CLOSED.row_state is RowState.CLOSED
+    for kind in OutcomeKind:
+        if kind is not OutcomeKind.CLOSED:
+            assert Ending(kind).row_state is RowState.UNREPORTED
+
+
+@pytest.mark.parametrize("language", ["en", "ru"])
+def test_every_explanation_is_plain_words(language: str) -> None:
+    """R32: every explanation is in the owner's language and free of machinery (paths, codes, ids)."""
+    limits = Limits(deadline_ms=30_000, grace_ms=10_000)
+    for explanation in Explanation:
+        said = explain(explanation, language, limits, silence_ms=90_000)
+        if explanation is Explanation.NONE:
+            assert said == ""
+            continue
+        assert said
+        for machinery in ("/v1/", "GET ", "POST ", "(4", "(5", "s-0", "{", "}"):
+            assert machinery not in said, (explanation, said)
+
+
+def test_durations_read_as_people_say_them() -> None:
+    """R32: a 30-second deadline is "30 seconds", never "0-minute"; 90 s is "1.5 minutes"."""
+    limits = Limits(deadline_ms=30_000, grace_ms=90_000)
+    said = explain(Explanation.HARD_CEILING, "en", limits)
+    assert "30 seconds" in said and "1.5 minutes" in said
+    assert "0-minute" not in said
+    assert "30 секунд" in explain(Explanation.DEADLINE, "ru", limits)

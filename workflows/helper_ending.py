@@ -1,0 +1,184 @@
+"""How a helper ends: stop what is in flight, write the one outcome, find a lost session, hand the slot back
+(R18-R20, R35, R38). A mixin of `HelperWorkflow`, kept apart so each file says one thing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.rows import RowActivities
+    from activities.session import SessionActivities
+    from domain.activity_io import Finalize, HelperStart, RecoverSession, RowKey, SessionRef
+    from domain.book import FinishedNotice
+    from domain.ending import Ending
+    from domain.ending_texts import explain
+    from domain.follow import FollowResult
+    from domain.limits import kept_until
+    from domain.outcome import OutcomeKind
+    from domain.rows import RowState
+    from protocol.names import HELPER_OUTCOME, HELPER_STATE
+    from protocol.senders import tell_finished
+    from workflows import options
+
+# After the outcome, cancelled activities get this long to confirm, so the workflow never completes while
+# one of their results is on its way (that would fail the completing task with UnhandledCommand).
+SETTLE_WAIT = timedelta(seconds=60)
+DETAILS_REASON_MAX = 600
+
+
+class HelperEnding:
+    """The ending half of `HelperWorkflow`; the attributes are the workflow's."""
+
+    start: HelperStart
+    generation: int
+    session_id: str | None
+    state: RowState
+    outcome: OutcomeKind | None
+    explanation: str
+    open_unanswered: bool
+    last_result: FollowResult | None
+    authorization_result: FollowResult | None
+    _opening: asyncio.Future[Any] | None
+    _follow_task: asyncio.Future[Any] | None
+    _finish: asyncio.Future[Any] | None
+    _cancel: asyncio.Future[Any] | None
+    _started: list[asyncio.Future[Any]]
+    # Provided by `HelperWorkflow`; declared here so the mixin type-checks without stubs.
+    _row_key: Callable[[], RowKey]
+    _session_ref: Callable[[], SessionRef]
+    _idempotency_key: Callable[[], str]
+
+    # --- the one finalizer -----------------------------------------------------------------------------
+
+    async def _end(self, ending: Ending) -> OutcomeKind:
+        """Stop everything still in flight, write the outcome once (R19), hand the row and slot back."""
+        if self._opening is not None and not self._opening.done():
+            self.open_unanswered = True
+        for task in (self._opening, self._follow_task, self._finish, self._cancel):
+            if task is not None and not task.done():
+                task.cancel()
+        start = self.start
+        explanation = explain(ending.explanation, start.language, start.limits, start.follow.silence_ms)
+        result = self.last_result
+        if ending.kind is OutcomeKind.AUTHORIZATION and self.authorization_result is not None:
+            result = self.authorization_result.model_copy(
+                update={"actions": (result or self.authorization_result).actions}
+            )
+        return await self._finalize(ending.kind, ending.row_state, explanation, result)
+
+    async def _finalize(
+        self, kind: OutcomeKind, state: RowState, explanation: str, result: FollowResult | None
+    ) -> OutcomeKind:
+        start = self.start
+        finished_at = workflow.now()
+        self.generation += 1
+        final = Finalize(
+            row=self._row_key(),
+            kind=kind,
+            state=state,
+            language=start.language,
+            model=start.model,
+            explanation=explanation,
+            session_id=self.session_id,
+            question=result.question if result and kind is OutcomeKind.QUESTION else None,
+            authorization=result.authorization if result and kind is OutcomeKind.AUTHORIZATION else None,
+            actions=result.actions if result else [],
+            actions_total=result.actions_total if result else 0,
+            refusals=result.refusals if result else [],
+            usage=result.usage if result and result.usage.steps else None,
+            summary_max=start.summary_max,
+            finished_at=finished_at,
+            keep_until=(
+                kept_until(finished_at, start.keep_ms)
+                if state is RowState.CLOSED and start.keep_ms is not None
+                else None
+            ),
+        )
+        await workflow.execute_local_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
+        self.outcome = kind
+        self.explanation = explanation
+        self.state = state
+        workflow.upsert_search_attributes([HELPER_STATE.value_set(state.value), HELPER_OUTCOME.value_set(kind.value)])
+        # The reason at the top of the helper's page, without opening its events.
+        reason = f": {explanation[:DETAILS_REASON_MAX]}" if explanation else ""
+        workflow.set_current_details(f"**{kind.value}**{reason}\n\n{start.title}")
+        if self.open_unanswered:
+            # The create was never answered, so a session may run under our key: find it and stop it before
+            # the slot passes on, so an owner never has more running sessions than slots (R38).
+            await self._recover_lost_session()
+        notice = FinishedNotice(
+            helper_id=start.helper_id, seq=start.seq, kind=kind, generation=self.generation, finished_at=finished_at
+        )
+        # The notice frees the slot at once; the reset is cleanup and runs beside it (R20).
+        cleanup = []
+        if self.session_id is not None:
+            cleanup.append(
+                workflow.execute_activity_method(
+                    SessionActivities.reset_session,
+                    self._session_ref(),
+                    summary="reset the session (cleanup)",
+                    **options.core_call(start.check_ms),
+                )
+            )
+        await asyncio.gather(self._tell_coordinator(tell_finished(start.owner, notice)), *cleanup)
+        return kind
+
+    async def _recover_lost_session(self) -> None:
+        try:
+            recovered = await workflow.execute_activity_method(
+                SessionActivities.recover_session,
+                RecoverSession(row=self._row_key(), idempotency_key=self._idempotency_key(), limits=self.start.limits),
+                summary="find the session whose create was never answered, cancel and reset it",
+                **options.recovery(self.start.check_ms),
+            )
+        except ActivityError as error:
+            workflow.logger.error(
+                "could not learn whether %s has a session (key %s): %s",
+                self.start.helper_id,
+                self._idempotency_key(),
+                _cause(error),
+            )
+            return
+        if recovered.session_id is not None:
+            workflow.logger.warning(
+                "%s: the unanswered create had made session %s; stopped: %s",
+                self.start.helper_id,
+                recovered.session_id,
+                recovered.stopped,
+            )
+
+    async def _settle(self) -> None:
+        """Wait (bounded) until every activity this run started has ended, so completing is the last event."""
+        if not all(task.done() for task in self._started):
+            try:
+                await workflow.wait_condition(
+                    lambda: all(task.done() for task in self._started),
+                    timeout=SETTLE_WAIT,
+                    timeout_summary="let cancelled activities confirm",
+                )
+            except TimeoutError:
+                workflow.logger.warning("%s: activities still unconfirmed at completion", self.start.helper_id)
+        for task in self._started:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved, so asyncio does not warn about it
+
+    async def _tell_coordinator(self, sending: Coroutine[Any, Any, None]) -> None:
+        try:
+            await sending
+        except ApplicationError as error:
+            # Only an operator can remove a coordinator; the outcome is final and in the store anyway,
+            # and the slot lease of a new coordinator cannot include this helper.
+            workflow.logger.error("could not tell the coordinator of %s: %s", self.start.owner, error)
+
+
+def _cause(error: ActivityError) -> str:
+    cause = error.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause or error)
