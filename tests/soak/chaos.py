@@ -28,8 +28,8 @@ from reference_core.script import scripted_task
 
 STARTER = BIN / "helper-starter"
 DONE, REFUSED, INVALID, UNAVAILABLE = 0, 1, 2, 3
-# Core session statuses that count as a session the owner has going (the brief's definition); `running`
-# alone is R38's. Both are sampled; the summary gives both.
+# Core session statuses the owner has going: sampled and reported. Only `running` is limited (R38): a
+# question or authorization session is paused, and its reset (R20) follows the slot hand-off.
 ACTIVE_STATUSES = ("running", "question", "authorization")
 MAX_RUNNING = 3
 
@@ -523,7 +523,7 @@ class Sampler:
         self.core_active: dict[str, Peak] = {}  # running/question/authorization
         self.core_running: dict[str, Peak] = {}  # running only (R38)
         self.store_running: dict[str, Peak] = {}
-        self.over: list[str] = []  # every sample above the limit, first 30
+        self.over_running: list[str] = []  # samples with more than the limit running, first 30
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -574,8 +574,8 @@ class Sampler:
                 peak = peaks.setdefault(owner, Peak())
                 if len(who) > peak.count:
                     peak.count, peak.at, peak.who = len(who), round(now, 2), sorted(who)
-                if len(who) > MAX_RUNNING and len(self.over) < 30:
-                    self.over.append(f"t={now:.2f} {owner}: {len(who)} {label}: {sorted(who)}")
+                if peaks is not self.core_active and len(who) > MAX_RUNNING and len(self.over_running) < 30:
+                    self.over_running.append(f"t={now:.2f} {owner}: {len(who)} {label}: {sorted(who)}")
 
 
 # --- reading the evidence after the drain ----------------------------------------------------------------
@@ -608,14 +608,16 @@ def usage_kinds(store_db: Path) -> Counter[str]:
         return Counter(r[0] for r in db.execute("SELECT outcome_kind FROM helper_usage").fetchall())
 
 
-def core_sessions(core_db: Path) -> dict[tuple[str, str, str], list[tuple[str, str | None]]]:
+def core_sessions(core_db: Path) -> dict[tuple[str, str, str], list[tuple[str, str | None, bool]]]:
     """Sessions per (owner, helper id, key prefix): the key is `<workflow id>/<first run id>`."""
     with sqlite3.connect(core_db, timeout=5) as db:
-        found = db.execute("SELECT owner, helper_id, idempotency_key, session_id, status FROM sessions").fetchall()
-    sessions: dict[tuple[str, str, str], list[tuple[str, str | None]]] = {}
-    for owner, helper_id, key, session_id, status in found:
+        found = db.execute(
+            "SELECT owner, helper_id, idempotency_key, session_id, status, reset_at IS NOT NULL FROM sessions"
+        ).fetchall()
+    sessions: dict[tuple[str, str, str], list[tuple[str, str | None, bool]]] = {}
+    for owner, helper_id, key, session_id, status, reset in found:
         prefix = str(key).rsplit("/", 1)[0]
-        sessions.setdefault((owner, helper_id, prefix), []).append((session_id, status))
+        sessions.setdefault((owner, helper_id, prefix), []).append((session_id, status, bool(reset)))
     return sessions
 
 

@@ -243,8 +243,11 @@ def _judge(
     def worst(peaks: dict[str, Peak]) -> dict[str, int]:
         return {owner: peaks[owner].count if owner in peaks else 0 for owner in listed}
 
+    # R38 counts running core sessions. A question or authorization session is paused: the helper has its
+    # outcome and hands its slot on, and the reset that follows (R20) may come a moment later, so "going"
+    # (running/question/authorization) is reported in the summary but is not a promise.
     for label, peaks in (
-        ("core sessions running/question/authorization", sampler.core_active),
+        ("core sessions running", sampler.core_running),
         ("store rows running", sampler.store_running),
     ):
         for owner, peak in sorted(peaks.items()):
@@ -253,8 +256,17 @@ def _judge(
                     f"{owner}: {peak.count} {label} at t={peak.at}: {peak.who}"
                 )
     findings["2 at most 3 running per owner"] += (
-        [f"sample {line}" for line in sampler.over[:10]] if any(findings["2 at most 3 running per owner"]) else []
+        [f"sample {line}" for line in sampler.over_running[:10]]
+        if any(findings["2 at most 3 running per owner"])
+        else []
     )
+    # After the drain no core session may still be running: each one ended, was cancelled, or was reset.
+    for (owner, helper_id, _prefix), found in sorted(sessions.items()):
+        for session_id, status, reset in found:
+            if status == "running" and not reset:
+                findings["2 at most 3 running per owner"].append(
+                    f"{owner}/{helper_id}: core session {session_id} still running after the drain"
+                )
 
     # 3. One session per helper (per key prefix, i.e. per workflow id) and one workflow run per helper id.
     per_helper: Counter[tuple[str, str]] = Counter()
@@ -346,6 +358,12 @@ def _judge(
     unanswered = sum(1 for r in records.values() if r.unanswered)
     outcomes = usage_kinds(data / "helpers.sqlite3")
     max_sessions = max(per_helper.values(), default=0)
+    paused_left = sum(
+        1
+        for found in sessions.values()
+        for _sid, status, reset in found
+        if status in ("question", "authorization") and not reset
+    )
     max_runs = max((len(runs) for runs in evidence.helper_runs.values()), default=0)
     causes = ", ".join(f"{cause} ×{n}" for cause, n in evidence.failure_causes.most_common()) or "none"
     failed_names = [name for name, lines in findings.items() if lines]
@@ -367,7 +385,8 @@ def _judge(
         f"{', '.join(f'{k} {n}' for k, n in outcomes.most_common())}; max core sessions going per owner "
         f"(running/question/authorization): {worst(sampler.core_active)}, max running core sessions per owner: "
         f"{worst(sampler.core_running)}, max running store rows per owner: {worst(sampler.store_running)} "
-        f"({sampler.samples} samples, {sampler.failed_samples} failed); max core sessions per helper: {max_sessions}, "
+        f"({sampler.samples} samples, {sampler.failed_samples} failed); paused sessions not reset after the drain "
+        f"(parked, R20): {paused_left}; max core sessions per helper: {max_sessions}, "
         f"max workflow runs per helper id: {max_runs}; workflow-task failures: {len(evidence.task_failures)} "
         f"({causes}) and timeouts: {evidence.task_timeouts} across {evidence.workflows} workflow runs; drain "
         f"{drain_seconds:.0f} s ({'complete' if drained else 'INCOMPLETE'}); wall {wall:.0f} s after the stack "
