@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig, WorkerDeploymentVersion
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.admission import AdmissionActivities
@@ -31,6 +31,9 @@ from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from
 from config.settings import Settings, SettingsError
 from health import serving_health
+from observability import tracing
+from observability.refusals import AdmissionRefusals
+from observability.store_gauges import StoreGauges
 from protocol.connection import connect_for
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
@@ -38,6 +41,7 @@ from workflows.coordinator import CoordinatorWorkflow
 from workflows.goal_check import GoalCheckWorkflow
 from workflows.helper import HelperWorkflow
 from workflows.maintenance import SweepWorkflow, ensure_sweep_schedule
+from workflows.versioned import VERSIONED_WORKFLOWS
 
 log = logging.getLogger("helper.worker")
 
@@ -92,7 +96,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
     worker = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=WORKFLOWS,
+        workflows=WORKFLOWS if settings.build_id is None else VERSIONED_WORKFLOWS,  # with their versioning behaviour
         workflow_runner=WORKFLOW_RUNNER,
         activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
         graceful_shutdown_timeout=timedelta(seconds=10),
@@ -101,9 +105,13 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         # told otherwise. The follow's 110 s timeout (HELPER_FOLLOW_LIVENESS_MS) then sends one every 88 s:
         # a 45-minute helper's heartbeats are billable actions, and 32 of them fit its budget of 60 (R44).
         max_heartbeat_throttle_interval=timedelta(seconds=96),
+        interceptors=[AdmissionRefusals()],  # counts refused admissions outside the workflow code (no replays)
+        deployment_config=deployment_of(settings),
     )
     try:
-        async with worker, serving_health(settings.health_bind, store, client):
+        # /metrics on the health port: the application's metrics, with the store-derived gauges of this task queue.
+        gauges = StoreGauges(store, settings.task_queue)
+        async with worker, serving_health(settings.health_bind, store, client, gauges):
             yield worker
     finally:
         await core.aclose()
@@ -111,14 +119,26 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         await store.close()
 
 
+def deployment_of(settings: Settings) -> WorkerDeploymentConfig | None:
+    """Worker Versioning when HELPER_DEPLOYMENT_NAME and HELPER_BUILD_ID are set: helpers stay pinned to the
+    build they started on, the coordinator moves to the current one (workflows/versioned.py); see
+    docs/operations.md, "Rollout and rollback". Unset: an unversioned worker, as before."""
+    if settings.deployment_name is None or settings.build_id is None:
+        return None
+    version = WorkerDeploymentVersion(deployment_name=settings.deployment_name, build_id=settings.build_id)
+    return WorkerDeploymentConfig(version=version, use_worker_versioning=True)
+
+
 def _runtime(settings: Settings) -> Runtime | None:
-    """With HELPER_METRICS_BIND (e.g. 0.0.0.0:9464) the SDK's worker metrics are served for Prometheus."""
+    """With HELPER_METRICS_BIND (e.g. 0.0.0.0:9464) the SDK's worker metrics are served for Prometheus; the
+    application's own (`helper_runtime_*`) are on HELPER_HEALTH_BIND's /metrics (health.py)."""
     if not settings.metrics_bind:
         return None
     return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_bind)))
 
 
 async def serve(settings: Settings) -> None:
+    tracing.install(settings, "helper-worker")  # before connecting: the client carries the tracing interceptor
     client = await connect_for(settings, _runtime(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -155,6 +175,7 @@ def main() -> None:
     except Exception:
         log.exception("worker failed")
         code = 1
+    tracing.shutdown()  # export the last spans, bounded (FLUSH_TIMEOUT_MS); a no-op unless tracing is on
     sys.stdout.flush()
     sys.stderr.flush()
     # sdk-python#300: the interpreter can crash at exit after a worker ran; skip the teardown.

@@ -20,9 +20,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from domain.activity_io import AdmitHelper
 from domain.rows import HelperRow, RowState
+from observability import recording
 from protocol.errors import ErrorType
 from protocol.messages import HELPER_WORKFLOW
-from protocol.names import HELPER_OWNER, HELPER_STATE, SEQ_MEMO, helper_workflow_id
+from protocol.names import FOLLOW_UP_OF_MEMO, HELPER_OWNER, HELPER_STATE, SEQ_MEMO, helper_workflow_id
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 
@@ -52,9 +53,11 @@ class AdmissionActivities:
             admitted_at=new.admitted_at,
             generation=1,
             updated_at=new.admitted_at,
+            follow_up_of=request.follow_up,
         )
         try:
-            first_time = await self.store.insert_admitted(row)
+            first_time = await self.store.insert_admitted(row, new.followed_up)
+            recording.admitted(first_time)
         except ValueError as error:
             raise ApplicationError(str(error), non_retryable=True) from None
         await self._start_workflow(admitted, look_first=not first_time)
@@ -79,7 +82,7 @@ class AdmissionActivities:
                 task_queue=activity.info().task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                memo={SEQ_MEMO: start.seq},
+                memo=_memo(admitted),
                 search_attributes=TypedSearchAttributes(
                     [
                         SearchAttributePair(HELPER_OWNER, start.owner),
@@ -113,3 +116,12 @@ class AdmissionActivities:
                 type=ErrorType.PREVIOUS_RUN_ACTIVE,
             )
         return False
+
+
+def _memo(admitted: AdmitHelper) -> dict[str, object]:
+    """The admission's seq names the run it started; a follow-up also names the helper it continues, so the
+    Web UI shows the link (issue 14)."""
+    memo: dict[str, object] = {SEQ_MEMO: admitted.start.seq}
+    if admitted.row.request.follow_up is not None:
+        memo[FOLLOW_UP_OF_MEMO] = admitted.row.request.follow_up
+    return memo

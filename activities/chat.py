@@ -9,6 +9,7 @@ from contracts.chat_api import SystemEvent
 from domain.activity_io import OfferEvent, OfferResult, WithdrawnEvent
 from domain.book import EventState
 from domain.texts import text
+from observability import recording
 from store.helper_store import HelperStore
 
 
@@ -47,6 +48,7 @@ class ChatActivities:
     async def withdraw_chat_event(self, withdrawn: WithdrawnEvent) -> None:
         """The owner closed every outcome the event carried: it is never offered again (R22)."""
         await self.store.set_event_state(withdrawn.owner, withdrawn.key, EventState.WITHDRAWN.value)
+        recording.chat_delivery(EventState.WITHDRAWN.value)
 
     async def _record(
         self,
@@ -65,3 +67,4 @@ class ChatActivities:
             receipt_id=receipt_id,
             last_error=error,
         )
+        recording.chat_delivery(state.value)

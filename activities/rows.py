@@ -24,6 +24,7 @@ from domain.limits import kept_until
 from domain.outcome import Outcome, compose_outcome_text, summarize
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
+from observability import recording
 from store.helper_store import HelperStore, RowChanges, RowGone
 from store.results import SESSION_JSON, ResultDirectories
 
@@ -157,6 +158,7 @@ class RowActivities:
         )
         if applied:
             await self.store.record_usage(row, final.kind, usage, final.finished_at)
+            recording.finalized(final.kind, row.admitted_at, row.started_at, final.finished_at)
         else:
             log.warning(
                 "stale finalization of %s/%s at generation %s ignored", key.owner, key.helper_id, key.generation

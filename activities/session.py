@@ -10,9 +10,11 @@ retries it (no history event) and the next attempt resumes from the heartbeat de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import zlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -46,9 +48,11 @@ from domain.follow import (
     next_read_waits,
     result_from,
 )
+from domain.follow_up_task import carried_task
 from domain.limits import Limits
 from domain.rows import HelperRow, RowState
 from domain.work import fold_usage
+from observability import recording
 from protocol.errors import ErrorType
 from store.helper_store import HelperStore, RowGone
 from store.results import ResultDirectories
@@ -90,7 +94,8 @@ class SessionActivities:
         )
         try:
             created = await self.core.create(
-                _create_request(row, request.idempotency_key, request.limits), timeout_s=_seconds(request.check_ms)
+                await self._create_request(row, request.idempotency_key, request.limits),
+                timeout_s=_seconds(request.check_ms),
             )
         except CoreError as error:
             raise _retry_or_refuse(error) from None
@@ -98,8 +103,31 @@ class SessionActivities:
         await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=created.session_id)
         return OpenedSession(session_id=created.session_id, created=created.created)
 
+    async def _create_request(self, row: HelperRow, idempotency_key: str, limits: Limits) -> CreateSession:
+        """The create for this row; a retry or a recovery under the same key sends the same request."""
+        task = await self._follow_up_task(row) if row.follow_up_of else row.task
+        return _create_request(row, task, idempotency_key, limits)
+
+    async def _follow_up_task(self, row: HelperRow) -> str:
+        """A follow-up's task: the owner's answer with the earlier outcome's full text (issue 14)."""
+        assert row.follow_up_of is not None
+        earlier = await self.store.get(row.owner, row.follow_up_of)
+        earlier_text = None
+        if earlier is not None and self.results is not None:
+            with contextlib.suppress(ValueError):  # a directory outside the results root is never read
+                directory = self.results.inside(Path(earlier.result_dir))
+                earlier_text = await asyncio.to_thread(self.results.read_text, directory)
+        return carried_task(
+            language=row.language,
+            earlier_id=row.follow_up_of,
+            earlier_kind=earlier.outcome_kind if earlier is not None else None,
+            earlier_text=earlier_text,
+            answer=row.task,
+        )
+
     @activity.defn(name="follow_session")
     async def follow_session(self, request: FollowRequest) -> FollowResult:
+        recording.follow_attempt()
         details = activity.info().heartbeat_details
         cursor = FollowCursor.model_validate(details[0]) if details else FollowCursor()
         tuning = request.tuning
@@ -236,7 +264,7 @@ class SessionActivities:
         bound = 4 * (_seconds(request.check_ms) or self.core.check_seconds)
         try:
             created = await self.core.create(
-                _create_request(row, request.idempotency_key, request.limits), timeout_s=bound
+                await self._create_request(row, request.idempotency_key, request.limits), timeout_s=bound
             )
         except CoreRejected:
             return RecoveredSession()  # the core refuses the task: it never ran
@@ -273,12 +301,12 @@ def _seconds(check_ms: int | None) -> float | None:
     return None if check_ms is None else check_ms / 1000
 
 
-def _create_request(row: HelperRow, idempotency_key: str, limits: Limits) -> CreateSession:
+def _create_request(row: HelperRow, task: str, idempotency_key: str, limits: Limits) -> CreateSession:
     return CreateSession(
         idempotency_key=idempotency_key,
         owner=row.owner,
         helper_id=row.helper_id,
-        task=row.task,
+        task=task,
         boundary=list(row.boundary),
         language=row.language,
         model=row.model,

@@ -31,6 +31,8 @@ from contracts.core_api import (
     Snapshot,
     strip_control_characters,
 )
+from observability.recording import core_endpoint
+from observability.tracing import core_span
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -89,10 +91,12 @@ class CoreClient:
     # Every call is bounded by HELPER_CHECK_MS (R10) unless the caller gives `timeout_s`: a cleanup without
     # time pressure (after the outcome is final) may allow a few check intervals.
 
+    @core_endpoint("create")
     async def create(self, request: CreateSession, *, timeout_s: float | None = None) -> SessionCreated:
         body = request.model_dump(mode="json")
         return await self._call("POST", "/v1/sessions", SessionCreated, json=body, timeout_s=timeout_s)
 
+    @core_endpoint("snapshot")
     async def snapshot(
         self, session_id: str, *, timeout_s: float | None = None, after: int | None = None, wait_ms: int = 0
     ) -> Snapshot:
@@ -109,17 +113,21 @@ class CoreClient:
         answer = await self._call("GET", path, Snapshot, timeout_s=timeout_s, params=params)
         return _same_session("GET", path, session_id, answer)
 
+    @core_endpoint("finish")
     async def finish(self, session_id: str, *, timeout_s: float | None = None) -> Snapshot:
         """Finish now; the answer is the session's snapshot, and must be this session's (R37)."""
         path = _session_path(session_id, "finish")
         return _same_session("POST", path, session_id, await self._call("POST", path, Snapshot, timeout_s=timeout_s))
 
+    @core_endpoint("cancel")
     async def cancel(self, session_id: str, *, timeout_s: float | None = None) -> CancelAnswer:
         return await self._call("POST", _session_path(session_id, "cancel"), CancelAnswer, timeout_s=timeout_s)
 
+    @core_endpoint("reset")
     async def reset(self, session_id: str, *, timeout_s: float | None = None) -> ResetAnswer:
         return await self._call("POST", _session_path(session_id, "reset"), ResetAnswer, timeout_s=timeout_s)
 
+    @core_endpoint("models")
     async def models(self, *, timeout_s: float | None = None) -> list[str] | None:
         """The models the core offers, or None when it has no catalog (404): then only create can tell."""
         try:
@@ -141,6 +149,7 @@ class CoreClient:
         try:
             # httpx bounds each phase; this bounds the whole call, so a trickling answer cannot exceed it.
             async with (
+                core_span(method, path),  # outermost: the span records a timeout too; a no-op unless tracing
                 asyncio.timeout(seconds),
                 self._http.stream(method, path, json=json, params=params, timeout=httpx.Timeout(seconds)) as response,
             ):

@@ -39,7 +39,20 @@ class Settings(BaseModel):
     codec_allow_plaintext: bool = False
     # Whether running without keys is refused; None: required unless Temporal is on this machine (the local run).
     codec_required: bool | None = None
+    # Tracing (observability/tracing.py): None follows the OTLP endpoint; True or False forces it on or off.
+    tracing: bool | None = None
+    # Read only to decide whether tracing is on; the OTLP exporter reads its own OTEL_* variables.
+    otlp_endpoint: str | None = None
+    # Worker Versioning: both set, the worker polls as this version of this Worker Deployment; off when unset.
+    deployment_name: str | None = None
+    build_id: str | None = None
     policy: Policy = Policy()
+
+    @property
+    def tracing_enabled(self) -> bool:
+        if self.tracing is not None:
+            return self.tracing
+        return bool(self.otlp_endpoint)
 
     @property
     def encryption_required(self) -> bool:
@@ -77,8 +90,21 @@ class Settings(BaseModel):
             "health_bind": "HELPER_HEALTH_BIND",
             "codec_keys": "HELPER_CODEC_KEYS",
             "codec_key_id": "HELPER_CODEC_KEY_ID",
+            "deployment_name": "HELPER_DEPLOYMENT_NAME",
+            "build_id": "HELPER_BUILD_ID",
         }
         values: dict[str, object] = {field: env[name] for field, name in plain.items() if name in env}
+        # An empty value (a ConfigMap line left blank) means unset, as for the OTEL_* variables.
+        for field in ("deployment_name", "build_id"):
+            if field in values and not str(values[field]).strip():
+                del values[field]
+        if ("deployment_name" in values) != ("build_id" in values):
+            raise SettingsError("HELPER_DEPLOYMENT_NAME and HELPER_BUILD_ID: set both (Worker Versioning) or neither")
+        if "HELPER_TRACING" in env:
+            values["tracing"] = _flag(env, "HELPER_TRACING")
+        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        if endpoint:
+            values["otlp_endpoint"] = endpoint
         if "HELPER_CODEC_ALLOW_PLAINTEXT" in env:
             values["codec_allow_plaintext"] = _flag(env, "HELPER_CODEC_ALLOW_PLAINTEXT")
         if "HELPER_CODEC_REQUIRED" in env:

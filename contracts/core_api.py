@@ -7,6 +7,8 @@
     POST /v1/sessions/{session_id}/finish                        -> 202 Snapshot   (finish now, no tools)
     POST /v1/sessions/{session_id}/cancel                        -> 200 CancelAnswer
     POST /v1/sessions/{session_id}/reset                         -> 200 ResetAnswer (cleanup)
+    GET  /v1/models                                              -> 200 ModelCatalog   (optional)
+    GET  /v1/capabilities                                        -> 200 CoreCapabilities (optional)
     GET  /healthz                                                -> 200 {"ok": true}
 
 Errors carry a `Problem` body naming what is wrong. A snapshot is finite: a fixed set of fields, the
@@ -27,7 +29,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 # Sanity bounds on the core's counters (R37). Real values sit orders of magnitude below them; beyond them
 # the answer is malformed (an unsigned underflow in a core gives 2**64 - 5), and it is refused before it
@@ -146,6 +148,38 @@ class CreateSession(BaseModel):
     language: str = Field(min_length=2, max_length=8)
     model: str = Field(min_length=1, max_length=100)
     limits: SessionLimits
+    continue_from: CoreIdentifier | None = Field(
+        default=None,
+        description=(
+            "A follow-up (optional, asked only of a core whose GET /v1/capabilities says `continue_from: true`): "
+            "the session this one continues. The new session's conversation is that session's plus `task`."
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_follow_up(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # A create that continues nothing goes on the wire exactly as before the field existed: a core without
+        # follow-ups refuses unknown fields (extra="forbid" here too), and it is never asked for one.
+        data: dict[str, object] = handler(self)
+        if data.get("continue_from") is None:
+            data.pop("continue_from", None)
+        return data
+
+
+class CoreCapabilities(BaseModel):
+    """`GET /v1/capabilities` (optional for a core): what it offers beyond the base contract.
+
+    A core without the endpoint (404) offers none of them. Unknown names are ignored, so a core may
+    advertise capabilities a runtime does not know yet."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    continue_from: bool = Field(
+        default=False, description="A create may name `continue_from`: a follow-up of a finished session."
+    )
+    long_poll: bool = Field(
+        default=False, description="Snapshots carry `version` and reads take `after`/`wait_ms` (R44)."
+    )
 
 
 class SessionCreated(BaseModel):

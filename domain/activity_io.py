@@ -29,11 +29,24 @@ class RowKey(BaseModel):
     generation: int
 
 
+class FollowedUp(BaseModel):
+    """The earlier row a follow-up continues, as the admission leaves it: linked, and delivered if it was
+    unreported (issue 14). Written in the admission's transaction, guarded by its generation."""
+
+    helper_id: HelperId
+    seq: int
+    generation: int
+    state: RowState
+    delivered_at: datetime | None = None
+    keep_until: datetime | None = None
+
+
 class NewRow(BaseModel):
     request: HelperRequest
     seq: int
     limits: Limits
     admitted_at: datetime
+    followed_up: FollowedUp | None = None
 
 
 class RowToRemove(BaseModel):

@@ -83,6 +83,13 @@ class HelperRequest(BaseModel):
     session_limits: LimitOverrides | None = Field(
         default=None, description="The initiating session's limits; the effective limit is the minimum."
     )
+    follow_up: str | None = Field(
+        default=None,
+        description=(
+            "The helper whose question, authorization wait or partial outcome this one continues: the task is "
+            "the owner's answer or instruction, and the earlier work's context is carried on."
+        ),
+    )
 
     @field_validator("owner")
     @classmethod
@@ -98,6 +105,11 @@ class HelperRequest(BaseModel):
     @classmethod
     def _goal_id(cls, value: str | None) -> str | None:
         return None if value is None else check_id("goal id", value)
+
+    @field_validator("follow_up")
+    @classmethod
+    def _follow_up(cls, value: str | None) -> str | None:
+        return None if value is None else check_id("follow-up helper id", value)
 
     @field_validator("task")
     @classmethod
@@ -164,7 +176,7 @@ class HelperRequest(BaseModel):
         parses as a tool and the addresses it may touch (negations never do); a request may only tighten
         the limits (R1), looser values are out of range.
         """
-        problems = self.text_problems()
+        problems = self.text_problems() + self.follow_up_problems()
         if self.limits is not None:
             problems.extend(
                 f"limits.{name} is above the default {getattr(defaults, name)}; a request may only tighten"
@@ -172,6 +184,17 @@ class HelperRequest(BaseModel):
             )
         if problems:
             raise RequestError(problems)
+
+    def follow_up_problems(self) -> list[str]:
+        """A follow-up continues an owner's own earlier helper; a Goal check starts its own work."""
+        if self.follow_up is None:
+            return []
+        problems = []
+        if self.follow_up == self.helper_id:
+            problems.append(f"follow_up: helper {self.helper_id} cannot follow itself up")
+        if self.goal_id is not None:
+            problems.append("follow_up: a Goal check cannot be a follow-up")
+        return problems
 
     def text_problems(self) -> list[str]:
         """Control characters in the task and model, and boundary items that do not parse (R5, R41)."""

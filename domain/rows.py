@@ -55,6 +55,8 @@ class HelperRow(BaseModel):
     keep_until: datetime | None = None
     generation: int
     updated_at: datetime
+    follow_up_of: str | None = None
+    followed_up_by: str | None = None
 
 
 class HelperView(BaseModel):
@@ -79,6 +81,8 @@ class HelperView(BaseModel):
     actions: list[Action] = Field(default_factory=list)
     last_message: str | None = None
     full_text: str | None = None
+    follow_up_of: str | None = Field(default=None, description="The earlier helper whose outcome this one continues.")
+    followed_up_by: str | None = Field(default=None, description="The helper that continues this one's outcome.")
 
 
 class Admission(BaseModel):

@@ -44,10 +44,52 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "There is no helper {helper_id}.",
         "ru": "Помощника {helper_id} нет.",
     },
+    # Follow-ups (issue 14): only an outcome that waits for the owner can be continued.
+    "refused.follow_up_still_open": {
+        "en": "Helper {earlier} is still working; it can be followed up once it has an outcome.",
+        "ru": "Помощник {earlier} ещё работает; продолжить его можно, когда будет результат.",
+    },
+    "refused.follow_up_kind": {
+        "en": "Helper {earlier} has nothing to continue: only a question, an authorization wait or a partial "
+        "outcome can be followed up. Start new work instead.",
+        "ru": "У помощника {earlier} нечего продолжать: продолжить можно только вопрос, ожидание разрешения "
+        "или частичный результат. Начните новую работу.",
+    },
+    "refused.follow_up_closed": {
+        "en": "Helper {earlier} was closed; it can no longer be followed up.",
+        "ru": "Помощник {earlier} закрыт; продолжить его больше нельзя.",
+    },
+    "refused.follow_up_gone": {
+        "en": "Helper {earlier} was already followed up by {follow_up}, which is no longer kept.",
+        "ru": "Помощника {earlier} уже продолжил {follow_up}, а его строка больше не хранится.",
+    },
     "refused.not_unreported": {
         "en": "Helper {helper_id} has no unreported outcome to read.",
         "ru": "У помощника {helper_id} нет непрочитанного результата.",
     },
+    # A follow-up's task when the core cannot continue the earlier session itself (domain.follow_up_task).
+    "follow_up.task": {
+        "en": "This continues earlier work: helper {earlier} ended with {ended_with}. Its outcome, in full:\n\n"
+        "{context}\n\nThe owner's answer, which is your task now:\n\n{answer}",
+        "ru": "Это продолжение прежней работы: помощник {earlier} закончил {ended_with}. Его результат целиком:"
+        "\n\n{context}\n\nОтвет владельца — теперь это ваша задача:\n\n{answer}",
+    },
+    "follow_up.context_gone": {
+        "en": "This continues the work of helper {earlier}, whose outcome is no longer kept. "
+        "The owner's answer, which is your task now:\n\n{answer}",
+        "ru": "Это продолжение работы помощника {earlier}, чей результат больше не хранится. "
+        "Ответ владельца — теперь это ваша задача:\n\n{answer}",
+    },
+    "follow_up.context_cut": {
+        "en": "(the rest of the earlier outcome is left out)",
+        "ru": "(остальная часть прежнего результата опущена)",
+    },
+    "follow_up.ended_with.question": {"en": "a question to the owner", "ru": "вопросом к владельцу"},
+    "follow_up.ended_with.authorization": {
+        "en": "a wait for the owner's authorization",
+        "ru": "ожиданием разрешения владельца",
+    },
+    "follow_up.ended_with.partial": {"en": "a partial outcome", "ru": "частичным результатом"},
     # Stop explanations written into outcomes (R13, R15, R17, R24). Durations and counts arrive
     # already said (`domain.durations`), in the plain form: "45 minutes", "1 000 000 токенов".
     "stop.work_ceiling": {

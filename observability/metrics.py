@@ -1,9 +1,16 @@
 """The catalogue of the helper runtime's application metrics, in Prometheus conventions.
 
-Declarations only: the code that updates them is wired in separately. Every metric lives in `REGISTRY`, a
-registry of its own rather than prometheus-client's global one, so importing this module never adds series
-to another registry, tests can read exactly these metrics, and the worker decides where to serve them (the
-Temporal SDK already serves its own metrics on HELPER_METRICS_BIND).
+Declarations only. They are updated where each event happens, through `observability/recording.py` (never
+from workflow code, which replays): admissions in the `admit_helper` activity and, refused, by the worker
+interceptor of `observability/refusals.py`; outcomes, slot wait and time to outcome in `finalize_outcome`;
+chat deliveries in the chat activities; core requests and errors by decorators on `CoreClient`'s methods;
+store writes and conflicts by decorators on `HelperStore`'s writes; follow attempts in `follow_session`. The
+store-derived gauges (helpers by state, past the hard ceiling, store up) are counted from the store on each
+scrape (`observability/store_gauges.py`, bounded by 2 s). Every metric lives in `REGISTRY`, a registry of its
+own rather than prometheus-client's global one, so importing this module never adds series to another
+registry and tests can read exactly these metrics. The worker serves it on HELPER_HEALTH_BIND's /metrics
+(health.py); the Temporal SDK serves its own metrics on HELPER_METRICS_BIND; docs/operations.md "Metrics"
+lists them all.
 
 The dashboard (deploy/grafana/helper-runtime.json) and the alert rules (deploy/k8s/prometheus-rules.yaml) use these
 names; tests/deploy checks that every `helper_runtime_*` name they use is declared here.
@@ -14,10 +21,14 @@ Label values are small closed sets (never owner or helper ids, which would make 
 - `result` of admissions: admitted, refused; `reason`: the refusal code (too_many_open, rows_full, ...) or
   `none` when admitted.
 - `kind` of outcomes: completed, partial, question, authorization, failed, interrupted, closed.
-- `state` of chat deliveries: the state a system event reached (delivered, failed, uncertain, withdrawn).
-- `endpoint` of core requests: the session API's operation (create, snapshot, finish, cancel, reset, find,
-  models); `kind` of core errors: timeout, connect, status, malformed.
-- `operation` of store writes: the activity's write (admit, progress, finalize, close, remove, ...).
+- `state` of chat deliveries: how an offer of a system event ended (delivered, failed, uncertain), or
+  withdrawn.
+- `endpoint` of core requests: the session API's operation (create, snapshot, finish, cancel, reset,
+  models; the recovery's create by key counts as create); `kind` of core errors: timeout, connect, status,
+  malformed, other.
+- `operation` of store writes: the write (admit, open, progress, finalize, close, coordinator, remove, usage,
+  chat_event, park; state for a row write outside those activities).
+- A value outside these sets (a bug) is recorded as `other`, never as a new series and never as an error.
 """
 
 from __future__ import annotations

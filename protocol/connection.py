@@ -9,6 +9,7 @@ from temporalio.runtime import Runtime
 
 from codec.encryption import CodecError, codec_from, data_converter
 from config.settings import Settings
+from observability import tracing
 
 
 async def connect_temporal(
@@ -26,7 +27,10 @@ async def connect_temporal(
     connect["namespace"] = namespace
     # Pydantic models (UUIDs, datetimes, enums) cross Temporal intact only with this converter; with a codec
     # every payload is encrypted before it leaves the process.
-    return await Client.connect(**connect, data_converter=data_converter(codec), runtime=runtime)
+    # With tracing on (observability/tracing.py) the tracing interceptor; workers built on this client inherit it.
+    return await Client.connect(
+        **connect, data_converter=data_converter(codec), runtime=runtime, interceptors=tracing.interceptors()
+    )
 
 
 def with_temporal_profile(settings: Settings) -> tuple[Settings, ClientConnectConfig]:

@@ -8,6 +8,8 @@ from temporalio.common import SearchAttributeKey
 
 # The memo key that names the admission (its seq) that started a helper's run.
 SEQ_MEMO: Final = "seq"
+# The memo key of a follow-up: the earlier helper whose outcome it continues (issue 14).
+FOLLOW_UP_OF_MEMO: Final = "follow_up_of"
 
 HELPER_OWNER = SearchAttributeKey.for_keyword("HelperOwner")
 HELPER_STATE = SearchAttributeKey.for_keyword("HelperState")

@@ -21,6 +21,7 @@ from contracts.core_api import (
     MAX_LONG_POLL_WAIT_MS,
     MAX_SNAPSHOT_VERSION,
     CancelAnswer,
+    CoreCapabilities,
     CreateSession,
     ModelCatalog,
     Problem,
@@ -76,13 +77,24 @@ def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) 
             201: {"description": "A new session; its turn is running."},
             200: {"model": SessionCreated, "description": "The key names an existing session: nothing starts."},
             400: {"model": Problem, "description": "unknown_model, unsupported_language, invalid_script, …"},
-            409: {"model": Problem, "description": "idempotency_key_conflict: the key is another owner's or helper's."},
+            409: {
+                "model": Problem,
+                "description": (
+                    "idempotency_key_conflict: the key is another owner's or helper's; continue_from_not_found, "
+                    "continue_from_other_owner, continue_from_reset, continue_from_already_continued, "
+                    "continue_from_not_continuable: the session named by continue_from cannot be continued."
+                ),
+            },
             422: {"model": Problem, "description": "invalid_request: the body does not match CreateSession."},
         },
     )
     async def create_session(request: CreateSession, response: Response) -> SessionCreated:
         """Start one background turn (R9). The same `idempotency_key` always names the same session, also
-        after a restart or a reset. A refused request writes nothing."""
+        after a restart or a reset. A refused request writes nothing.
+
+        With `continue_from` (a follow-up), the new session's conversation is that session's plus `task`: it
+        must be the same owner's, not reset, not continued before, and stopped in question or authorization
+        (also when cancelled there) or ended partial. Its steps and input count from zero."""
         created = service.create(request)
         if not created.created:
             response.status_code = status.HTTP_200_OK
@@ -148,6 +160,12 @@ def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) 
     async def list_models() -> ModelCatalog:
         """The catalog; the starter checks a helper's model against it before admitting it."""
         return ModelCatalog(models=service.model_names)
+
+    @app.get("/v1/capabilities", operation_id="capabilities", summary="What this core offers beyond the base")
+    async def capabilities() -> CoreCapabilities:
+        """The optional parts of the contract this core offers: follow-ups (`continue_from` in a create) and
+        long poll (R44). A core without this endpoint offers neither."""
+        return CoreCapabilities(continue_from=True, long_poll=True)
 
     @app.get("/healthz", operation_id="health", summary="Health")
     async def healthz() -> Health:

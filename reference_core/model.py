@@ -2,7 +2,8 @@
 
 The engine owns the loop, the ceilings, the tools and their authority; a model only answers one
 call at a time. Each call gets the whole conversation (instructions with the helper block, the task,
-prior assistant turns, tool results and core notices) and the tools it may call; an empty tool list
+prior assistant turns, tool results, core notices and, in a follow-up session, the owner's follow-ups)
+and the tools it may call; an empty tool list
 means this call is the final one and must answer with text. The adapter also owns the selected
 model's compaction threshold, so it reports whether it compacted the context before the call.
 
@@ -60,7 +61,15 @@ class CoreNotice:
     text: str
 
 
-ConversationItem = AssistantTurn | ToolResult | CoreNotice
+@dataclass(frozen=True)
+class FollowUp:
+    """The owner's answer or instruction that opens a follow-up session (`continue_from`): its task, after the
+    conversation of the session it continues."""
+
+    text: str
+
+
+ConversationItem = AssistantTurn | ToolResult | CoreNotice | FollowUp
 
 
 @dataclass(frozen=True)

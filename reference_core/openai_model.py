@@ -5,8 +5,10 @@ Each model call is one `POST {base_url}/chat/completions`:
 - `messages`: the system message is the core's instructions (the helper block, R33), the first user
   message is the task, then the turn so far: assistant messages with their `tool_calls`, one `tool`
   message per result (content from mail, notes and pages arrives wrapped as untrusted data by the
-  tools, exactly as the scripted model sees it), and the core's notices as user messages marked as
-  coming from the core (some servers refuse a system message after the first).
+  tools, exactly as the scripted model sees it), the core's notices as user messages marked as
+  coming from the core (some servers refuse a system message after the first), and in a follow-up
+  session (`continue_from`) the earlier session's messages followed by the owner's follow-up as a user
+  message.
 - `tools`: the JSON schemas of the core's tools. The final call after a ceiling or finish-now sends
   no `tools` at all (R14); tool calls the model still makes in that answer are dropped.
 
@@ -41,6 +43,7 @@ from reference_core.model import (
     AssistantTurn,
     Conversation,
     CoreNotice,
+    FollowUp,
     ModelError,
     ModelReply,
     ModelRequest,
@@ -156,6 +159,8 @@ def chat_messages(conversation: Conversation) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
         elif isinstance(item, CoreNotice):
             messages.append({"role": "user", "content": CORE_NOTICE_PREFIX + item.text})
+        elif isinstance(item, FollowUp):
+            messages.append({"role": "user", "content": item.text})
     return messages
 
 

@@ -82,6 +82,12 @@ class Script(BaseModel):
     authorization: str | None = Field(default=None, min_length=1, max_length=2000)
     error: str = Field(default="the scripted model failed", min_length=1, max_length=2000)
     final_text: str | None = Field(default=None, min_length=1, max_length=20_000)
+    recall: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="A phrase the model looks up in what the conversation learned before this task and quotes.",
+    )
     cancel_delay_ms: int = Field(default=0, ge=0, le=600_000, description="How long a cancel takes.")
     hold_until: str | None = Field(default=None, description="Latch to wait on before call `hold_at_step`.")
     hold_at_step: int = Field(default=1, ge=1, le=10_000, description="The call that waits for `hold_until`.")
@@ -204,7 +210,8 @@ def scripted_task(text: str, **fields: Any) -> str:
 
     Fields: steps, step_ms, input_tokens, input_growth, cached_ratio, output_tokens, compact_at,
     compact_to_tokens, tool_calls (dicts {"step", "tool", "args"}), end, question, authorization,
-    error, final_text, cancel_delay_ms, hold_until, hold_at_step, cancel_hold_until, hold_timeout_ms
+    error, final_text, recall (follow-ups: see `reference_core.scripted_model`), cancel_delay_ms, hold_until,
+    hold_at_step, cancel_hold_until, hold_timeout_ms
     (latches: see `reference_core.latches`).
     """
     script = _validated(fields)

@@ -3,6 +3,12 @@
 Like a real model in an agent loop, it keeps the turn going by calling tools and ends it by answering
 without tools. Progress calls without scripted tool calls search the notes for the task's title. It
 never obeys instructions found in untrusted data; it says it saw them instead.
+
+With `recall` (a phrase), every message it writes ends by quoting the first line that mentions the phrase
+in what the conversation learned from outside before the session's own task: earlier tasks and
+follow-ups, and tool results (never the model's own messages). In a follow-up session (`continue_from`)
+that is how a test sees that the earlier conversation was carried: the earlier session learned a fact,
+and the follow-up, whose own task does not hold it, quotes it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ import re
 from reference_core.instructions import untrusted_blocks
 from reference_core.model import (
     AssistantTurn,
+    Conversation,
+    ConversationItem,
+    FollowUp,
     ModelError,
     ModelReply,
     ModelRequest,
@@ -20,7 +29,7 @@ from reference_core.model import (
     ToolResult,
     Usage,
 )
-from reference_core.script import Script, ScriptEnd, task_title
+from reference_core.script import Script, ScriptEnd, strip_script, task_title
 from reference_core.texts import text
 from reference_core.tools import ASK_OWNER, REQUEST_AUTHORIZATION
 
@@ -40,6 +49,7 @@ def _carries_instructions(tool_result: str) -> bool:
 class ScriptedModel:
     def __init__(self, script: Script, task: str, language: str) -> None:
         self._script = script
+        self._task = task
         self._title = task_title(task)
         self._language = language
 
@@ -52,6 +62,13 @@ class ScriptedModel:
         if script.end is ScriptEnd.FAIL and past_the_end:
             raise ModelError(script.error)
         usage = self._usage(request.index)
+        reply = self._reply(request, usage)
+        if script.recall is None:
+            return reply
+        return ModelReply(self._with_recall(reply.text, request.conversation), reply.tool_calls, reply.usage)
+
+    def _reply(self, request: ModelRequest, usage: Usage) -> ModelReply:
+        script = self._script
         if not request.tools_allowed:
             return ModelReply(self._summary("scripted.summary", request), (), usage)
 
@@ -76,6 +93,13 @@ class ScriptedModel:
             # An agent loop goes on only while the model calls tools, so progress means some research.
             calls.append(ToolCall(f"call-{request.index}-notes", "search_notes", {"query": self._title}))
         return ModelReply(self._progress(request, calls), tuple(calls), usage)
+
+    def _with_recall(self, message: str, conversation: Conversation) -> str:
+        phrase = self._script.recall or ""
+        line = recalled_line(conversation, phrase, self._task)
+        if line is None:
+            return f"{message} {text('scripted.not_recalled', self._language, phrase=phrase)}"
+        return f"{message} {text('scripted.recalled', self._language, line=line)}"
 
     def _usage(self, index: int) -> Usage:
         prompt, compacted = self._script.prompt_tokens(index)
@@ -118,11 +142,13 @@ class ScriptedModel:
         return any(_carries_instructions(result.content) for result in latest)
 
     def _summary(self, key: str, request: ModelRequest) -> str:
-        """A final message naming the task, the steps, the actions performed and the refusals."""
-        results = {item.call_id: item.content for item in request.conversation.items if isinstance(item, ToolResult)}
+        """A final message naming the task, the steps, the actions performed and the refusals (of this session:
+        a follow-up's earlier conversation was reported by the session it continues)."""
+        own = own_items(request.conversation)
+        results = {item.call_id: item.content for item in own if isinstance(item, ToolResult)}
         performed: list[str] = []
         refused: list[str] = []
-        for item in request.conversation.items:
+        for item in own:
             if not isinstance(item, AssistantTurn):
                 continue
             for call in item.tool_calls:
@@ -144,3 +170,31 @@ class ScriptedModel:
         if any(_carries_instructions(content) for content in results.values()):
             parts.append(text("scripted.injection_seen", self._language))
         return " ".join(parts)
+
+
+RECALLED_LINE_MAX_CHARS = 300
+
+
+def own_items(conversation: Conversation) -> tuple[ConversationItem, ...]:
+    """The items of this session: after the last follow-up (a follow-up session's task), else all of them."""
+    items = conversation.items
+    for position in range(len(items) - 1, -1, -1):
+        if isinstance(items[position], FollowUp):
+            return items[position + 1 :]
+    return items
+
+
+def recalled_line(conversation: Conversation, phrase: str, own_task: str) -> str | None:
+    """The first line mentioning `phrase` (case-insensitively) in what the conversation learned from outside
+    before `own_task`: earlier tasks and follow-ups, and tool results; None when nothing mentions it."""
+    texts = [strip_script(conversation.task)] if conversation.task != own_task else []
+    for item in conversation.items:
+        if isinstance(item, FollowUp) and item.text != own_task:
+            texts.append(strip_script(item.text))
+        elif isinstance(item, ToolResult):
+            texts.append(item.content)
+    wanted = phrase.casefold()
+    for line in (line.strip() for body in texts for line in body.splitlines()):
+        if wanted in line.casefold():
+            return line if len(line) <= RECALLED_LINE_MAX_CHARS else line[: RECALLED_LINE_MAX_CHARS - 1] + "…"
+    return None

@@ -3,6 +3,10 @@
 A session with a live turn is changed through its `Turn`; any other session (paused or terminal, or
 every session after a restart) through its stored snapshot. On start, every session the store still
 holds as running belongs to a core that stopped under it: it becomes `interrupted`, never replayed.
+
+A create with `continue_from` makes a follow-up session: a new session whose turn starts from the
+conversation of the one it names, which must be the same owner's, not reset, not continued before, and
+stopped where it can be continued (`reference_core.carried.continuable`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from contracts.core_api import (
     SessionStatus,
     Snapshot,
 )
+from reference_core.carried import continuable
 from reference_core.changes import SnapshotChanges
 from reference_core.latches import Latches
 from reference_core.model_catalog import ModelFactory, PreparedModel
@@ -95,6 +100,9 @@ class SessionService:
                     "idempotency_key: this key already names a session of another owner or helper",
                 )
             return SessionCreated(session_id=existing.session_id, created=False)
+        earlier = None
+        if request.continue_from is not None:
+            earlier = self._earlier_conversation(request.continue_from, request.owner)
         prepared = self._prepare(request)
         snapshot = Snapshot(session_id=f"s-{uuid.uuid4().hex}", status=SessionStatus.RUNNING, input_tokens_total=0)
         self._store.insert(request, snapshot)
@@ -106,10 +114,17 @@ class SessionService:
             store=self._store,
             on_finished=self._turn_finished,
             latches=self.latches,
+            earlier=earlier,
         )
         self._turns[snapshot.session_id] = turn
         turn.start()
-        logger.info("session %s created for %s/%s", snapshot.session_id, request.owner, request.helper_id)
+        logger.info(
+            "session %s created for %s/%s%s",
+            snapshot.session_id,
+            request.owner,
+            request.helper_id,
+            "" if request.continue_from is None else f", continuing {request.continue_from}",
+        )
         return SessionCreated(session_id=snapshot.session_id, created=True)
 
     def snapshot(self, session_id: str) -> Snapshot:
@@ -160,6 +175,48 @@ class SessionService:
         if stored is None:
             raise _not_found(session_id)
         return stored
+
+    def _earlier_conversation(self, source_id: str, owner: str) -> str:
+        """The stored conversation a follow-up continues, or the Problem saying why it cannot be continued.
+
+        Runs on the event loop without an await before the insert, so two creates cannot both continue one
+        session. The owner is checked first, so another owner's session shows nothing of its state."""
+        source = self._store.source(source_id)
+        # Every refusal is a 409: a 404 from create would read as "this session is unknown" (the new one).
+        if source is None:
+            raise CoreProblem(409, "continue_from_not_found", f"continue_from: there is no session {source_id!r}")
+        if source.owner != owner:
+            raise CoreProblem(
+                409,
+                "continue_from_other_owner",
+                f"continue_from: session {source_id!r} belongs to another owner, not to {owner!r}",
+            )
+        if source.removed:
+            raise CoreProblem(
+                409, "continue_from_reset", f"continue_from: session {source_id!r} was reset and cannot be continued"
+            )
+        if source.continued_by is not None:
+            raise CoreProblem(
+                409,
+                "continue_from_already_continued",
+                f"continue_from: session {source_id!r} is already continued by session {source.continued_by!r}",
+            )
+        snapshot = source.snapshot
+        if snapshot is None or not continuable(snapshot):
+            status = "unknown" if snapshot is None else snapshot.status.value
+            raise CoreProblem(
+                409,
+                "continue_from_not_continuable",
+                f"continue_from: session {source_id!r} is {status}; only a session stopped in question or "
+                "authorization (also when cancelled while stopped there) or ended partial can be continued",
+            )
+        if source.conversation is None:  # stopped under a reference core from before follow-ups
+            raise CoreProblem(
+                409,
+                "continue_from_not_continuable",
+                f"continue_from: session {source_id!r} is {snapshot.status.value} but keeps no conversation",
+            )
+        return source.conversation
 
     def _prepare(self, request: CreateSession) -> PreparedModel:
         """Check what the contract's types cannot (language, model, script) before anything is written."""

@@ -143,6 +143,14 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "Refused: {refusals}",
         "ru": "Отклонено: {refusals}",
     },
+    "scripted.recalled": {
+        "en": "Recalled from earlier: {line}",
+        "ru": "Вспоминаю из предыдущего: {line}",
+    },
+    "scripted.not_recalled": {
+        "en": "Nothing earlier mentions '{phrase}'.",
+        "ru": "Ранее ничего не сказано о «{phrase}».",
+    },
     "scripted.question": {
         "en": "Which of the options should I choose for '{title}'?",
         "ru": "Какой вариант выбрать для задания «{title}»?",

@@ -5,7 +5,9 @@ input (cached included) has reached the input ceiling, or when the call is the s
 (the 80th call is already final). A final call gets no tools, and its answer becomes a partial outcome
 that opens with the stop explained in the owner's language. Compaction is the model adapter's: it
 only lowers the next prompt, the counters keep growing. Every change is written through to the store
-before the next await, so the stored snapshot is always the live one.
+before the next await, so the stored snapshot is always the live one. A turn that stops where it can be
+continued (paused, or partial) stores its conversation with that write; a follow-up session's turn starts
+from the conversation it continues (`reference_core.carried`), with counters of its own from zero.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from contracts.core_api import (
     StepUsage,
     StopReason,
 )
+from reference_core.carried import PAUSED_OR_PARTIAL, dump_conversation, follow_up_conversation, load_conversation
 from reference_core.instructions import final_call_notice, system_instructions
 from reference_core.latches import Latches
 from reference_core.model import (
@@ -121,7 +124,9 @@ class Turn:
         store: SessionStore,
         on_finished: Callable[[str], None],
         latches: Latches | None = None,
+        earlier: str | None = None,
     ) -> None:
+        """`earlier`: for a follow-up session, the stored conversation of the session it continues."""
         self.snapshot = snapshot
         self._request = request
         self._language = request.language
@@ -135,9 +140,12 @@ class Turn:
         self._on_finished = on_finished
         self.max_steps = min(TURN_MAX_STEPS_HELPER, request.limits.max_steps)
         self.max_input_tokens = min(INPUT_CEILING_TOKENS, request.limits.max_input_tokens)
-        self._conversation = Conversation(
-            instructions=system_instructions(request.boundary, request.language), task=request.task
-        )
+        # A follow-up gets instructions of its own boundary: its authority may be wider than the earlier one's.
+        instructions = system_instructions(request.boundary, request.language, follow_up=earlier is not None)
+        if earlier is None:
+            self._conversation = Conversation(instructions=instructions, task=request.task)
+        else:
+            self._conversation = follow_up_conversation(load_conversation(earlier, instructions), request.task)
         self._task: asyncio.Task[None] | None = None
         self._delayed_stop: asyncio.Task[None] | None = None
         self._stopping: Literal["cancel", "abort"] | None = None
@@ -158,7 +166,9 @@ class Turn:
         self._on_finished(self.session_id)
 
     def _save(self) -> None:
-        self._store.save(self.snapshot)
+        # Stopped where a follow-up may continue it: the conversation goes with the same write.
+        stopped = self.snapshot.status in PAUSED_OR_PARTIAL
+        self._store.save(self.snapshot, dump_conversation(self._conversation) if stopped else None)
 
     # Requests from the API.
 
@@ -302,6 +312,8 @@ class Turn:
     def _end_partial(self, reason: StopReason, reply: ModelReply) -> None:
         if reply.text:
             self.snapshot.last_message = reply.text
+        # A follow-up carries the partial answer too (a final call's tool calls are never run).
+        self._conversation = self._conversation.with_items(AssistantTurn(reply.text))
         key = {
             StopReason.STEPS: "stop.steps",
             StopReason.INPUT: "stop.input",

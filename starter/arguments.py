@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     task.add_argument("--task-file", type=Path, help="read the task (UTF-8) from this file; '-' for stdin")
     _request_options(start)
     start.add_argument("--goal", dest="goal_id", help="the Goal this check belongs to")
+    start.add_argument(
+        "--follow-up",
+        dest="follow_up",
+        metavar="HELPER_ID",
+        help="continue this earlier helper's question, authorization wait or partial outcome: the task is the "
+        "owner's answer, and the earlier work's context is carried on (its outcome is then delivered)",
+    )
     for name in (field.replace("_", "-") for field in LimitOverrides.model_fields):
         start.add_argument(
             f"--{name}", type=int, metavar="N", help="a tighter limit for this helper (at most the configured one)"

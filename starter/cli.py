@@ -85,6 +85,7 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
                     "model": arguments.model,
                     "goal_id": arguments.goal_id,
                     "limits": limits or None,
+                    "follow_up": arguments.follow_up,
                 },
                 settings,
             )
@@ -160,9 +161,16 @@ async def run(arguments: argparse.Namespace, settings: Settings, operation: Oper
     client: StoreReader
     if arguments.command in WRITES:
         # Only writes load the Temporal client: a read answers from the store alone, and fast (R43).
+        from observability import tracing
         from starter.client import HelperClient
 
-        client = await HelperClient.connect(settings)
+        # Tracing only when configured (observability/tracing.py): opentelemetry is imported only then.
+        traced = tracing.install(settings, "helper-starter")
+        try:
+            return await _run_and_close(await HelperClient.connect(settings), operation)
+        finally:
+            if traced:
+                tracing.shutdown()  # bounded (FLUSH_TIMEOUT_MS); the answer is ready, nothing else runs
     else:
         client = await StoreReader.open(settings)
     return await _run_and_close(client, operation)

@@ -13,15 +13,17 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack, cast
 
-from sqlalchemy import ColumnElement, Table, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Table, Update, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.core_api import Action
+from domain.activity_io import FollowedUp
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
+from observability.recording import BY_ACTIVITY, store_write
 from store.database import check_schema, create_engine, migrate
 from store.records import ChatEvent, ParkedSession, UsageLine
 from store.schema import ChatEventRecordRow, HelperRowRecord, ParkedSessionRecord, UsageRecord
@@ -85,20 +87,27 @@ class HelperStore:
 
     # --- writes (activities only) -----------------------------------------------------------------
 
-    async def insert_admitted(self, row: HelperRow) -> bool:
-        """Insert the admitted row (generation 1). False if the same admission was already written."""
+    @store_write("admit")
+    async def insert_admitted(self, row: HelperRow, followed_up: FollowedUp | None = None) -> bool:
+        """Insert the admitted row (generation 1). False if the same admission was already written.
+
+        A follow-up's earlier row is linked (and delivered, if it was unreported) in the same transaction."""
         values = _to_columns(row)
         async with self.engine.begin() as connection:
             try:
                 await connection.execute(insert(row_table).values(**values))
-                return True
             except IntegrityError:
                 pass
+            else:
+                if followed_up is not None:
+                    await connection.execute(_link_follow_up(row, followed_up))
+                return True
         existing = await self.get(row.owner, row.helper_id)
         if existing is not None and existing.seq == row.seq:
             return False
         raise ValueError(f"row {row.owner}/{row.helper_id} exists with another admission")
 
+    @store_write(BY_ACTIVITY, counts_conflicts=True)
     async def write_state(
         self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
     ) -> bool:
@@ -115,6 +124,7 @@ class HelperStore:
             result = await connection.execute(statement)
             return bool(result.rowcount)
 
+    @store_write("progress", counts_conflicts=True)
     async def write_progress(
         self, owner: str, helper_id: str, seq: int, generation: int, usage: Usage, last_message: str | None
     ) -> bool:
@@ -139,6 +149,7 @@ class HelperStore:
             result = await connection.execute(statement)
             return bool(result.rowcount)
 
+    @store_write("remove")
     async def remove_rows(self, owner: str, helper_ids: Sequence[str]) -> list[str]:
         """Delete rows; returns the result directories they pointed at."""
         if not helper_ids:
@@ -153,6 +164,7 @@ class HelperStore:
             )
         return directories
 
+    @store_write("usage")
     async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
         values = {
             "owner": row.owner,
@@ -172,6 +184,7 @@ class HelperStore:
             with contextlib.suppress(IntegrityError):
                 await connection.execute(insert(usage_table).values(**values))
 
+    @store_write("chat_event")
     async def record_event(
         self,
         *,
@@ -198,6 +211,7 @@ class HelperStore:
             if not result.rowcount:
                 await connection.execute(insert(table).values(key=key, **values))
 
+    @store_write("chat_event")
     async def set_event_state(self, owner: str, key: str, state: str) -> None:
         """Change a chat event's state only (a withdrawn event keeps its attempts and last error)."""
         table = events_table
@@ -206,6 +220,7 @@ class HelperStore:
                 update(table).where(table.c.owner == owner, table.c.key == key).values(state=state, updated_at=_now())
             )
 
+    @store_write("park")
     async def record_parked(self, owner: str, helper_id: str, session_id: str, error: str) -> None:
         table = parked_table
         async with self.engine.begin() as connection:
@@ -271,6 +286,21 @@ class HelperStore:
         async with self.engine.connect() as connection:
             result = await connection.execute(select(row_table.c.result_dir))
             return {str(d) for d in result.scalars()}
+
+
+def _link_follow_up(row: HelperRow, earlier: FollowedUp) -> Update:
+    return (
+        update(row_table)
+        .where(*_admission_of(row.owner, earlier.helper_id, earlier.seq), row_table.c.generation <= earlier.generation)
+        .values(
+            followed_up_by=row.helper_id,
+            state=earlier.state.value,
+            delivered_at=_column_value(earlier.delivered_at),
+            keep_until=_column_value(earlier.keep_until),
+            generation=earlier.generation,
+            updated_at=_now(),
+        )
+    )
 
 
 def _admission_of(owner: str, helper_id: str, seq: int) -> tuple[ColumnElement[bool], ...]:

@@ -55,6 +55,8 @@ HELPER_ROW_COLUMNS = (
     "keep_until",
     "generation",
     "updated_at",
+    "follow_up_of",
+    "followed_up_by",
 )
 USAGE_COLUMNS = (
     "owner",

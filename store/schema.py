@@ -66,6 +66,9 @@ class HelperRowRecord(Base):
     keep_until: Mapped[datetime | None]
     generation: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime]
+    # Follow-ups (migration 0003): the earlier helper this one continues, and the one that continues it.
+    follow_up_of: Mapped[str | None] = mapped_column(String(64))
+    followed_up_by: Mapped[str | None] = mapped_column(String(64))
 
 
 class UsageRecord(Base):

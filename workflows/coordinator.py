@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.activity_io import (
         AdmitHelper,
         CoordinatorWrite,
+        FollowedUp,
         HelperStart,
         NewRow,
         RemoveRows,
@@ -146,6 +147,24 @@ class CoordinatorWorkflow(CoordinatorDelivery):
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
+    def _earlier_of(self, request: HelperRequest) -> Entry | None:
+        """A copy of the helper a follow-up continues, as it is before the admission links it."""
+        earlier = self.book.entries.get(request.follow_up) if request.follow_up else None
+        return None if earlier is None else earlier.model_copy(deep=True)
+
+    def _followed_up(self, entry: Entry) -> FollowedUp | None:
+        earlier = self.book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
+        if earlier is None:
+            return None
+        return FollowedUp(
+            helper_id=earlier.helper_id,
+            seq=earlier.seq,
+            generation=earlier.generation,
+            state=earlier.state,
+            delivered_at=earlier.delivered_at,
+            keep_until=earlier.keep_until,
+        )
+
     @workflow.update(name=ADMIT)
     async def admit(self, request: HelperRequest) -> Admission:
         self.messages_this_run += 1
@@ -158,6 +177,7 @@ class CoordinatorWorkflow(CoordinatorDelivery):
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
         now = workflow.now()
         evicted = [self.book.entries[helper_id] for helper_id in decision.evict]
+        earlier_before = self._earlier_of(request)
         entry = apply_admission(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = grant_slots(self.book, now)
         starts_now = request.helper_id in granted
@@ -171,7 +191,13 @@ class CoordinatorWorkflow(CoordinatorDelivery):
             await workflow.execute_local_activity_method(
                 AdmissionActivities.admit_helper,
                 AdmitHelper(
-                    row=NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now),
+                    row=NewRow(
+                        request=request,
+                        seq=entry.seq,
+                        limits=limits,
+                        admitted_at=now,
+                        followed_up=self._followed_up(entry),
+                    ),
                     start=HelperStart(
                         owner=request.owner,
                         helper_id=request.helper_id,
@@ -197,7 +223,7 @@ class CoordinatorWorkflow(CoordinatorDelivery):
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows, self._removal([entry]), **options.ADMISSION_WRITE
                 )
-            undo_admission(self.book, request.helper_id, evicted)
+            undo_admission(self.book, request.helper_id, evicted, earlier_before)
             await self._hand_out_slots()
             raise ApplicationError(
                 f"helper {request.helper_id} was not admitted: the store or the server did not answer; try again",

@@ -11,6 +11,7 @@ from domain.book.admission import (
 )
 from domain.book.close import CloseAction, apply_closed_by_coordinator, decide_close, request_close, withdraw_from_event
 from domain.book.delivery import apply_delivered, apply_read, decide_read, finishing
+from domain.book.follow_up import FOLLOWABLE_KINDS, decide_follow_up, keeps_context_for, link_follow_up
 from domain.book.outbox import (
     OFFER_GIVE_UP,
     OfferOutcome,
@@ -50,6 +51,7 @@ from domain.book.state import (
 
 __all__ = [
     "EARLY_NOTICES_KEPT",
+    "FOLLOWABLE_KINDS",
     "LEASE_MARGIN",
     "OFFER_GIVE_UP",
     "RECENTLY_REMOVED_KEPT",
@@ -77,6 +79,7 @@ __all__ = [
     "apply_read",
     "decide_admission",
     "decide_close",
+    "decide_follow_up",
     "decide_read",
     "event_due",
     "expire_leases",
@@ -85,6 +88,8 @@ __all__ = [
     "finishing",
     "forget_gone_helper",
     "grant_slots",
+    "keeps_context_for",
+    "link_follow_up",
     "next_event",
     "next_wakeup",
     "release_slot",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from domain.book.follow_up import decide_follow_up, keeps_context_for, link_follow_up
 from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, note_removed
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -32,6 +33,11 @@ def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecisi
     existing = book.entries.get(request.helper_id)
     if existing is not None:
         return AlreadyAdmitted(existing)
+    follow_up = decide_follow_up(book, request)
+    if isinstance(follow_up, Refusal):
+        return follow_up
+    if follow_up is not None:  # this outcome was followed up already: the answer names that helper
+        return AlreadyAdmitted(follow_up)
     policy = book.policy
     language = request.language
     open_ids = book.open_ids()
@@ -67,7 +73,7 @@ def rows_to_evict(book: OwnerBook, room_needed: int) -> list[str] | None:
     if excess <= 0:
         return []
     candidates = sorted(
-        (e for e in book.entries.values() if e.evictable),
+        (e for e in book.entries.values() if e.evictable and not keeps_context_for(book, e)),
         key=lambda e: (e.delivered_at or e.finished_at or e.admitted_at, e.seq),
     )
     if len(candidates) < excess:
@@ -91,19 +97,23 @@ def apply_admission(
         state=RowState.WAITING,
         hard_ceiling_ms=hard_ceiling_ms,
         admitted_at=now,
+        follow_up_of=request.follow_up,
     )
     book.entries[entry.helper_id] = entry
+    link_follow_up(book, entry, now)
     book.queue.append(entry.helper_id)
     book.next_seq += 1
     book.language = request.language
     return entry
 
 
-def undo_admission(book: OwnerBook, helper_id: str, evicted: list[Entry]) -> None:
+def undo_admission(book: OwnerBook, helper_id: str, evicted: list[Entry], earlier: Entry | None = None) -> None:
     """Forget an admission whose row could not be written, so it never holds a place, and put back the rows
-    it would have evicted."""
+    it would have evicted (and the earlier helper it would have followed up, as it was)."""
     book.entries.pop(helper_id, None)
     if helper_id in book.queue:
         book.queue.remove(helper_id)
     for old in evicted:
         book.entries.setdefault(old.helper_id, old)
+    if earlier is not None:  # as it was before the follow-up linked and delivered it
+        book.entries[earlier.helper_id] = earlier

@@ -48,6 +48,8 @@ class Entry(BaseModel):
     keep_until: datetime | None = None
     close_requested: bool = False
     announced: bool = False  # a chat event carrying it was delivered, or given up on
+    follow_up_of: HelperId | None = None  # the earlier helper whose outcome this one continues
+    followed_up_by: HelperId | None = None  # the helper that continues this one's outcome (at most one)
 
     @property
     def is_goal_check(self) -> bool:
@@ -131,6 +133,7 @@ class RefusalCode(StrEnum):
     NOT_UNREPORTED = "not_unreported"
     INVALID_REQUEST = "invalid_request"
     WRONG_OWNER = "wrong_owner"
+    NOT_FOLLOWABLE = "not_followable"
 
 
 class Refusal(BaseModel):

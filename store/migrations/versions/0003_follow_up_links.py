@@ -1,0 +1,29 @@
+"""Follow-ups (issue 14): a row names the earlier helper it continues, and the earlier row names its follow-up.
+
+Both columns are nullable and have no default, so workers of the previous release keep inserting and updating
+rows during a rollout.
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("helper_rows", sa.Column("follow_up_of", sa.String(64)))
+    op.add_column("helper_rows", sa.Column("followed_up_by", sa.String(64)))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("helper_rows") as table:
+        table.drop_column("followed_up_by")
+        table.drop_column("follow_up_of")

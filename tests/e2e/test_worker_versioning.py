@@ -1,0 +1,156 @@
+"""Worker Versioning on the dev server (docs/operations.md, "Rollout and rollback"): a helper started on build A stays
+on A after build B becomes current, and ends there; a helper admitted afterwards runs on B; the coordinator moves
+to B on its own; after a rollback to A the next helper runs on A. And the versioned workflow classes a versioned
+worker registers replay every recorded history, as the plain ones do (tests/replay)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType, VersioningBehavior
+from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from config.settings import Settings
+from contracts.core_api import SessionStatus
+from protocol.names import coordinator_id, helper_workflow_id
+from reference_chat.server import running_chat
+from starter.client import HelperClient
+from store.helper_store import HelperStore
+from tests.e2e.conftest import E2E_FOLLOW
+from tests.fakes.fake_core import FakeCore, FakeSession, serving_fake_core
+from tests.helpers import eventually, helper_request, settings_for
+from tests.replay.test_replay import HISTORIES
+from worker import running_worker
+from workflows.versioned import VERSIONED_WORKFLOWS
+
+pytestmark = pytest.mark.e2e
+
+
+async def _set_current(client: Client, deployment: str, build_id: str) -> None:
+    """`temporal worker deployment set-current-version`, asked until the version's worker has polled (bounded)."""
+    request = SetWorkerDeploymentCurrentVersionRequest(
+        namespace=client.namespace, deployment_name=deployment, build_id=build_id, identity="test"
+    )
+
+    async def done() -> bool:
+        try:
+            await client.workflow_service.set_worker_deployment_current_version(request)
+        except RPCError:  # the version is not known until its worker polls
+            return False
+        return True
+
+    await eventually(done, timeout=30, interval=0.5)
+
+
+async def _version_of(client: Client, workflow_id: str) -> tuple[str, int]:
+    """The build a workflow is on and its versioning behaviour, as the server records them."""
+    info = (await client.get_workflow_handle(workflow_id).describe()).raw_description.workflow_execution_info
+    return info.versioning_info.deployment_version.build_id, info.versioning_info.behavior
+
+
+async def _task_builds(client: Client, workflow_id: str) -> set[str]:
+    """The builds that completed the workflow's tasks."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return {
+        event.workflow_task_completed_event_attributes.deployment_version.build_id
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    }
+
+
+async def _finished(store: HelperStore, owner: str, helper_id: str) -> bool:
+    row = await store.get(owner, helper_id)
+    return row is not None and row.outcome_kind is not None
+
+
+@contextlib.asynccontextmanager
+async def _worker(client: Client, settings: Settings, build_id: str) -> AsyncIterator[None]:
+    async with running_worker(client, settings.model_copy(update={"build_id": build_id})):
+        yield
+
+
+async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_current(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    client = dev_env.client
+    core = FakeCore()
+    owner, deployment = f"owner-{uuid.uuid4().hex[:8]}", f"helper-runtime-{uuid.uuid4().hex[:8]}"
+    async with serving_fake_core(core) as core_url, running_chat() as chat_url:
+        settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW, check_ms=2_000)
+        settings = settings.model_copy(update={"deployment_name": deployment})
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        starter = HelperClient(settings, store, client)
+        try:
+            async with _worker(client, settings, "a"):
+                await _set_current(client, deployment, "a")
+                await starter.start(helper_request(owner, "on-a"))
+                first: FakeSession = await eventually(lambda: core.session_of("on-a"))
+                assert await _version_of(client, helper_workflow_id(owner, "on-a")) == (
+                    "a",
+                    VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
+                )
+
+                # The rollout: build B polls and becomes current while the first helper runs.
+                async with _worker(client, settings, "b"):
+                    await _set_current(client, deployment, "b")
+                    await starter.start(helper_request(owner, "on-b"))
+                    second: FakeSession = await eventually(lambda: core.session_of("on-b"))
+                    assert await _version_of(client, helper_workflow_id(owner, "on-b")) == (
+                        "b",
+                        VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
+                    )
+                    first.add_step(1_000, 100)
+                    first.end(SessionStatus.COMPLETED, "finished on A")
+                    second.end(SessionStatus.COMPLETED, "finished on B")
+                    for helper_id in ("on-a", "on-b"):
+                        await eventually(functools.partial(_finished, store, owner, helper_id), timeout=30)
+
+                    # The pinned helper ran every one of its tasks on A, before and after B became current.
+                    assert await _task_builds(client, helper_workflow_id(owner, "on-a")) == {"a"}
+                    assert await _task_builds(client, helper_workflow_id(owner, "on-b")) == {"b"}
+
+                    # The coordinator is AUTO_UPGRADE: it moves to B at a later workflow task of its own (here the
+                    # helpers' finished signals; an update's task right after the switch may still run on A).
+                    async def on_b() -> bool:
+                        return await _version_of(client, coordinator_id(owner)) == (
+                            "b",
+                            VersioningBehavior.VERSIONING_BEHAVIOR_AUTO_UPGRADE,
+                        )
+
+                    await eventually(on_b, timeout=20, interval=0.2)
+                    assert await _task_builds(client, coordinator_id(owner)) == {"a", "b"}
+                    row = await store.get(owner, "on-a")
+                    assert row is not None and row.outcome_kind is not None and row.outcome_kind.value == "completed"
+
+                    # The rollback: A is current again (its workers never stopped); the next helper runs on A.
+                    await _set_current(client, deployment, "a")
+                    await starter.start(helper_request(owner, "back-on-a"))
+                    third: FakeSession = await eventually(lambda: core.session_of("back-on-a"))
+                    assert await _version_of(client, helper_workflow_id(owner, "back-on-a")) == (
+                        "a",
+                        VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
+                    )
+                    third.end(SessionStatus.COMPLETED, "finished on A again")
+                    await eventually(functools.partial(_finished, store, owner, "back-on-a"), timeout=30)
+        finally:
+            await store.close()
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
+async def test_the_versioned_workflows_replay_every_recorded_history(path: Path) -> None:
+    """The subclasses only add a versioning behaviour: every release's histories replay on them unchanged."""
+    history = WorkflowHistory.from_json(path.stem, await asyncio.to_thread(path.read_text))
+    replayer = Replayer(workflows=VERSIONED_WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.stem}: {result.replay_failure}"

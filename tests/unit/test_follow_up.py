@@ -1,0 +1,174 @@
+"""Follow-ups in the owner book (issue 14): who may be followed up, once, and what the admission changes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from domain.book import (
+    Admit,
+    AlreadyAdmitted,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    apply_admission,
+    decide_admission,
+    grant_slots,
+    request_close,
+    rows_to_evict,
+    undo_admission,
+)
+from domain.follow_up_task import CARRIED_CONTEXT_MAX_CHARS, carried_task
+from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest, RequestError
+from domain.rows import RowState
+from tests.unit.test_owner_book import HARD_MS, KEEP, T0, admit, book_of, deliver, finish
+
+
+def follow_up(helper_id: str, earlier: str, language: str = "en") -> HelperRequest:
+    return HelperRequest(
+        owner="anna", helper_id=helper_id, task="the blue venue", model="m", follow_up=earlier, language=language
+    )
+
+
+def finished_book(kind: OutcomeKind, **policy: int) -> OwnerBook:
+    book = book_of(**policy)
+    admit(book, "h1")
+    finish(book, "h1", kind)
+    return book
+
+
+def admit_follow_up(book: OwnerBook, helper_id: str, earlier: str) -> None:
+    decision = decide_admission(book, follow_up(helper_id, earlier))
+    assert isinstance(decision, Admit), decision
+    apply_admission(book, follow_up(helper_id, earlier), decision, T0 + timedelta(minutes=5), HARD_MS)
+    grant_slots(book, T0)
+
+
+@pytest.mark.parametrize("kind", [OutcomeKind.QUESTION, OutcomeKind.AUTHORIZATION, OutcomeKind.PARTIAL])
+def test_an_outcome_that_waits_for_the_owner_can_be_followed_up_and_is_then_delivered(kind: OutcomeKind) -> None:
+    book = finished_book(kind)
+    assert book.entries["h1"].state is RowState.UNREPORTED
+    generation = book.entries["h1"].generation
+
+    admit_follow_up(book, "h2", "h1")
+
+    earlier, later = book.entries["h1"], book.entries["h2"]
+    assert (earlier.followed_up_by, later.follow_up_of) == ("h2", "h1")
+    assert earlier.state is RowState.DELIVERED
+    assert earlier.delivered_at == T0 + timedelta(minutes=5)
+    assert earlier.keep_until == earlier.delivered_at + KEEP
+    assert earlier.generation == generation + 1  # the store write is guarded by it
+    assert later.state is RowState.RUNNING  # admitted like any other helper: it takes a free slot
+
+
+def test_an_already_delivered_outcome_can_be_followed_up_and_stays_delivered() -> None:
+    book = finished_book(OutcomeKind.QUESTION)
+    deliver(book, "h1")
+    delivered_at = book.entries["h1"].delivered_at
+
+    admit_follow_up(book, "h2", "h1")
+
+    assert book.entries["h1"].state is RowState.DELIVERED
+    assert book.entries["h1"].delivered_at == delivered_at
+
+
+@pytest.mark.parametrize("kind", [OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.INTERRUPTED])
+def test_an_outcome_that_waits_for_nobody_is_refused_as_not_followable(kind: OutcomeKind) -> None:
+    book = finished_book(kind)
+    decision = decide_admission(book, follow_up("h2", "h1"))
+    assert isinstance(decision, Refusal)
+    assert decision.code is RefusalCode.NOT_FOLLOWABLE
+    assert "h1" in decision.message and "question" in decision.message
+    assert "h2" not in book.entries  # nothing was written
+
+
+def test_a_running_helper_a_closed_one_and_an_unknown_one_cannot_be_followed_up() -> None:
+    book = book_of()
+    admit(book, "h1")
+    running = decide_admission(book, follow_up("h2", "h1"))
+    assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_FOLLOWABLE
+    assert "still working" in running.message
+
+    unknown = decide_admission(book, follow_up("h2", "nobody", language="ru"))
+    assert isinstance(unknown, Refusal) and unknown.code is RefusalCode.UNKNOWN_HELPER
+    assert "nobody" in unknown.message and "Помощника" in unknown.message
+
+    closed = finished_book(OutcomeKind.QUESTION)
+    request_close(closed, "h1")
+    refused = decide_admission(closed, follow_up("h2", "h1"))
+    assert isinstance(refused, Refusal) and refused.code is RefusalCode.NOT_FOLLOWABLE
+    assert "closed" in refused.message
+
+
+def test_a_second_follow_up_of_the_same_outcome_answers_with_the_first() -> None:
+    book = finished_book(OutcomeKind.QUESTION)
+    admit_follow_up(book, "h2", "h1")
+
+    again = decide_admission(book, follow_up("h3", "h1"))
+
+    assert isinstance(again, AlreadyAdmitted)
+    assert again.entry.helper_id == "h2"
+    assert "h3" not in book.entries
+
+
+def test_a_follow_up_counts_as_open_like_any_helper() -> None:
+    book = finished_book(OutcomeKind.QUESTION, max_open=2)
+    admit(book, "h2")
+    admit(book, "h3")
+    decision = decide_admission(book, follow_up("h4", "h1"))
+    assert isinstance(decision, Refusal) and decision.code is RefusalCode.TOO_MANY_OPEN
+    assert book.entries["h1"].followed_up_by is None
+
+
+def test_the_earlier_row_is_not_evicted_while_its_follow_up_is_open() -> None:
+    book = finished_book(OutcomeKind.QUESTION, max_rows=3)
+    admit_follow_up(book, "h2", "h1")  # h1 is now delivered: evictable, were it not for h2
+    assert rows_to_evict(book, room_needed=1) == []  # 2 rows, room for a third
+    assert rows_to_evict(book, room_needed=2) is None
+    finish(book, "h2", OutcomeKind.COMPLETED)
+    assert rows_to_evict(book, room_needed=2) == ["h1"]
+
+
+def test_an_admission_undone_puts_the_earlier_helper_back_as_it_was() -> None:
+    book = finished_book(OutcomeKind.QUESTION)
+    before = book.entries["h1"].model_copy(deep=True)
+    admit_follow_up(book, "h2", "h1")
+
+    undo_admission(book, "h2", [], before)
+
+    assert book.entries["h1"] == before
+    assert "h2" not in book.entries
+    assert isinstance(decide_admission(book, follow_up("h2", "h1")), Admit)  # it can be tried again
+
+
+def test_a_request_cannot_follow_itself_up_nor_be_a_goal_check() -> None:
+    with pytest.raises(RequestError) as itself:
+        HelperRequest.parse({"owner": "anna", "helper_id": "h1", "task": "t", "model": "m", "follow_up": "h1"})
+    assert "cannot follow itself up" in str(itself.value)
+    with pytest.raises(RequestError) as goal:
+        HelperRequest.parse(
+            {"owner": "anna", "helper_id": "h1", "task": "t", "model": "m", "follow_up": "h0", "goal_id": "g"}
+        )
+    assert "Goal check cannot be a follow-up" in str(goal.value)
+    with pytest.raises(RequestError) as bad_id:
+        HelperRequest.parse({"owner": "anna", "helper_id": "h1", "task": "t", "model": "m", "follow_up": "../x"})
+    assert "follow-up helper id" in str(bad_id.value)
+
+
+def test_the_carried_task_holds_the_earlier_outcome_and_the_answer_in_the_owners_language() -> None:
+    task = carried_task(
+        language="ru", earlier_id="h1", earlier_kind=OutcomeKind.QUESTION, earlier_text="Which venue?", answer="Blue"
+    )
+    assert task.index("Which venue?") < task.index("Blue")
+    assert "вопросом" in task
+
+    long = carried_task(
+        language="en", earlier_id="h1", earlier_kind=OutcomeKind.PARTIAL, earlier_text="x" * 100_000, answer="go on"
+    )
+    assert len(long) < CARRIED_CONTEXT_MAX_CHARS + 1_000
+    assert long.endswith("go on") and "left out" in long
+
+    gone = carried_task(language="en", earlier_id="h1", earlier_kind=None, earlier_text=None, answer="go on")
+    assert "no longer kept" in gone and gone.endswith("go on")

@@ -1,0 +1,123 @@
+"""Tracing is off unless configured: no tracer provider, no interceptor, no opentelemetry import; when on, each core
+HTTP call is a span. Also the settings that turn tracing and Worker Versioning on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from temporalio.common import VersioningBehavior
+
+from clients.core_client import CoreClient, CoreUnavailable
+from config.settings import Settings, SettingsError
+from observability import tracing
+from tests.unit.test_starter_imports import _imported_by, env  # noqa: F401  # `env`: the module's store fixture
+from worker import WORKFLOWS, deployment_of
+from workflows.versioned import VERSIONED_WORKFLOWS
+
+
+@pytest.fixture
+def in_memory() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert tracing.install(Settings(), "test", provider=provider)
+    try:
+        yield exporter
+    finally:
+        tracing.shutdown()
+
+
+def test_nothing_configured_installs_nothing() -> None:
+    settings = Settings.from_env({})
+    assert not settings.tracing_enabled
+    assert tracing.install(settings, "helper-worker") is False
+    assert not tracing.enabled()
+    assert tracing.interceptors() == []
+    # The core client's span is one shared no-op context: nothing is created per call.
+    assert tracing.core_span("GET", "/v1/models") is tracing.core_span("POST", "/v1/sessions")
+    tracing.shutdown()  # harmless when off
+
+
+@pytest.mark.parametrize(
+    ("env_vars", "on"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        ({"HELPER_TRACING": "true"}, True),
+        ({"HELPER_TRACING": "false", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ""}, False),
+    ],
+)
+def test_tracing_follows_the_otlp_endpoint_unless_told_otherwise(env_vars: dict[str, str], on: bool) -> None:
+    assert Settings.from_env(env_vars).tracing_enabled is on
+
+
+def test_a_bad_tracing_flag_names_the_variable() -> None:
+    with pytest.raises(SettingsError, match="HELPER_TRACING"):
+        Settings.from_env({"HELPER_TRACING": "maybe"})
+
+
+def test_a_write_command_loads_no_opentelemetry_unless_tracing_is_configured(
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    """R43: with nothing configured a write does not import opentelemetry; with an endpoint it does (so the
+    measurement works). Temporal is down: exit 3 once everything is imported."""
+    down = {**env, "TEMPORAL_ADDRESS": "127.0.0.1:9", "HELPER_STARTER_TIMEOUT_MS": "3000"}
+    argv = ["close", "--owner", "anna", "--id", "h1"]
+    assert "opentelemetry" not in _imported_by(argv, down, exit_code=3)
+    traced = {**down, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    assert "opentelemetry" in _imported_by(argv, traced, exit_code=3)
+
+
+async def test_each_core_call_is_a_client_span(in_memory: InMemorySpanExporter) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"models": ["scripted"]})
+        return httpx.Response(503, content=json.dumps({"message": "restarting"}))
+
+    core = CoreClient("http://core.test", 1_000, transport=httpx.MockTransport(answer))
+    try:
+        assert await core.models() == ["scripted"]
+        with pytest.raises(CoreUnavailable):
+            await core.reset("s-1")
+    finally:
+        await core.aclose()
+    spans = in_memory.get_finished_spans()
+    assert [(s.name, s.kind) for s in spans] == [("core GET", SpanKind.CLIENT), ("core POST", SpanKind.CLIENT)]
+    assert spans[0].attributes is not None and spans[0].attributes["url.path"] == "/v1/models"
+    assert spans[0].status.status_code is StatusCode.UNSET
+    assert tracing.interceptors() and type(tracing.interceptors()[0]).__name__ == "TracingInterceptor"
+
+
+def test_worker_versioning_is_off_unless_both_settings_are_given() -> None:
+    assert deployment_of(Settings.from_env({})) is None
+    assert deployment_of(Settings.from_env({"HELPER_DEPLOYMENT_NAME": "", "HELPER_BUILD_ID": ""})) is None
+    with pytest.raises(SettingsError, match="HELPER_BUILD_ID"):
+        Settings.from_env({"HELPER_DEPLOYMENT_NAME": "helper-runtime"})
+    config = deployment_of(Settings.from_env({"HELPER_DEPLOYMENT_NAME": "helper-runtime", "HELPER_BUILD_ID": "b7"}))
+    assert config is not None and config.use_worker_versioning
+    assert (config.version.deployment_name, config.version.build_id) == ("helper-runtime", "b7")
+
+
+def test_a_versioned_worker_pins_helpers_and_lets_the_coordinator_upgrade() -> None:
+    """Under Worker Versioning every workflow declares its behaviour (the SDK refuses a versioned worker
+    otherwise): a helper ends on the build it started on, the long-lived coordinator moves on. The classes an
+    unversioned worker registers declare none: the server refuses a behaviour from an unversioned worker."""
+    from temporalio import workflow
+
+    def behaviours(classes: list[type]) -> dict[str, VersioningBehavior | None]:
+        definitions = [workflow._Definition.must_from_class(cls) for cls in classes]
+        return {d.name or "": d.versioning_behavior for d in definitions}
+
+    assert set(behaviours(WORKFLOWS).values()) == {VersioningBehavior.UNSPECIFIED}
+    versioned = behaviours(VERSIONED_WORKFLOWS)
+    assert versioned.keys() == behaviours(WORKFLOWS).keys(), "the same workflow names"
+    assert versioned.pop("CoordinatorWorkflow") is VersioningBehavior.AUTO_UPGRADE
+    assert set(versioned.values()) == {VersioningBehavior.PINNED}, versioned
