@@ -80,6 +80,7 @@ def activities_of(
         session.cancel_session,
         session.reset_session,
         session.recover_session,
+        session.reset_kept_sessions,
         chat_activities.offer_chat_event,
         chat_activities.withdraw_chat_event,
         goals.start_goal_check,

@@ -10,15 +10,14 @@ retries it (no history event) and the next attempt resumes from the heartbeat de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import zlib
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.follow_ups import FollowUps
 from activities.rows import admitted_row
 from clients.core_client import (
     CoreClient,
@@ -28,7 +27,7 @@ from clients.core_client import (
     CoreUnavailable,
     SessionNotFound,
 )
-from contracts.core_api import CreateSession, SessionLimits, Snapshot
+from contracts.core_api import CreateSession, SessionCreated, SessionLimits, Snapshot
 from domain.activity_io import (
     CancelResult,
     OpenedSession,
@@ -48,7 +47,6 @@ from domain.follow import (
     next_read_waits,
     result_from,
 )
-from domain.follow_up_task import carried_task
 from domain.limits import Limits
 from domain.rows import HelperRow, RowState
 from domain.work import fold_usage
@@ -77,6 +75,7 @@ class SessionActivities:
         self.store = store
         self.core = core
         self.results = results
+        self.follow_ups = FollowUps(store, core, results)
 
     @activity.defn(name="open_session")
     async def open_session(self, request: OpenSession) -> OpenedSession:
@@ -93,37 +92,30 @@ class SessionActivities:
             deadline_at=request.deadline_at,
         )
         try:
-            created = await self.core.create(
-                await self._create_request(row, request.idempotency_key, request.limits),
-                timeout_s=_seconds(request.check_ms),
-            )
+            created = await self._create(row, request.idempotency_key, request.limits, _seconds(request.check_ms))
         except CoreError as error:
             raise _retry_or_refuse(error) from None
         # The session id is durable before the workflow moves on: no lost session id (seed risk 7).
         await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=created.session_id)
+        await self.follow_ups.release_earlier(row)
         return OpenedSession(session_id=created.session_id, created=created.created)
 
-    async def _create_request(self, row: HelperRow, idempotency_key: str, limits: Limits) -> CreateSession:
-        """The create for this row; a retry or a recovery under the same key sends the same request."""
-        task = await self._follow_up_task(row) if row.follow_up_of else row.task
-        return _create_request(row, task, idempotency_key, limits)
-
-    async def _follow_up_task(self, row: HelperRow) -> str:
-        """A follow-up's task: the owner's answer with the earlier outcome's full text (issue 14)."""
-        assert row.follow_up_of is not None
-        earlier = await self.store.get(row.owner, row.follow_up_of)
-        earlier_text = None
-        if earlier is not None and self.results is not None:
-            with contextlib.suppress(ValueError):  # a directory outside the results root is never read
-                directory = self.results.inside(Path(earlier.result_dir))
-                earlier_text = await asyncio.to_thread(self.results.read_text, directory)
-        return carried_task(
-            language=row.language,
-            earlier_id=row.follow_up_of,
-            earlier_kind=earlier.outcome_kind if earlier is not None else None,
-            earlier_text=earlier_text,
-            answer=row.task,
-        )
+    async def _create(
+        self, row: HelperRow, idempotency_key: str, limits: Limits, timeout_s: float | None
+    ) -> SessionCreated:
+        """Create the row's session; a retry or a recovery under the same key sends the same requests. A
+        follow-up first asks to continue the earlier session and, if the core refuses, carries its outcome."""
+        if row.follow_up_of is None:
+            return await self.core.create(_create_request(row, idempotency_key, limits), timeout_s=timeout_s)
+        requests = await self.follow_ups.create_requests(row, idempotency_key, limits)
+        for continuation in requests[:-1]:
+            try:
+                return await self.core.create(continuation, timeout_s=timeout_s)
+            except CoreRejected as refused:
+                log.warning(
+                    "%s/%s: the core would not continue the earlier session: %s", row.owner, row.helper_id, refused
+                )
+        return await self.core.create(requests[-1], timeout_s=timeout_s)
 
     @activity.defn(name="follow_session")
     async def follow_session(self, request: FollowRequest) -> FollowResult:
@@ -236,7 +228,11 @@ class SessionActivities:
 
     @activity.defn(name="reset_session")
     async def reset_session(self, ref: SessionRef) -> bool:
-        """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes."""
+        """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes.
+
+        A session a follow-up may continue is kept instead, on a core that can continue it (issue 14)."""
+        if await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id):
+            return True
         try:
             answer = await self.core.reset(ref.session_id, timeout_s=_seconds(ref.check_ms))
             if not answer.reset:
@@ -251,6 +247,11 @@ class SessionActivities:
             return False
         return True
 
+    @activity.defn(name="reset_kept_sessions")
+    async def reset_kept_sessions(self) -> int:
+        """The hourly sweep: reset the kept sessions nothing can need any more (issue 14, R20)."""
+        return await self.follow_ups.reset_kept_sessions()
+
     @activity.defn(name="recover_session")
     async def recover_session(self, request: RecoverSession) -> RecoveredSession:
         """The create was never answered: ask again with the same key, which names the session if the core
@@ -263,9 +264,7 @@ class SessionActivities:
         # Without the hard ceiling's pressure each call may take a few check intervals (stated bound).
         bound = 4 * (_seconds(request.check_ms) or self.core.check_seconds)
         try:
-            created = await self.core.create(
-                await self._create_request(row, request.idempotency_key, request.limits), timeout_s=bound
-            )
+            created = await self._create(row, request.idempotency_key, request.limits, bound)
         except CoreRejected:
             return RecoveredSession()  # the core refuses the task: it never ran
         except CoreError as error:
@@ -301,12 +300,12 @@ def _seconds(check_ms: int | None) -> float | None:
     return None if check_ms is None else check_ms / 1000
 
 
-def _create_request(row: HelperRow, task: str, idempotency_key: str, limits: Limits) -> CreateSession:
+def _create_request(row: HelperRow, idempotency_key: str, limits: Limits) -> CreateSession:
     return CreateSession(
         idempotency_key=idempotency_key,
         owner=row.owner,
         helper_id=row.helper_id,
-        task=task,
+        task=row.task,
         boundary=list(row.boundary),
         language=row.language,
         model=row.model,

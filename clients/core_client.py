@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json as jsonlib
+import time
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from contracts.core_api import (
     CancelAnswer,
+    CoreCapabilities,
     CreateSession,
     ModelCatalog,
     ResetAnswer,
@@ -46,6 +48,8 @@ ERROR_BODY_MAX_BYTES = 64 * 1024
 KEEPALIVE_CONNECTIONS = 1_000
 # Excerpts of what the core sent (a Problem's message, an id, a body) are cut to this in messages.
 EXCERPT_MAX_CHARS = 200
+# How long the core's capabilities are trusted before they are asked again.
+CAPABILITIES_TTL_S = 60.0
 
 
 class CoreError(Exception):
@@ -84,6 +88,8 @@ class CoreClient:
             # pool of 100 would make the 101st wait and time out. The worker's activity slots bound them.
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
         )
+
+        self._capabilities: tuple[float, CoreCapabilities] | None = None
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -134,6 +140,22 @@ class CoreClient:
             return (await self._call("GET", "/v1/models", ModelCatalog, timeout_s=timeout_s)).models
         except SessionNotFound:  # a plain 404: this core has no catalog endpoint
             return None
+
+    @core_endpoint("capabilities")
+    async def capabilities(self, *, timeout_s: float | None = None) -> CoreCapabilities:
+        """What the core offers beyond the base contract; a core without the endpoint (404) offers nothing.
+
+        Asked again after CAPABILITIES_TTL_S, so a core upgraded (or rolled back) under a running worker is
+        seen within a minute; a failed ask is not remembered."""
+        now = time.monotonic()
+        if self._capabilities is not None and now - self._capabilities[0] < CAPABILITIES_TTL_S:
+            return self._capabilities[1]
+        try:
+            offered = await self._call("GET", "/v1/capabilities", CoreCapabilities, timeout_s=timeout_s)
+        except SessionNotFound:  # a plain 404: a core of the base contract
+            offered = CoreCapabilities()
+        self._capabilities = (now, offered)
+        return offered
 
     async def _call(
         self,

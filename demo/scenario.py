@@ -4,8 +4,9 @@ Two owners. Anna (English) gets three helpers at once (one mails a report with a
 question, one runs into the work ceiling), a fourth that is refused, then three long runs of which one
 is closed while running: its slot stays held until the core confirms the stop, and a helper admitted
 meanwhile waits for exactly that slot. Boris (Russian) gets one helper that hits the work ceiling, to
-show the stop explained in his language. Iva's side reads the unreported outcomes and marks them
-delivered after answering, as a chat turn would.
+show the stop explained in his language. Then Anna answers the venue question and grants an authorization:
+follow-ups continue that work (issue 14). Iva's side reads the unreported outcomes and marks them delivered
+after answering, as a chat turn would.
 
 Nothing here depends on how fast the machine is: the reference core holds scripted helpers on latches
 (`reference_core.latches`) that the scenario releases once it has shown what must happen while they
@@ -121,6 +122,7 @@ async def run_scenario(settings: Settings) -> list[str]:
     try:
         await _first_wave(client, watcher, report, settings)
         await _close_while_running(client, watcher, report, settings)
+        await _follow_ups(client, watcher, report)
         await _iva_reads_and_answers(client, report)
     finally:
         await watcher.stop()
@@ -183,7 +185,7 @@ async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, se
         ANNA,
         "pick-venue",
         scripted_task(
-            "Shortlist venues for the team dinner on Friday.",
+            "Shortlist venues for the team dinner on Friday.\nBudget: 40 EUR per person, twelve people.",
             steps=3,
             step_ms=900,
             end="question",
@@ -297,6 +299,73 @@ async def _close_while_running(client: HelperClient, watcher: Watcher, report: R
     report.expect(
         closed_at is not None and started_at is not None and started_at >= closed_at,
         f"after-close started at {started_at}, before long-a's slot was freed at {closed_at}",
+    )
+
+
+async def _follow_ups(client: HelperClient, watcher: Watcher, report: Report) -> None:
+    print("\n— Anna answers the venue question and grants an authorization; follow-ups continue the work —", flush=True)
+    # The answer's own task does not hold the budget: the follow-up knows it because the core carried the
+    # earlier conversation on (`recall` makes the scripted model quote what it remembers).
+    _say(f"{ANNA}/pick-venue", "Anna answers the question: walking distance")
+    await _start(
+        client,
+        watcher,
+        ANNA,
+        "venue-choice",
+        scripted_task("Walking distance, please. Book the best one.", steps=2, step_ms=700, recall="Budget"),
+        follow_up="pick-venue",
+    )
+    await _start(
+        client,
+        watcher,
+        ANNA,
+        "send-contract",
+        scripted_task(
+            "Send the signed contract to legal.",
+            steps=2,
+            step_ms=700,
+            end="authorization",
+            authorization="send_mail to legal@example.com",
+        ),
+    )
+    await _wait_for(lambda: _kind(watcher, ANNA, "send-contract") is not None, "send-contract to stop", timeout=60)
+    _say(f"{ANNA}/send-contract", "Anna says yes: the follow-up may send that mail")
+    await _start(
+        client,
+        watcher,
+        ANNA,
+        "send-contract-ok",
+        scripted_task(
+            "Yes, send it.",
+            steps=2,
+            step_ms=700,
+            tool_calls=[
+                {
+                    "step": 1,
+                    "tool": "send_mail",
+                    "args": {"to": "legal@example.com", "subject": "Contract", "body": "Signed copy attached."},
+                }
+            ],
+        ),
+        follow_up="send-contract",
+        boundary=["send_mail to legal@example.com"],
+    )
+    followed = ["venue-choice", "send-contract-ok"]
+    await _wait_for(lambda: all(_kind(watcher, ANNA, h) is not None for h in followed), "the follow-ups", timeout=60)
+    venue = watcher.views.get((ANNA, "venue-choice"))
+    report.expect(
+        venue is not None and venue.outcome_kind is OutcomeKind.COMPLETED and "40 EUR" in (venue.summary or ""),
+        f"venue-choice: should complete knowing the budget pick-venue was given, got {venue}",
+    )
+    sent = watcher.views.get((ANNA, "send-contract-ok"))
+    mails = [a for a in (sent.actions if sent else []) if a.tool == "send_mail" and "legal@example.com" in a.whom]
+    report.expect(
+        sent is not None and sent.outcome_kind is OutcomeKind.COMPLETED and len(mails) == 1,
+        f"send-contract-ok: should send the mail to legal once, got {sent}",
+    )
+    report.expect(
+        _kind(watcher, ANNA, "send-contract") is OutcomeKind.AUTHORIZATION,
+        "send-contract: should end waiting for authorization",
     )
 
 

@@ -45,7 +45,7 @@ REFUSAL_REASONS: Final = frozenset(code.value for code in RefusalCode)
 FINAL_CHAT_STATES: Final = frozenset(
     state.value for state in (EventState.DELIVERED, EventState.FAILED, EventState.UNCERTAIN, EventState.WITHDRAWN)
 )
-CORE_ENDPOINTS: Final = frozenset({"create", "snapshot", "finish", "cancel", "reset", "models"})
+CORE_ENDPOINTS: Final = frozenset({"create", "snapshot", "finish", "cancel", "reset", "models", "capabilities"})
 CORE_ERROR_KINDS: Final = frozenset({"timeout", "connect", "status", "malformed", OTHER})
 # write_state serves several activities; the activity names which write it was. Other store writes name
 # themselves (the decorator's argument).
@@ -57,7 +57,7 @@ STATE_WRITES: Final = {
     "coordinator_write": "coordinator",
 }
 STORE_OPERATIONS: Final = frozenset(
-    {"admit", "progress", "remove", "usage", "chat_event", "park", "state", *STATE_WRITES.values()}
+    {"admit", "progress", "remove", "usage", "chat_event", "park", "keep", "state", *STATE_WRITES.values()}
 )
 BY_ACTIVITY: Final = "state"
 

@@ -53,8 +53,13 @@ class Health(BaseModel):
     ok: bool
 
 
-def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) -> FastAPI:
-    """The app serving sessions stored in `db_path`, with `models` (default: the scripted model)."""
+def create_app(
+    db_path: Path, models: Mapping[str, ModelFactory] | None = None, *, offers_follow_ups: bool = True
+) -> FastAPI:
+    """The app serving sessions stored in `db_path`, with `models` (default: the scripted model).
+
+    `offers_follow_ups=False` plays a core of the base contract for follow-ups: it does not advertise
+    `continue_from` (tests of the runtime's fallback, which carries the earlier outcome in the task)."""
     service = SessionService(db_path, models if models is not None else default_models())
 
     @asynccontextmanager
@@ -165,7 +170,7 @@ def create_app(db_path: Path, models: Mapping[str, ModelFactory] | None = None) 
     async def capabilities() -> CoreCapabilities:
         """The optional parts of the contract this core offers: follow-ups (`continue_from` in a create) and
         long poll (R44). A core without this endpoint offers neither."""
-        return CoreCapabilities(continue_from=True, long_poll=True)
+        return CoreCapabilities(continue_from=offers_follow_ups, long_poll=True)
 
     @app.get("/healthz", operation_id="health", summary="Health")
     async def healthz() -> Health:

@@ -55,8 +55,12 @@ async def serving(app: FastAPI, port: int = 0, host: str = HOST) -> AsyncIterato
 
 @contextlib.asynccontextmanager
 async def running_core(
-    db_path: Path, port: int = 0, *, models: Mapping[str, ModelFactory] | None = None
+    db_path: Path,
+    port: int = 0,
+    *,
+    models: Mapping[str, ModelFactory] | None = None,
+    offers_follow_ups: bool = True,
 ) -> AsyncIterator[str]:
     """The reference core on 127.0.0.1 with its sessions in `db_path`; yields the base URL."""
-    async with serving(create_app(db_path, models), port) as base_url:
+    async with serving(create_app(db_path, models, offers_follow_ups=offers_follow_ups), port) as base_url:
         yield base_url

@@ -118,17 +118,22 @@ def _changes(before: _Shown | None, view: HelperView) -> list[str]:
     """What to say about `view` given what was said before (None: nothing yet)."""
     if view.outcome_kind is not None:
         if before is not None and before.outcome_kind is not None:
-            return [_LATER_STATE[view.state]] if before.state is not view.state and view.state in _LATER_STATE else []
+            if before.state is view.state or view.state not in _LATER_STATE:
+                return []
+            if view.state is RowState.DELIVERED and view.followed_up_by is not None:
+                return [f"delivered · the owner answered it: {view.followed_up_by} follows it up"]
+            return [_LATER_STATE[view.state]]
         return _outcome(view)
     if view.state is RowState.CLOSED:
         return ["closed while running · its slot is held until the core confirms the stop"]
+    admitted = "admitted" if view.follow_up_of is None else f"admitted · follows up {view.follow_up_of}"
     if view.state is RowState.WAITING:
         if before is None:
-            return [f"admitted · waiting for a slot · {ahead_text(view.ahead)}"]
+            return [f"{admitted} · waiting for a slot · {ahead_text(view.ahead)}"]
         return [f"waiting for a slot · {ahead_text(view.ahead)}"]
     lines: list[str] = []
     if before is None:
-        lines.append("admitted · running now")
+        lines.append(f"{admitted} · running now")
     elif before.state is RowState.WAITING:
         lines.append("got a slot · running now")
     if view.steps > 0 and (before is None or before.steps != view.steps):

@@ -25,13 +25,14 @@ from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from observability.recording import BY_ACTIVITY, store_write
 from store.database import check_schema, create_engine, migrate
-from store.records import ChatEvent, ParkedSession, UsageLine
-from store.schema import ChatEventRecordRow, HelperRowRecord, ParkedSessionRecord, UsageRecord
+from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
+from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
 
 row_table = cast(Table, HelperRowRecord.__table__)
 usage_table = cast(Table, UsageRecord.__table__)
 events_table = cast(Table, ChatEventRecordRow.__table__)
 parked_table = cast(Table, ParkedSessionRecord.__table__)
+kept_table = cast(Table, KeptSessionRecord.__table__)
 
 
 class RowChanges(TypedDict, total=False):
@@ -230,6 +231,41 @@ class HelperStore:
                     session_id=session_id, owner=owner, helper_id=helper_id, error=error, parked_at=_now()
                 )
             )
+
+    @store_write("keep")
+    async def keep_session(self, owner: str, helper_id: str, seq: int, session_id: str) -> None:
+        """List a session kept for a follow-up; keeping it again (a retried activity) changes nothing."""
+        async with self.engine.begin() as connection:
+            with contextlib.suppress(IntegrityError):
+                await connection.execute(
+                    insert(kept_table).values(
+                        session_id=session_id, owner=owner, helper_id=helper_id, seq=seq, kept_at=_now()
+                    )
+                )
+
+    @store_write("keep")
+    async def forget_kept(self, session_id: str) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(kept_table).where(kept_table.c.session_id == session_id))
+
+    async def kept_sessions(self, limit: int = 1_000) -> list[KeptSession]:
+        """The oldest kept sessions first, at most `limit` (one sweep's share)."""
+        statement = select(kept_table).order_by(kept_table.c.kept_at).limit(limit)
+        async with self.engine.connect() as connection:
+            result = await connection.execute(statement)
+            return [
+                KeptSession.model_validate({**_plain(r), "kept_at": _aware(r["kept_at"])}) for r in result.mappings()
+            ]
+
+    async def kept_session_of(self, owner: str, helper_id: str) -> KeptSession | None:
+        statement = select(kept_table).where(kept_table.c.owner == owner, kept_table.c.helper_id == helper_id)
+        async with self.engine.connect() as connection:
+            record = (await connection.execute(statement)).mappings().first()
+        return (
+            None
+            if record is None
+            else KeptSession.model_validate({**_plain(record), "kept_at": _aware(record["kept_at"])})
+        )
 
     # --- reads (the starter, Iva) ------------------------------------------------------------------
 

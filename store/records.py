@@ -44,3 +44,13 @@ class ParkedSession(BaseModel):
     helper_id: str
     error: str
     parked_at: datetime
+
+
+class KeptSession(BaseModel):
+    """A session kept for a follow-up (issue 14) until its cleanup reset."""
+
+    session_id: str
+    owner: str
+    helper_id: str
+    seq: int
+    kept_at: datetime

@@ -114,3 +114,16 @@ class ParkedSessionRecord(Base):
     helper_id: Mapped[str] = mapped_column(String(64))
     error: Mapped[str] = mapped_column(Text)
     parked_at: Mapped[datetime]
+
+
+class KeptSessionRecord(Base):
+    """A session kept for a follow-up instead of being reset when its helper finalized (issue 14, R20); reset
+    once its follow-up has its own session, its row is closed or gone, or it is older than the longest wait."""
+
+    __tablename__ = "kept_sessions"
+
+    session_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    helper_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    kept_at: Mapped[datetime]

@@ -1,0 +1,150 @@
+"""The core side of follow-ups for the session activities (issue 14).
+
+- A follow-up's create continues the earlier session when the core offers `continue_from` and that session
+  was kept; otherwise (or when the core refuses the continuation) its task carries the earlier outcome.
+- A session whose outcome waits for the owner is kept instead of reset when its helper finalizes, on a core
+  that can continue it; it is reset once the follow-up has its own session (at once, by the follow-up's
+  open), or by the hourly sweep when its row is closed or gone, or after `KEPT_AT_MOST`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+from clients.core_client import CoreClient, CoreError, CoreRejected, SessionNotFound
+from contracts.core_api import CreateSession, SessionLimits
+from domain.book import FOLLOWABLE_KINDS
+from domain.follow_up_task import carried_task
+from domain.kept_sessions import KEPT_AT_MOST, reset_reason
+from domain.limits import Limits
+from domain.rows import HelperRow, RowState
+from store.helper_store import HelperStore
+from store.records import KeptSession
+from store.results import ResultDirectories
+
+log = logging.getLogger(__name__)
+
+# A kept session whose reset keeps failing is parked (R20) once it is this much older than it may be kept.
+PARK_AFTER = 2 * KEPT_AT_MOST
+# Resetting the earlier session must not hold the follow-up's start for long; the sweep retries a failure.
+RELEASE_BOUND_S = 5.0
+
+
+class FollowUps:
+    def __init__(self, store: HelperStore, core: CoreClient, results: ResultDirectories | None) -> None:
+        self.store = store
+        self.core = core
+        self.results = results
+
+    # --- creating a follow-up's session ------------------------------------------------------------------
+
+    async def create_requests(self, row: HelperRow, idempotency_key: str, limits: Limits) -> list[CreateSession]:
+        """The creates to try in order: the continuation (when the core can continue the kept earlier
+        session), then the create whose task carries the earlier outcome. A retry or a recovery under the
+        same key sends the same requests, so the key names one session whichever was made."""
+        assert row.follow_up_of is not None
+        earlier = await self.store.get(row.owner, row.follow_up_of)
+        carried = _create(row, await self._carried_task(row, earlier), idempotency_key, limits)
+        kept = await self.store.kept_session_of(row.owner, row.follow_up_of) if earlier is not None else None
+        if kept is None or earlier is None or earlier.session_id != kept.session_id:
+            return [carried]
+        if not (await self.core.capabilities()).continue_from:
+            return [carried]
+        continued = _create(row, row.task, idempotency_key, limits, continue_from=kept.session_id)
+        return [continued, carried]
+
+    async def release_earlier(self, row: HelperRow) -> None:
+        """The follow-up has its own session: the earlier one is no longer needed (reset as cleanup, R20)."""
+        if row.follow_up_of is None:
+            return
+        kept = await self.store.kept_session_of(row.owner, row.follow_up_of)
+        if kept is not None:
+            await self._reset(kept, "its follow-up has its own session", RELEASE_BOUND_S)
+
+    async def _carried_task(self, row: HelperRow, earlier: HelperRow | None) -> str:
+        earlier_text = None
+        if earlier is not None and self.results is not None:
+            with contextlib.suppress(ValueError):  # a directory outside the results root is never read
+                directory = self.results.inside(Path(earlier.result_dir))
+                earlier_text = await asyncio.to_thread(self.results.read_text, directory)
+        assert row.follow_up_of is not None
+        return carried_task(
+            language=row.language,
+            earlier_id=row.follow_up_of,
+            earlier_kind=earlier.outcome_kind if earlier is not None else None,
+            earlier_text=earlier_text,
+            answer=row.task,
+        )
+
+    # --- keeping a finalized helper's session -------------------------------------------------------------
+
+    async def keep_instead_of_reset(self, owner: str, helper_id: str, session_id: str) -> bool:
+        """Keep (list) the session instead of resetting it, if a follow-up may continue it; True if kept."""
+        row = await self.store.get(owner, helper_id)
+        if (
+            row is None
+            or row.session_id != session_id
+            or row.outcome_kind not in FOLLOWABLE_KINDS
+            or row.state is RowState.CLOSED
+            or row.followed_up_by is not None  # its follow-up was admitted before this cleanup ran
+        ):
+            return False
+        try:
+            if not (await self.core.capabilities()).continue_from:
+                return False
+        except CoreError:
+            return False  # the reset that follows meets the same core and is retried as before
+        await self.store.keep_session(owner, helper_id, row.seq, session_id)
+        return True
+
+    async def reset_kept_sessions(self, now: datetime | None = None) -> int:
+        """The sweep's share: reset every kept session nothing can need any more; returns how many."""
+        moment = now or datetime.now(UTC)
+        released = 0
+        for kept in await self.store.kept_sessions():
+            row = await self.store.get(kept.owner, kept.helper_id)
+            follow_up = None
+            if row is not None and row.followed_up_by is not None:
+                follow_up = await self.store.get(kept.owner, row.followed_up_by)
+            reason = reset_reason(kept.kept_at, kept.seq, row, follow_up, moment)
+            if reason is not None and await self._reset(kept, reason, None, moment):
+                released += 1
+        return released
+
+    async def _reset(self, kept: KeptSession, reason: str, bound_s: float | None, now: datetime | None = None) -> bool:
+        try:
+            answer = await self.core.reset(kept.session_id, timeout_s=bound_s)
+            if not answer.reset:
+                raise CoreRejected(409, "the core did not reset the session")
+        except SessionNotFound:
+            pass  # gone already: nothing is left to clean up
+        except CoreError as error:
+            age = (now or datetime.now(UTC)) - kept.kept_at
+            if age < PARK_AFTER:
+                log.warning("reset of kept session %s (%s) failed, retried later: %s", kept.session_id, reason, error)
+                return False
+            log.warning("reset of kept session %s failed for good, parking it: %s", kept.session_id, error)
+            await self.store.record_parked(kept.owner, kept.helper_id, kept.session_id, str(error))
+        await self.store.forget_kept(kept.session_id)
+        log.info("kept session %s of %s/%s reset: %s", kept.session_id, kept.owner, kept.helper_id, reason)
+        return True
+
+
+def _create(
+    row: HelperRow, task: str, idempotency_key: str, limits: Limits, continue_from: str | None = None
+) -> CreateSession:
+    return CreateSession(
+        idempotency_key=idempotency_key,
+        owner=row.owner,
+        helper_id=row.helper_id,
+        task=task,
+        boundary=list(row.boundary),
+        language=row.language,
+        model=row.model,
+        limits=SessionLimits(max_steps=limits.max_steps, max_input_tokens=limits.max_input_tokens),
+        continue_from=continue_from,
+    )

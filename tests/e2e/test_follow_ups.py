@@ -1,0 +1,180 @@
+"""Follow-ups on the dev server (issue 14): an answered question or a granted authorization continues the same
+work in a new helper, without the earlier one holding a slot while the owner thinks."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from domain.outcome import OutcomeKind
+from domain.rows import HelperRow, RowState
+from protocol.errors import HelperRefused
+from protocol.names import FOLLOW_UP_OF_MEMO, helper_workflow_id
+from reference_chat.server import running_chat
+from reference_core.script import scripted_task
+from reference_core.server import running_core
+from tests.e2e.conftest import Stack, _stack
+from tests.helpers import eventually, helper_request
+
+pytestmark = pytest.mark.e2e
+
+FACT = "The venue code is ZX-42."
+
+
+@pytest.fixture
+async def base_core_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The real stack with a core that does not offer `continue_from`."""
+    async with (
+        running_core(tmp_path / "core.sqlite3", offers_follow_ups=False) as core_url,
+        running_chat() as chat_url,
+        _stack(dev_env, tmp_path, core_url, chat_url) as built,
+    ):
+        yield built
+
+
+async def _final(stack: Stack, helper_id: str) -> HelperRow | None:
+    row = await stack.store.get(stack.owner, helper_id)
+    return row if row is not None and row.outcome_kind is not None else None
+
+
+async def _finish(stack: Stack, helper_id: str) -> HelperRow:
+    row: HelperRow = await eventually(functools.partial(_final, stack, helper_id), timeout=30)
+    return row
+
+
+def _core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
+    with sqlite3.connect(core_db) as db:
+        db.row_factory = sqlite3.Row
+        found = db.execute(
+            "SELECT session_id, request, continue_from, reset_at FROM sessions WHERE helper_id = ?", (helper_id,)
+        ).fetchall()
+    return [dict(row) for row in found]
+
+
+async def _ask_venue(stack: Stack) -> HelperRow:
+    question = scripted_task(
+        f"Plan the offsite. {FACT}", steps=2, step_ms=50, end="question", question="Quiet room or terrace?"
+    )
+    await stack.client.start(helper_request(stack.owner, "venue", question))
+    earlier = await _finish(stack, "venue")
+    assert earlier.outcome_kind is OutcomeKind.QUESTION and earlier.state is RowState.UNREPORTED
+    return earlier
+
+
+async def test_an_answered_question_continues_the_same_session_with_what_it_learned(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The follow-up's own task does not hold the fact; its outcome quotes it, so the core carried the earlier
+    conversation. The earlier session was kept (not reset) until the follow-up had its own, then reset."""
+    core_db = tmp_path / "core.sqlite3"
+    earlier = await _ask_venue(stack)
+    [kept] = _core_sessions(core_db, "venue")
+    assert kept["reset_at"] is None  # kept for a follow-up instead of reset at finalize
+
+    answer = scripted_task("Take the terrace.", steps=1, step_ms=50, recall="venue code")
+    admission = await stack.client.start(helper_request(stack.owner, "venue-2", answer, follow_up="venue"))
+    assert admission.helper_id == "venue-2" and not admission.existing
+
+    later = await _finish(stack, "venue-2")
+    assert later.outcome_kind is OutcomeKind.COMPLETED
+    text = (Path(later.result_dir) / "outcome.md").read_text(encoding="utf-8")
+    assert "ZX-42" in text, text
+    [continued] = _core_sessions(core_db, "venue-2")
+    assert continued["continue_from"] == earlier.session_id
+
+    # Both rows name each other; the earlier outcome counts as delivered (the answer was the owner's reply).
+    first = await stack.store.get(stack.owner, "venue")
+    assert first is not None and first.followed_up_by == "venue-2" and first.state is RowState.DELIVERED
+    assert later.follow_up_of == "venue"
+    shown = await stack.client.show(stack.owner, "venue-2")
+    assert shown.follow_up_of == "venue"
+    memo = await (
+        await stack.env.client.get_workflow_handle(helper_workflow_id(stack.owner, "venue-2")).describe()
+    ).memo()
+    assert memo[FOLLOW_UP_OF_MEMO] == "venue"
+    # Cleanup: the earlier session is reset now that the follow-up has its own (R20).
+    [released] = await eventually(
+        lambda: [s for s in _core_sessions(core_db, "venue") if s["reset_at"] is not None], timeout=10
+    )
+    assert released["session_id"] == earlier.session_id
+
+
+async def test_a_granted_authorization_performs_the_action_once_in_the_follow_up(stack: Stack) -> None:
+    pay = scripted_task(
+        "Mail Bob the signed offer.",
+        steps=2,
+        step_ms=50,
+        end="authorization",
+        authorization="send_mail to bob@example.com",
+    )
+    await stack.client.start(helper_request(stack.owner, "offer", pay))
+    earlier = await _finish(stack, "offer")
+    assert earlier.outcome_kind is OutcomeKind.AUTHORIZATION and earlier.actions == []
+
+    granted = scripted_task(
+        "Yes, send it.",
+        steps=2,
+        step_ms=50,
+        tool_calls=[
+            {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Offer", "body": "Signed."}}
+        ],
+    )
+    await stack.client.start(
+        helper_request(stack.owner, "offer-2", granted, follow_up="offer", boundary=("send_mail to bob@example.com",))
+    )
+    later = await _finish(stack, "offer-2")
+    assert later.outcome_kind is OutcomeKind.COMPLETED
+    assert [(a.tool, a.whom) for a in later.actions] == [("send_mail", "bob@example.com")]
+    text = (Path(later.result_dir) / "outcome.md").read_text(encoding="utf-8")
+    assert "bob@example.com" in text
+
+
+async def test_only_an_outcome_waiting_for_the_owner_is_followed_up_and_only_once(stack: Stack) -> None:
+    done = scripted_task("Find the Q3 report.", steps=1, step_ms=50)
+    await stack.client.start(helper_request(stack.owner, "report", done))
+    assert (await _finish(stack, "report")).outcome_kind is OutcomeKind.COMPLETED
+    with pytest.raises(HelperRefused) as refused:
+        await stack.client.start(helper_request(stack.owner, "report-2", "Also Q4.", follow_up="report"))
+    assert refused.value.code == "not_followable"
+    assert await stack.store.get(stack.owner, "report-2") is None  # a refusal writes nothing
+
+    await _ask_venue(stack)
+    first = await stack.client.start(
+        helper_request(stack.owner, "venue-2", scripted_task("Terrace.", steps=1, step_ms=50), follow_up="venue")
+    )
+    again = await stack.client.start(helper_request(stack.owner, "venue-3", "Terrace, please.", follow_up="venue"))
+    assert (again.helper_id, again.existing) == (first.helper_id, True)
+    assert await stack.store.get(stack.owner, "venue-3") is None
+
+    with pytest.raises(HelperRefused) as unknown:  # another owner's helper is not this owner's to follow up
+        await stack.client.start(helper_request("someone-else", "x-2", "Terrace.", follow_up="venue"))
+    assert unknown.value.code == "unknown_helper"
+
+
+async def test_a_core_without_continuation_gets_the_earlier_outcome_in_the_task(
+    base_core_stack: Stack, tmp_path: Path
+) -> None:
+    stack = base_core_stack
+    core_db = tmp_path / "core.sqlite3"
+    earlier = await _ask_venue(stack)
+    # Nothing can continue the session on this core: it is reset at finalize, as before follow-ups existed.
+    await eventually(lambda: all(s["reset_at"] is not None for s in _core_sessions(core_db, "venue")), timeout=10)
+
+    answer = scripted_task("Take the terrace.", steps=1, step_ms=50, hold_until="follow-up-read")
+    await stack.client.start(helper_request(stack.owner, "venue-2", answer, follow_up="venue"))
+    [session] = await eventually(lambda: [s for s in _core_sessions(core_db, "venue-2") if s["request"]], timeout=10)
+    assert session["continue_from"] is None
+    task = str(session["request"])
+    outcome_text = (Path(earlier.result_dir) / "outcome.md").read_text(encoding="utf-8")
+    assert "Quiet room or terrace?" in outcome_text and "Quiet room or terrace?" in task
+    assert task.index("Quiet room or terrace?") < task.index("Take the terrace.")
+    async with httpx.AsyncClient() as http:
+        (await http.post(f"{stack.core_url}/v1/demo/latches/follow-up-read/release")).raise_for_status()
+    assert (await _finish(stack, "venue-2")).outcome_kind is OutcomeKind.COMPLETED
