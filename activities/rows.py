@@ -118,6 +118,7 @@ class RowActivities:
             authorization=authorization,
             actions=actions,
             refusals=refusals,
+            follow_up_of=row.follow_up_of,
         )
         summary = summarize(full_text, final.summary_max, final.language)
         record = Outcome(

@@ -36,6 +36,7 @@ from domain.activity_io import (
     RecoverSession,
     SessionRef,
 )
+from domain.book import FOLLOWABLE_KINDS
 from domain.bounds import ROW_MESSAGE_MAX, cut
 from domain.follow import (
     FollowCursor,
@@ -231,7 +232,8 @@ class SessionActivities:
         """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes.
 
         A session a follow-up may continue is kept instead, on a core that can continue it (issue 14)."""
-        if await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id):
+        may_follow = ref.outcome_kind is None or ref.outcome_kind in FOLLOWABLE_KINDS
+        if may_follow and await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id):
             return True
         try:
             answer = await self.core.reset(ref.session_id, timeout_s=_seconds(ref.check_ms))

@@ -117,6 +117,9 @@ class SessionRef(BaseModel):
     helper_id: HelperId
     session_id: str
     check_ms: int | None = None
+    outcome_kind: OutcomeKind | None = Field(
+        default=None, description="For the cleanup reset: the outcome, so only a followable one looks at its row."
+    )
 
 
 class RecoverSession(BaseModel):

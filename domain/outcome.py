@@ -74,6 +74,7 @@ def compose_outcome_text(
     authorization: str | None = None,
     actions: Sequence[Action] = (),
     refusals: Sequence[str] = (),
+    follow_up_of: str | None = None,
 ) -> str:
     """The full outcome text kept in the result directory: what the owner needs, in their language."""
     parts: list[str] = []
@@ -95,4 +96,6 @@ def compose_outcome_text(
         lines = [text("outcome.actions_heading", language)]
         lines += [f"- {a.at.isoformat()} · {a.tool} · {a.whom}: {a.what}" for a in actions]
         parts.append("\n".join(lines))
+    if follow_up_of is not None:
+        parts.append(text("outcome.follows_up", language, earlier=follow_up_of))
     return "\n\n".join(parts)

@@ -80,6 +80,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Это продолжение работы помощника {earlier}, чей результат больше не хранится. "
         "Ответ владельца — теперь это ваша задача:\n\n{answer}",
     },
+    "outcome.follows_up": {
+        "en": "This helper continued the work of helper {earlier}, with the owner's answer.",
+        "ru": "Этот помощник продолжил работу помощника {earlier} с ответом владельца.",
+    },
     "follow_up.context_cut": {
         "en": "(the rest of the earlier outcome is left out)",
         "ru": "(остальная часть прежнего результата опущена)",

@@ -41,7 +41,7 @@ from activities.admission import AdmissionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from config.settings import Settings
-from domain.activity_io import AdmitHelper
+from domain.activity_io import AdmitHelper, FollowedUp
 from domain.rows import HelperRow
 from protocol.connection import connect_for
 from protocol.messages import ADMIT
@@ -100,8 +100,8 @@ class _StoreThatCrashesAfterTheRow:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def insert_admitted(self, row: HelperRow) -> bool:
-        written = await self._store.insert_admitted(row)
+    async def insert_admitted(self, row: HelperRow, followed_up: FollowedUp | None = None) -> bool:
+        written = await self._store.insert_admitted(row, followed_up)
         crash_if_armed(AFTER_ROW, row.helper_id)
         return written
 

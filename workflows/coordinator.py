@@ -24,9 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.activity_io import (
         AdmitHelper,
         CoordinatorWrite,
-        FollowedUp,
         HelperStart,
-        NewRow,
         RemoveRows,
         RowKey,
         RowToRemove,
@@ -75,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.senders import ask_to_close, grant_slot
     from workflows import options
     from workflows.coordinator_delivery import CoordinatorDelivery, refused
+    from workflows.coordinator_follow_ups import CoordinatorFollowUps
 
 # Coordinators recorded before this change replay without the withdrawn event's store write.
 WITHDRAWN_EVENTS_PATCH = "record-withdrawn-events"
@@ -89,7 +88,7 @@ CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
-class CoordinatorWorkflow(CoordinatorDelivery):
+class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
     @workflow.init
     def __init__(self, start: CoordinatorStart) -> None:
         self.book = start.book or OwnerBook(owner=start.owner, policy=start.policy)
@@ -147,27 +146,11 @@ class CoordinatorWorkflow(CoordinatorDelivery):
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
-    def _earlier_of(self, request: HelperRequest) -> Entry | None:
-        """A copy of the helper a follow-up continues, as it is before the admission links it."""
-        earlier = self.book.entries.get(request.follow_up) if request.follow_up else None
-        return None if earlier is None else earlier.model_copy(deep=True)
-
-    def _followed_up(self, entry: Entry) -> FollowedUp | None:
-        earlier = self.book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
-        if earlier is None:
-            return None
-        return FollowedUp(
-            helper_id=earlier.helper_id,
-            seq=earlier.seq,
-            generation=earlier.generation,
-            state=earlier.state,
-            delivered_at=earlier.delivered_at,
-            keep_until=earlier.keep_until,
-        )
-
     @workflow.update(name=ADMIT)
     async def admit(self, request: HelperRequest) -> Admission:
         self.messages_this_run += 1
+        if request.follow_up is not None:
+            await self._earlier_outcome(request.follow_up)
         decision = decide_admission(self.book, request)
         if isinstance(decision, Refusal):
             raise refused(decision)
@@ -191,13 +174,7 @@ class CoordinatorWorkflow(CoordinatorDelivery):
             await workflow.execute_local_activity_method(
                 AdmissionActivities.admit_helper,
                 AdmitHelper(
-                    row=NewRow(
-                        request=request,
-                        seq=entry.seq,
-                        limits=limits,
-                        admitted_at=now,
-                        followed_up=self._followed_up(entry),
-                    ),
+                    row=self._new_row(request, entry, limits, now),
                     start=HelperStart(
                         owner=request.owner,
                         helper_id=request.helper_id,
@@ -261,6 +238,8 @@ class CoordinatorWorkflow(CoordinatorDelivery):
             request.check_against(self.book.policy.limits)
         except RequestError as error:
             raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))) from None
+        if request.follow_up is not None and self._still_working(request.follow_up):
+            return  # the handler waits (bounded) for the earlier outcome, then decides
         decision = decide_admission(self.book, request)
         if isinstance(decision, Refusal):
             raise refused(decision)

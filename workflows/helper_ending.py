@@ -121,7 +121,7 @@ class HelperEnding:
             cleanup.append(
                 workflow.execute_activity_method(
                     SessionActivities.reset_session,
-                    self._session_ref(),
+                    self._session_ref().model_copy(update={"outcome_kind": kind}),
                     summary="reset the session (cleanup)",
                     **options.core_call(start.check_ms),
                 )

@@ -3,6 +3,7 @@ work in a new helper, without the earlier one holding a slot while the owner thi
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import sqlite3
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from demo.scenario import _cli
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.errors import HelperRefused
@@ -86,6 +88,7 @@ async def test_an_answered_question_continues_the_same_session_with_what_it_lear
     assert later.outcome_kind is OutcomeKind.COMPLETED
     text = (Path(later.result_dir) / "outcome.md").read_text(encoding="utf-8")
     assert "ZX-42" in text, text
+    assert "continued the work of helper venue" in text
     [continued] = _core_sessions(core_db, "venue-2")
     assert continued["continue_from"] == earlier.session_id
 
@@ -136,14 +139,30 @@ async def test_a_granted_authorization_performs_the_action_once_in_the_follow_up
     assert "bob@example.com" in text
 
 
+async def _cli_start(stack: Stack, helper_id: str, follow_up: str) -> tuple[int, dict[str, Any]]:
+    """`helper-starter start --follow-up`, as Iva calls it."""
+    settings = stack.settings.model_copy(
+        update={"temporal_address": stack.env.client.service_client.config.target_host}
+    )
+    arguments = ["start", "--owner", stack.owner, "--id", helper_id, "--model", "scripted"]
+    return await _cli(settings, [*arguments, "--task", "Also Q4.", "--follow-up", follow_up])
+
+
 async def test_only_an_outcome_waiting_for_the_owner_is_followed_up_and_only_once(stack: Stack) -> None:
     done = scripted_task("Find the Q3 report.", steps=1, step_ms=50)
     await stack.client.start(helper_request(stack.owner, "report", done))
     assert (await _finish(stack, "report")).outcome_kind is OutcomeKind.COMPLETED
-    with pytest.raises(HelperRefused) as refused:
-        await stack.client.start(helper_request(stack.owner, "report-2", "Also Q4.", follow_up="report"))
-    assert refused.value.code == "not_followable"
+    code, answer = await _cli_start(stack, "report-2", "report")
+    assert (code, answer["error"]["code"]) == (1, "not_followable"), answer
     assert await stack.store.get(stack.owner, "report-2") is None  # a refusal writes nothing
+
+    closed = scripted_task("Pick a date.", steps=1, step_ms=50, end="question", question="Monday or Tuesday?")
+    await stack.client.start(helper_request(stack.owner, "date", closed))
+    await _finish(stack, "date")
+    await stack.client.close(stack.owner, "date")
+    code, answer = await _cli_start(stack, "date-2", "date")
+    assert (code, answer["error"]["code"]) == (1, "not_followable"), answer
+    assert "closed" in answer["error"]["message"]
 
     await _ask_venue(stack)
     first = await stack.client.start(
@@ -178,3 +197,21 @@ async def test_a_core_without_continuation_gets_the_earlier_outcome_in_the_task(
     async with httpx.AsyncClient() as http:
         (await http.post(f"{stack.core_url}/v1/demo/latches/follow-up-read/release")).raise_for_status()
     assert (await _finish(stack, "venue-2")).outcome_kind is OutcomeKind.COMPLETED
+
+
+async def test_an_answer_sent_as_the_outcome_lands_waits_for_it_instead_of_being_refused(stack: Stack) -> None:
+    """The row shows the outcome a moment before the coordinator hears of it: a follow-up admitted in that
+    moment waits (at most 5 s) for the notice instead of being refused as "still working"."""
+    held = scripted_task(
+        "Pick a room.", steps=2, step_ms=50, end="question", question="Big or small?", hold_until="room", hold_at_step=2
+    )
+    await stack.client.start(helper_request(stack.owner, "room", held))
+    answer = scripted_task("Small.", steps=1, step_ms=50)
+    admitting = asyncio.create_task(stack.client.start(helper_request(stack.owner, "room-2", answer, follow_up="room")))
+    await asyncio.sleep(1.0)
+    assert not admitting.done()  # the coordinator waits for room's outcome
+    async with httpx.AsyncClient() as http:
+        (await http.post(f"{stack.core_url}/v1/demo/latches/room/release")).raise_for_status()
+    admission = await asyncio.wait_for(admitting, timeout=10)
+    assert admission.helper_id == "room-2" and not admission.existing
+    assert (await _finish(stack, "room-2")).outcome_kind is OutcomeKind.COMPLETED

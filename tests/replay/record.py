@@ -71,8 +71,9 @@ async def _completed(client: Client, workflow_id: str) -> bool:
 
 
 async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> None:
-    """Completed with actions, question, authorization, failed, work ceiling, closed while running and
-    while waiting, interrupted by a core restart; then the coordinator that saw all of it."""
+    """Completed with actions, question, authorization, a follow-up of the question, failed, work ceiling,
+    closed while running and while waiting, interrupted by a core restart; then the coordinator that saw all
+    of it."""
     async with running_chat() as chat_url:
         core = running_core(work / "core.sqlite3")
         core_url = await core.__aenter__()
@@ -99,6 +100,10 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
                 await client.start(helper_request(OWNER, "refused"))
             for helper_id in wave:
                 await eventually(functools.partial(_final, client, helper_id), timeout=30)
+            # A follow-up continues the question's kept session (issue 14).
+            answer = scripted_task("Taxi is fine.", steps=1, step_ms=50, recall="Venue")
+            await client.start(helper_request(OWNER, "follow-up", answer, follow_up="question"))
+            await eventually(functools.partial(_final, client, "follow-up"), timeout=30)
             heavy = scripted_task("Scan.", end="run", steps=80, step_ms=50, input_tokens=400_000, output_tokens=300_000)
             await client.start(helper_request(OWNER, "work-ceiling", heavy))
             await client.start(helper_request(OWNER, "failed", scripted_task("Rates.", steps=1, end="fail", error="x")))
@@ -131,6 +136,7 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
                 "closed-running",
                 "closed-waiting",
                 "filler-1",
+                "follow-up",
             ):
                 label = "interrupted" if name == "filler-1" else name
                 await _save(env.client, helper_workflow_id(OWNER, name), f"helper-{label}")

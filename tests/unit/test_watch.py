@@ -250,3 +250,17 @@ def test_watch_one_helper_until_ctrl_c_exits_0_without_a_traceback(watched_store
     assert _message(first) == "anna/later               admitted · waiting for a slot · nobody ahead\n"
     assert process.returncode == 0
     assert out == b"" and b"Traceback" not in err and err == b""
+
+
+def test_a_follow_up_names_the_helper_it_continues_and_the_earlier_one_says_who_answered_it() -> None:
+    live = LiveLines()
+    earlier = _view(RowState.UNREPORTED, outcome_kind=OutcomeKind.QUESTION, summary=QUESTION)
+    _texts(live, earlier)
+    follow_up = _view(RowState.WAITING, helper_id="venue-choice", follow_up_of="pick-venue", ahead=1)
+    answered = earlier.model_copy(update={"state": RowState.DELIVERED, "followed_up_by": "venue-choice"})
+    assert _texts(live, answered, follow_up) == [
+        "delivered · the owner answered it: venue-choice follows it up",
+        "admitted · follows up pick-venue · waiting for a slot · 1 helper ahead",
+    ]
+    running = follow_up.model_copy(update={"state": RowState.RUNNING})
+    assert _texts(live, running) == ["got a slot · running now"]
