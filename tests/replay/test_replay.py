@@ -29,6 +29,7 @@ EXPECTED = {
     "helper-deadline-partial",
     "helper-hard-ceiling",
     "helper-lost-create",
+    "helper-follow-up-v4",
     "coordinator-lifecycle",
     "goal-check",
     "sweep",
