@@ -386,7 +386,7 @@ def _judge(
         f"(running/question/authorization): {worst(sampler.core_active)}, max running core sessions per owner: "
         f"{worst(sampler.core_running)}, max running store rows per owner: {worst(sampler.store_running)} "
         f"({sampler.samples} samples, {sampler.failed_samples} failed); paused sessions not reset after the drain "
-        f"(parked, R20): {paused_left}; max core sessions per helper: {max_sessions}, "
+        f"(kept for a follow-up, or parked; R20): {paused_left}; max core sessions per helper: {max_sessions}, "
         f"max workflow runs per helper id: {max_runs}; workflow-task failures: {len(evidence.task_failures)} "
         f"({causes}) and timeouts: {evidence.task_timeouts} across {evidence.workflows} workflow runs; drain "
         f"{drain_seconds:.0f} s ({'complete' if drained else 'INCOMPLETE'}); wall {wall:.0f} s after the stack "
