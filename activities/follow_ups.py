@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from clients.core_client import CoreClient, CoreError, CoreRejected, SessionNotFound
-from contracts.core_api import CreateSession, SessionLimits
+from contracts.core_api import CreateSession, SessionLimits, SessionStatus
 from domain.book import FOLLOWABLE_KINDS
 from domain.follow_up_task import carried_task
 from domain.kept_sessions import KEPT_AT_MOST, reset_reason
@@ -27,6 +27,11 @@ from store.records import KeptSession
 from store.results import ResultDirectories
 
 log = logging.getLogger(__name__)
+
+# The statuses of a session a follow-up may continue (docs/contracts.md, "Follow-ups").
+KEPT_STATUSES = frozenset(
+    {SessionStatus.QUESTION, SessionStatus.AUTHORIZATION, SessionStatus.PARTIAL, SessionStatus.CANCELLED}
+)
 
 # A kept session whose reset keeps failing is parked (R20) once it is this much older than it may be kept.
 PARK_AFTER = 2 * KEPT_AT_MOST
@@ -95,6 +100,10 @@ class FollowUps:
             return False
         try:
             if not (await self.core.capabilities()).continue_from:
+                return False
+            # A partial outcome written at the hard ceiling may leave the turn running: only a paused or
+            # ended session is kept, a running one is reset (stopped) as before (R15, R38).
+            if (await self.core.snapshot(session_id)).status not in KEPT_STATUSES:
                 return False
         except CoreError:
             return False  # the reset that follows meets the same core and is retried as before

@@ -62,6 +62,36 @@ async def test_a_question_session_is_kept_only_on_a_core_that_can_continue_it(tm
             await store.close()
 
 
+async def test_a_partial_outcome_whose_turn_still_runs_is_not_kept(tmp_path: Path) -> None:
+    """At the hard ceiling a helper finalizes partial whatever the core does: the turn may still run, and a
+    running session is reset (stopped) as before, never kept (R15, R38)."""
+    async with running_core(tmp_path / "core.sqlite3") as url:
+        core = CoreClient(url, 5_000)
+        store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
+        try:
+            task = scripted_task("Scan everything.", end="run", steps=80, step_ms=1_000)
+            created = await core.create(
+                CreateSession(
+                    idempotency_key="key-scan",
+                    owner="anna",
+                    helper_id="scan",
+                    task=task,
+                    language="en",
+                    model="scripted",
+                    limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
+                )
+            )
+            assert (await core.snapshot(created.session_id)).status.value == "running"
+            await store.insert_admitted(
+                row("scan", state=RowState.UNREPORTED, outcome_kind=OutcomeKind.PARTIAL, session_id=created.session_id)
+            )
+            assert not await FollowUps(store, core, None).keep_instead_of_reset("anna", "scan", created.session_id)
+            assert await store.kept_sessions() == []
+        finally:
+            await core.aclose()
+            await store.close()
+
+
 async def test_the_sweep_resets_a_kept_session_once_its_row_is_closed_or_it_is_too_old(tmp_path: Path) -> None:
     async with running_core(tmp_path / "core.sqlite3") as url:
         core = CoreClient(url, 5_000)
