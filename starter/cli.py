@@ -10,6 +10,7 @@ so an invalid request is refused the same way whether the runtime is up or down,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -244,14 +245,23 @@ def _error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
     return output
 
 
-def _write(stream: Any, text: str) -> None:
-    # bytes, so a lone surrogate from a non-UTF-8 argument cannot fail the write
-    stream.buffer.write(text.encode("utf-8", "backslashreplace"))
-    stream.flush()
+def _write(stream: Any, text: str) -> bool:
+    """Write and flush; False when the reader went away (`| head -1`): nothing is left to tell it, and no
+    traceback either (the stream is pointed at /dev/null so nothing later fails on it)."""
+    try:
+        # bytes, so a lone surrogate from a non-UTF-8 argument cannot fail the write
+        stream.buffer.write(text.encode("utf-8", "backslashreplace"))
+        stream.flush()
+    except (BrokenPipeError, ValueError):
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        return False
+    return True
 
 
 def _print_line(line: str) -> None:
-    _write(sys.stdout, line + "\n")
+    if not _write(sys.stdout, line + "\n"):
+        os._exit(0)  # a watch whose reader is gone ends, as with Ctrl-C
 
 
 def main(argv: list[str] | None = None) -> None:

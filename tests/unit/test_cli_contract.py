@@ -378,3 +378,26 @@ def test_help_names_arguments_and_exit_codes(argv: list[str], names: list[str]) 
     undescribed = [dest for dest, description in _options_with_help(sub) if not description]
     assert not undescribed, undescribed
     assert "Exit codes" in text and "3 unavailable" in text and "Environment:" in text
+
+
+@pytest.mark.parametrize("command", [["start", "--owner", "bad owner!", "--id", "h1", "--model", "m", "--task", "t"]])
+def test_a_reader_that_went_away_gets_no_traceback(command: list[str], tmp_path: Path) -> None:
+    """`helper-starter … | head -c 0`: the answer cannot be written, yet the exit code still says how it went and
+    stderr holds the one-line error, never a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the starter writes
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "starter", *command],
+            cwd=ROOT,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 2
+    assert b"Traceback" not in done.stderr and b"BrokenPipeError" not in done.stderr, done.stderr
+    assert done.stderr.startswith(b"helper-starter: invalid_request"), done.stderr
