@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 
 from domain.book import (
     OFFER_GIVE_UP,
+    Admit,
     AlreadyAdmitted,
     CloseAction,
     Entry,
@@ -104,6 +105,9 @@ EXERCISED = [
     "event withdrawn by a close",
     "expired rows removed",
     "event delivered",
+    "follow-up admitted",
+    "follow-up answered with the first",
+    "follow-up refused as not followable",
 ]
 
 
@@ -210,6 +214,22 @@ class OwnerBookMachine(RuleBasedStateMachine):
     def _finished(self) -> list[str]:
         return [e.helper_id for e in self.book.entries.values() if not e.helper_writes]
 
+    def _followable(self) -> list[str]:
+        """Outcomes waiting for the owner that nobody followed up yet (issue 14)."""
+        return [
+            e.helper_id
+            for e in self.book.entries.values()
+            if e.state in (RowState.UNREPORTED, RowState.DELIVERED)
+            and e.outcome_kind in (OutcomeKind.QUESTION, OutcomeKind.AUTHORIZATION, OutcomeKind.PARTIAL)
+            and not e.close_requested
+            and e.followed_up_by is None
+        ]
+
+    def _context_needed(self, entry: Entry) -> bool:
+        """An earlier helper whose follow-up is still open is not evicted: the follow-up reads its context."""
+        later = self.book.entries.get(entry.followed_up_by) if entry.followed_up_by else None
+        return later is not None and later.state in (RowState.WAITING, RowState.RUNNING)
+
     # --- rules ----------------------------------------------------------------------------------------
 
     @initialize(policy=policies)
@@ -248,7 +268,9 @@ class OwnerBookMachine(RuleBasedStateMachine):
         reserve = 1 if goal else 0
         open_before = self._open()
         rows_before = len(book.entries)
-        evictable = sorted((e for e in book.entries.values() if e.evictable), key=eviction_key)
+        evictable = sorted(
+            (e for e in book.entries.values() if e.evictable and not self._context_needed(e)), key=eviction_key
+        )
         needed = max(0, rows_before + 1 + reserve - policy.max_rows)
         before = book.model_dump()
         decision = decide_admission(book, request)
@@ -285,6 +307,70 @@ class OwnerBookMachine(RuleBasedStateMachine):
             # R2, R3: a Goal check never takes the last open place or the last row place.
             assert len(self._open()) <= policy.max_open - 1
             assert len(book.entries) <= policy.max_rows - 1
+
+    @precondition(lambda self: bool(self._followable()))
+    @rule(which=pick)
+    def follow_up(self, which: int) -> None:
+        """Issue 14: the owner answers a question, an authorization wait or a partial outcome."""
+        self._step()
+        book, policy = self.book, self.book.policy
+        candidates = self._followable()
+        earlier_id = candidates[which % len(candidates)]
+        earlier = book.entries[earlier_id]
+        helper_id = f"f{self.next_id}"
+        self.next_id += 1
+        request = HelperRequest(owner="anna", helper_id=helper_id, task="the answer", model="m", follow_up=earlier_id)
+        before = book.model_dump()
+        decision = decide_admission(book, request)
+        if isinstance(decision, Refusal):
+            assert book.model_dump() == before, "a refusal changes nothing"
+            assert decision.code in (RefusalCode.TOO_MANY_OPEN, RefusalCode.ROWS_FULL), decision
+            STEPS.saw(f"follow-up refused {decision.code.value}")
+            return
+        assert isinstance(decision, Admit), decision
+        assert earlier_id not in decision.evict
+        was_unreported = earlier.state is RowState.UNREPORTED
+        apply_admission(book, request, decision, self.now, 2_820_000)
+        later = book.entries[helper_id]
+        assert (later.follow_up_of, earlier.followed_up_by) == (earlier_id, helper_id)
+        assert earlier.state is RowState.DELIVERED
+        if was_unreported:
+            assert earlier.delivered_at == self.now and earlier.keep_until is not None
+        STEPS.saw("follow-up admitted")
+        granted = self._grant(admitting=helper_id)
+        assert decision.starts_now == (helper_id in granted)
+        assert len(self._open()) <= policy.max_open
+
+    @precondition(lambda self: any(e.followed_up_by in self.book.entries for e in self.book.entries.values()))
+    @rule(which=pick)
+    def follow_up_again(self, which: int) -> None:
+        """Issue 14: a second follow-up of the same outcome answers with the first and changes nothing."""
+        self._step()
+        earlier = [e for e in self.book.entries.values() if e.followed_up_by in self.book.entries]
+        chosen = earlier[which % len(earlier)]
+        before = self.book.model_dump()
+        request = HelperRequest(owner="anna", helper_id="another", task="t", model="m", follow_up=chosen.helper_id)
+        decision = decide_admission(self.book, request)
+        assert isinstance(decision, AlreadyAdmitted) and decision.entry.helper_id == chosen.followed_up_by
+        assert self.book.model_dump() == before
+        STEPS.saw("follow-up answered with the first")
+
+    @precondition(lambda self: bool(self.book.entries))
+    @rule(which=pick)
+    def follow_up_not_possible(self, which: int) -> None:
+        """Issue 14: a helper still working, closed, or with an outcome that waits for nobody is refused."""
+        self._step()
+        followable = set(self._followable())
+        others = [e for e in self.book.entries.values() if e.helper_id not in followable and e.followed_up_by is None]
+        if not others:
+            return
+        chosen = others[which % len(others)]
+        before = self.book.model_dump()
+        request = HelperRequest(owner="anna", helper_id="another", task="t", model="m", follow_up=chosen.helper_id)
+        decision = decide_admission(self.book, request)
+        assert isinstance(decision, Refusal) and decision.code is RefusalCode.NOT_FOLLOWABLE, (chosen, decision)
+        assert self.book.model_dump() == before
+        STEPS.saw("follow-up refused as not followable")
 
     @precondition(lambda self: bool(self.book.entries))
     @rule(which=pick)
@@ -633,6 +719,20 @@ class OwnerBookMachine(RuleBasedStateMachine):
         assert queue_seqs == sorted(queue_seqs)
         if self.granted_seqs and queue_seqs:
             assert self.granted_seqs[-1] < queue_seqs[0]
+
+    @invariant()
+    def follow_ups_are_linked_both_ways(self) -> None:
+        """Issue 14: each follow-up names its earlier helper and, while both are kept, is named back; one each."""
+        named = [e.followed_up_by for e in self.book.entries.values() if e.followed_up_by is not None]
+        assert len(named) == len(set(named))
+        for entry in self.book.entries.values():
+            earlier = self.book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
+            if earlier is not None:
+                assert earlier.followed_up_by == entry.helper_id
+                assert earlier.state in (RowState.DELIVERED, RowState.CLOSED)
+            later = self.book.entries.get(entry.followed_up_by) if entry.followed_up_by else None
+            if later is not None:
+                assert later.follow_up_of == entry.helper_id
 
     @invariant()
     def entries_are_consistent(self) -> None:
