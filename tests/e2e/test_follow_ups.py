@@ -208,8 +208,8 @@ async def test_an_answer_sent_as_the_outcome_lands_waits_for_it_instead_of_being
     await stack.client.start(helper_request(stack.owner, "room", held))
     answer = scripted_task("Small.", steps=1, step_ms=50)
     admitting = asyncio.create_task(stack.client.start(helper_request(stack.owner, "room-2", answer, follow_up="room")))
-    await asyncio.sleep(1.0)
-    assert not admitting.done()  # the coordinator waits for room's outcome
+    await asyncio.sleep(0.5)
+    assert not admitting.done()  # the coordinator waits for room's outcome (at most 5 s)
     async with httpx.AsyncClient() as http:
         (await http.post(f"{stack.core_url}/v1/demo/latches/room/release")).raise_for_status()
     admission = await asyncio.wait_for(admitting, timeout=10)
