@@ -35,8 +35,9 @@ KEPT_STATUSES = frozenset(
 
 # A kept session whose reset keeps failing is parked (R20) once it is this much older than it may be kept.
 PARK_AFTER = 2 * KEPT_AT_MOST
-# Resetting the earlier session must not hold the follow-up's start for long; the sweep retries a failure.
-RELEASE_BOUND_S = 5.0
+# Resetting the earlier session must not hold the follow-up's start for long (the open activity has
+# HELPER_CHECK_MS + 5 s for everything); the sweep retries a failure.
+RELEASE_BOUND_S = 2.0
 
 
 class FollowUps:
