@@ -1,6 +1,7 @@
 """Helpers completed per second and worker CPU per helper, against bare Temporal on the same dev server.
 
     .venv/bin/python -m bench.helper_rate [--helpers 200] [--parallel 20] [--rounds 1] [--py-spy FILE]
+        [--postgres postgresql+asyncpg://postgres@127.0.0.1/postgres]
 
 One dev server (in memory), two worker processes, the driver here:
 - bare: a trivial workflow that runs one trivial activity, on a default Worker (sandboxed, default converter);
@@ -184,13 +185,14 @@ async def _spawn(command: list[str], env: dict[str, str], log: Path) -> asyncio.
 
 
 def _project_env(
-    server: DevServer, scratch: Path, core_url: str, chat_url: str, max_rows: int | None
+    server: DevServer, scratch: Path, core_url: str, chat_url: str, max_rows: int | None, store_url: str | None
 ) -> dict[str, str]:
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": server.address,
         "HELPER_TASK_QUEUE": PROJECT_QUEUE,
-        "HELPER_STORE_URL": f"sqlite+aiosqlite:///{scratch / 'helpers.sqlite3'}",
+        "HELPER_STORE_URL": store_url or f"sqlite+aiosqlite:///{scratch / 'helpers.sqlite3'}",
+        "HELPER_MIGRATE_ON_START": "true",
         "HELPER_RESULTS_DIR": str(scratch / "results"),
         "HELPER_CORE_URL": core_url,
         "HELPER_CHAT_URL": chat_url,
@@ -206,10 +208,18 @@ class run_stack:
     """The dev server, the fake core and the reference chat here; the project's worker (and, with `bare`, the
     baseline's) as processes of their own."""
 
-    def __init__(self, max_rows: int | None, *, bare: bool = True, worker_script: Path | None = None) -> None:
+    def __init__(
+        self,
+        max_rows: int | None,
+        *,
+        bare: bool = True,
+        worker_script: Path | None = None,
+        postgres: str | None = None,
+    ) -> None:
         self.max_rows = max_rows
         self.bare = bare
         self.worker_script = worker_script
+        self.postgres = postgres
         self._exits: list[Callable[[], Awaitable[Any]]] = []
 
     async def __aenter__(self) -> Stack:
@@ -224,7 +234,14 @@ class run_stack:
         chat_context = running_chat()
         chat_url = await chat_context.__aenter__()
         self._exits.append(lambda: chat_context.__aexit__(None, None, None))
-        env = _project_env(server, scratch, core_url, chat_url, self.max_rows)
+        store_url = None
+        if self.postgres:  # a fresh database on that server, dropped at the end
+            from tests.helpers import fresh_postgres_database
+
+            database_context = fresh_postgres_database(self.postgres)
+            store_url = await database_context.__aenter__()
+            self._exits.append(lambda: database_context.__aexit__(None, None, None))
+        env = _project_env(server, scratch, core_url, chat_url, self.max_rows, store_url)
         bare_worker = None
         if self.bare:
             bare_command = [sys.executable, "-m", "bench.helper_rate", "--bare-worker", server.address]
@@ -344,9 +361,17 @@ async def stop_py_spy(process: asyncio.subprocess.Process) -> None:
 # --- the run ---------------------------------------------------------------------------------------------
 
 
-async def main_async(helpers: int, parallel: int, rounds: int, py_spy: Path | None, worker_script: Path | None) -> None:
+async def main_async(
+    helpers: int,
+    parallel: int,
+    rounds: int,
+    py_spy: Path | None,
+    worker_script: Path | None,
+    postgres: str | None = None,
+) -> None:
     per_lane = max(1, helpers // parallel)
-    async with run_stack(max_rows=per_lane * rounds + 10, worker_script=worker_script) as stack:
+    async with run_stack(max_rows=per_lane * rounds + 10, worker_script=worker_script, postgres=postgres) as stack:
+        print(f"store: {'PostgreSQL' if postgres else 'SQLite'}", flush=True)
         server_pid = stack.server.pid
         # Warm-up: imports, connections, the first coordinators; one item per lane, not measured.
         await bare_phase(stack, parallel, 1, "warm")
@@ -420,6 +445,11 @@ def main() -> None:
     parser.add_argument(
         "--worker-script", type=Path, default=None, help="another worker.py to compare (e.g. `git show HEAD:worker.py`)"
     )
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="store on this PostgreSQL server (a fresh database), e.g. postgresql+asyncpg://postgres@127.0.0.1/postgres",
+    )
     parser.add_argument("--bare-worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.bare_worker:
@@ -429,7 +459,14 @@ def main() -> None:
         asyncio.run(helper_rate.serve_bare_worker(arguments.bare_worker))
         os._exit(0)  # sdk-python#300
     asyncio.run(
-        main_async(arguments.helpers, arguments.parallel, arguments.rounds, arguments.py_spy, arguments.worker_script)
+        main_async(
+            arguments.helpers,
+            arguments.parallel,
+            arguments.rounds,
+            arguments.py_spy,
+            arguments.worker_script,
+            arguments.postgres,
+        )
     )
     sys.stdout.flush()
     os._exit(0)  # sdk-python#300
