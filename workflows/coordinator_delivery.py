@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         event_due,
         finishing,
         next_event,
+        next_wakeup,
         start_offer,
     )
     from domain.rows import DeliveredAnswer, ReadAnswer, RowState
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options
 
 READ_WAIT = timedelta(seconds=10)
+OUTBOX_AFTER_TIMERS_PATCH = "outbox-after-timers"
 OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
@@ -54,6 +56,7 @@ class CoordinatorDelivery:
     book: OwnerBook
     stopping: bool
     messages_this_run: int
+    armed_wakeup: datetime | None
     # Provided by `CoordinatorWorkflow`; declared here so the mixin type-checks without stubs.
     _refuse_while_stopping: Callable[[], None]
     _row_key: Callable[[Entry], RowKey]
@@ -112,8 +115,16 @@ class CoordinatorDelivery:
     async def _outbox(self) -> None:
         """Offer one system event when the chat is idle; back off while it is busy or down (R26)."""
         backoff = OFFER_BACKOFF_FIRST
+        # An offer starts only once the run loop has re-armed its timer for the book as it is now, so the two
+        # coroutines' commands come in one order however the SDK groups events into activations. Without it a
+        # worker that picks the run up cold can order them differently from the history and fail every task
+        # with a nondeterminism error (sdk-python#1591: an offer's result and the next signals in one
+        # activation on replay, in two when live; the chaos soak met it).
+        after_timers = workflow.patched(OUTBOX_AFTER_TIMERS_PATCH)
         while not self.stopping:
-            await workflow.wait_condition(lambda: self.stopping or self._event_due())
+            await workflow.wait_condition(
+                lambda: self.stopping or (self._event_due() and (not after_timers or self._timers_armed()))
+            )
             if self.stopping:
                 return
             event = next_event(self.book)
@@ -148,6 +159,9 @@ class CoordinatorDelivery:
 
     def _event_due(self) -> bool:
         return event_due(self.book)
+
+    def _timers_armed(self) -> bool:
+        return next_wakeup(self.book) == self.armed_wakeup
 
     def _language_of(self, helper_ids: list[str]) -> str:
         for helper_id in helper_ids:
