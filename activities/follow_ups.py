@@ -21,6 +21,7 @@ from domain.book import FOLLOWABLE_KINDS
 from domain.follow_up_task import carried_task
 from domain.kept_sessions import KEPT_AT_MOST, reset_reason
 from domain.limits import Limits
+from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.helper_store import HelperStore
 from store.records import KeptSession
@@ -54,13 +55,13 @@ class FollowUps:
         same key sends the same requests, so the key names one session whichever was made."""
         assert row.follow_up_of is not None
         earlier = await self.store.get(row.owner, row.follow_up_of)
-        carried = _create(row, await self._carried_task(row, earlier), idempotency_key, limits)
+        carried = create_request(row, idempotency_key, limits, task=await self._carried_task(row, earlier))
         kept = await self.store.kept_session_of(row.owner, row.follow_up_of) if earlier is not None else None
         if kept is None or earlier is None or earlier.session_id != kept.session_id:
             return [carried]
         if not (await self.core.capabilities()).continue_from:
             return [carried]
-        continued = _create(row, row.task, idempotency_key, limits, continue_from=kept.session_id)
+        continued = create_request(row, idempotency_key, limits, continue_from=kept.session_id)
         return [continued, carried]
 
     async def release_earlier(self, row: HelperRow) -> None:
@@ -88,8 +89,14 @@ class FollowUps:
 
     # --- keeping a finalized helper's session -------------------------------------------------------------
 
-    async def keep_instead_of_reset(self, owner: str, helper_id: str, session_id: str) -> bool:
-        """Keep (list) the session instead of resetting it, if a follow-up may continue it; True if kept."""
+    async def keep_instead_of_reset(
+        self, owner: str, helper_id: str, session_id: str, outcome_kind: OutcomeKind | None = None
+    ) -> bool:
+        """Keep (list) the session instead of resetting it, if a follow-up may continue it; True if kept.
+
+        With the outcome's kind known (the helper passes it), an outcome nobody follows up costs no row read."""
+        if outcome_kind is not None and outcome_kind not in FOLLOWABLE_KINDS:
+            return False
         row = await self.store.get(owner, helper_id)
         if (
             row is None
@@ -144,14 +151,15 @@ class FollowUps:
         return True
 
 
-def _create(
-    row: HelperRow, task: str, idempotency_key: str, limits: Limits, continue_from: str | None = None
+def create_request(
+    row: HelperRow, idempotency_key: str, limits: Limits, *, task: str | None = None, continue_from: str | None = None
 ) -> CreateSession:
+    """The create for `row`'s session; a follow-up's may carry another task, or continue an earlier session."""
     return CreateSession(
         idempotency_key=idempotency_key,
         owner=row.owner,
         helper_id=row.helper_id,
-        task=task,
+        task=row.task if task is None else task,
         boundary=list(row.boundary),
         language=row.language,
         model=row.model,

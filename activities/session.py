@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.follow_ups import FollowUps
+from activities.follow_ups import FollowUps, create_request
 from activities.rows import admitted_row
 from clients.core_client import (
     CoreClient,
@@ -27,7 +27,7 @@ from clients.core_client import (
     CoreUnavailable,
     SessionNotFound,
 )
-from contracts.core_api import CreateSession, SessionCreated, SessionLimits, Snapshot
+from contracts.core_api import SessionCreated, Snapshot
 from domain.activity_io import (
     CancelResult,
     OpenedSession,
@@ -36,7 +36,6 @@ from domain.activity_io import (
     RecoverSession,
     SessionRef,
 )
-from domain.book import FOLLOWABLE_KINDS
 from domain.bounds import ROW_MESSAGE_MAX, cut
 from domain.follow import (
     FollowCursor,
@@ -107,7 +106,7 @@ class SessionActivities:
         """Create the row's session; a retry or a recovery under the same key sends the same requests. A
         follow-up first asks to continue the earlier session and, if the core refuses, carries its outcome."""
         if row.follow_up_of is None:
-            return await self.core.create(_create_request(row, idempotency_key, limits), timeout_s=timeout_s)
+            return await self.core.create(create_request(row, idempotency_key, limits), timeout_s=timeout_s)
         requests = await self.follow_ups.create_requests(row, idempotency_key, limits)
         for continuation in requests[:-1]:
             try:
@@ -232,8 +231,7 @@ class SessionActivities:
         """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes.
 
         A session a follow-up may continue is kept instead, on a core that can continue it (issue 14)."""
-        may_follow = ref.outcome_kind is None or ref.outcome_kind in FOLLOWABLE_KINDS
-        if may_follow and await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id):
+        if await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id, ref.outcome_kind):
             return True
         try:
             answer = await self.core.reset(ref.session_id, timeout_s=_seconds(ref.check_ms))
@@ -300,19 +298,6 @@ class SessionActivities:
 
 def _seconds(check_ms: int | None) -> float | None:
     return None if check_ms is None else check_ms / 1000
-
-
-def _create_request(row: HelperRow, idempotency_key: str, limits: Limits) -> CreateSession:
-    return CreateSession(
-        idempotency_key=idempotency_key,
-        owner=row.owner,
-        helper_id=row.helper_id,
-        task=row.task,
-        boundary=list(row.boundary),
-        language=row.language,
-        model=row.model,
-        limits=SessionLimits(max_steps=limits.max_steps, max_input_tokens=limits.max_input_tokens),
-    )
 
 
 def _budget_exhausted(cursor: FollowCursor, silence_ms: int, bad_answers: int) -> str | None:

@@ -253,19 +253,13 @@ class HelperStore:
         statement = select(kept_table).order_by(kept_table.c.kept_at).limit(limit)
         async with self.engine.connect() as connection:
             result = await connection.execute(statement)
-            return [
-                KeptSession.model_validate({**_plain(r), "kept_at": _aware(r["kept_at"])}) for r in result.mappings()
-            ]
+            return [_to_kept(record) for record in result.mappings()]
 
     async def kept_session_of(self, owner: str, helper_id: str) -> KeptSession | None:
         statement = select(kept_table).where(kept_table.c.owner == owner, kept_table.c.helper_id == helper_id)
         async with self.engine.connect() as connection:
             record = (await connection.execute(statement)).mappings().first()
-        return (
-            None
-            if record is None
-            else KeptSession.model_validate({**_plain(record), "kept_at": _aware(record["kept_at"])})
-        )
+        return None if record is None else _to_kept(record)
 
     # --- reads (the starter, Iva) ------------------------------------------------------------------
 
@@ -382,6 +376,10 @@ def _to_columns(row: HelperRow) -> dict[str, Any]:
 
 def _plain(record: Any) -> dict[str, Any]:
     return {name: _aware(value) if isinstance(value, datetime) else value for name, value in dict(record).items()}
+
+
+def _to_kept(record: Any) -> KeptSession:
+    return KeptSession.model_validate({**_plain(record), "kept_at": _aware(record["kept_at"])})
 
 
 def _to_row(record: Any) -> HelperRow:
