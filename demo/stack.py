@@ -194,9 +194,9 @@ class Stack:
             ],
         )
         await self._wait_for_temporal()
-        await _wait_for_http("reference core", f"http://{HOST}:{self.ports.core}/healthz", self)
-        await _wait_for_http("reference chat", f"http://{HOST}:{self.ports.chat}/healthz", self)
-        await _wait_for_http("codec server", f"{self.codec_url}/healthz", self)
+        await wait_for_http("reference core", f"http://{HOST}:{self.ports.core}/healthz", self)
+        await wait_for_http("reference chat", f"http://{HOST}:{self.ports.chat}/healthz", self)
+        await wait_for_http("codec server", f"{self.codec_url}/healthz", self)
         await self._migrate_store()
         self._spawn("worker", [sys.executable, str(WORKER)])
 
@@ -270,7 +270,8 @@ class Stack:
         self.processes.clear()
 
 
-async def _wait_for_http(name: str, url: str, stack: Stack, timeout: float = 30.0) -> None:
+async def wait_for_http(name: str, url: str, stack: Stack, timeout: float = 30.0) -> None:
+    """Until `url` answers 200 (StackError after `timeout`, or at once if a process of the stack died)."""
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2) as http:
         while True:

@@ -23,8 +23,7 @@ from tests.store.test_helper_store import row
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-async def _question_session(core: CoreClient, helper_id: str) -> str:
-    task = scripted_task("Pick a venue.", steps=1, step_ms=10, end="question", question="Which one?")
+async def _create(core: CoreClient, helper_id: str, task: str) -> str:
     created = await core.create(
         CreateSession(
             idempotency_key=f"key-{helper_id}",
@@ -36,12 +35,18 @@ async def _question_session(core: CoreClient, helper_id: str) -> str:
             limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
         )
     )
+    return created.session_id
+
+
+async def _question_session(core: CoreClient, helper_id: str) -> str:
+    task = scripted_task("Pick a venue.", steps=1, step_ms=10, end="question", question="Which one?")
+    session_id = await _create(core, helper_id, task)
 
     async def paused() -> bool:
-        return (await core.snapshot(created.session_id)).status.value == "question"
+        return (await core.snapshot(session_id)).status.value == "question"
 
     await eventually(paused, timeout=10)
-    return created.session_id
+    return session_id
 
 
 @pytest.mark.parametrize("offers", [True, False])
@@ -69,23 +74,12 @@ async def test_a_partial_outcome_whose_turn_still_runs_is_not_kept(tmp_path: Pat
         core = CoreClient(url, 5_000)
         store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
         try:
-            task = scripted_task("Scan everything.", end="run", steps=80, step_ms=1_000)
-            created = await core.create(
-                CreateSession(
-                    idempotency_key="key-scan",
-                    owner="anna",
-                    helper_id="scan",
-                    task=task,
-                    language="en",
-                    model="scripted",
-                    limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
-                )
-            )
-            assert (await core.snapshot(created.session_id)).status.value == "running"
+            session_id = await _create(core, "scan", scripted_task("Scan all.", end="run", steps=80, step_ms=1_000))
+            assert (await core.snapshot(session_id)).status.value == "running"
             await store.insert_admitted(
-                row("scan", state=RowState.UNREPORTED, outcome_kind=OutcomeKind.PARTIAL, session_id=created.session_id)
+                row("scan", state=RowState.UNREPORTED, outcome_kind=OutcomeKind.PARTIAL, session_id=session_id)
             )
-            assert not await FollowUps(store, core, None).keep_instead_of_reset("anna", "scan", created.session_id)
+            assert not await FollowUps(store, core, None).keep_instead_of_reset("anna", "scan", session_id)
             assert await store.kept_sessions() == []
         finally:
             await core.aclose()

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from demo.stack import BIN, HOST, Stack
+from demo.stack import BIN, HOST, Stack, StackError
+from demo.stack import wait_for_http as stack_wait_for_http
 from reference_core.script import scripted_task
 
 STARTER = BIN / "helper-starter"
@@ -488,18 +488,10 @@ class Injector:
 
 
 async def wait_for_http(stack: Stack, url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=2) as http:
-        while True:
-            stack.check_alive()
-            try:
-                if (await http.get(url)).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"harness: {url} did not answer within {timeout:.0f} s")
-            await asyncio.sleep(0.1)
+    try:
+        await stack_wait_for_http(url, url, stack, timeout)
+    except StackError as error:
+        raise AssertionError(f"harness: {error}") from None
 
 
 # --- sampling running sessions ---------------------------------------------------------------------------
