@@ -54,7 +54,7 @@ def summarize(full_text: str, limit: int, language: str) -> str:
     if len(stripped) <= limit:
         return stripped
     mark = text("summary.cut_mark", language)
-    if len(mark) >= limit // 2:  # a limit too small for the mark: cut hard, the limit wins
+    if len(mark) >= limit:  # a limit with no room beside the mark: cut hard, the limit wins
         return stripped[:limit]
     room = limit - len(mark)
     cut = stripped[:room]
