@@ -69,6 +69,7 @@ def activities_of(
     goals = GoalActivities(settings)
     return [
         admission.admit_helper,
+        admission.regrant_helper,
         rows.remove_rows,
         rows.sweep_orphan_directories,
         rows.mark_closed,

@@ -18,11 +18,11 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from domain.activity_io import AdmitHelper
+from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelper, title_of
 from domain.rows import HelperRow, RowState
 from observability import recording
 from protocol.errors import ErrorType
-from protocol.messages import HELPER_WORKFLOW
+from protocol.messages import HELPER_WORKFLOW, SLOT_GRANTED, Token
 from protocol.names import FOLLOW_UP_OF_MEMO, HELPER_OWNER, HELPER_STATE, SEQ_MEMO, helper_workflow_id
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
@@ -65,7 +65,6 @@ class AdmissionActivities:
     async def _start_workflow(self, admitted: AdmitHelper, *, look_first: bool) -> None:
         start = admitted.start
         workflow_id = helper_workflow_id(start.owner, start.helper_id)
-        client = activity.client()
         # Look before starting when this admission's row was already there: a worker killed after this start
         # but before the coordinator recorded the admission replays it, and by then the helper may even have
         # completed, when a duplicate start would succeed and run the helper twice (R9, R19). The memo's seq
@@ -75,28 +74,60 @@ class AdmissionActivities:
         if look_first and await self._already_started(workflow_id, start.seq):
             return
         try:
-            await client.start_workflow(
-                HELPER_WORKFLOW,
-                start,
-                id=workflow_id,
-                task_queue=activity.info().task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                memo=_memo(admitted),
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(HELPER_OWNER, start.owner),
-                        SearchAttributePair(
-                            HELPER_STATE, (RowState.RUNNING if start.slot_granted else RowState.WAITING).value
-                        ),
-                    ]
-                ),
-                static_summary=f"{start.owner} · {start.helper_id} · {start.title}",
-            )
+            await _start(start, _memo(start.seq, admitted.row.request.follow_up))
         except WorkflowAlreadyStartedError:
             if not await self._already_started(workflow_id, start.seq):
                 raise
-            return
+
+    @activity.defn(name="regrant_helper")
+    async def regrant_helper(self, regrant: RegrantHelper) -> Regranted:
+        """The coordinator's slot signal found no workflow for a helper it admitted. Its row decides: still
+        waiting or running, the admission's workflow is signalled if it now runs, or started from the row if
+        it never was (an admission whose start was lost must not leave a row waiting forever, R4, R19)."""
+        row = await self.store.get(regrant.owner, regrant.helper_id)
+        if row is None or row.seq != regrant.seq or row.state not in (RowState.WAITING, RowState.RUNNING):
+            return Regranted.GONE
+        workflow_id = helper_workflow_id(regrant.owner, regrant.helper_id)
+        handle = activity.client().get_workflow_handle(workflow_id)
+        for _ in range(2):  # a second look if the admission's own start won the race with ours
+            try:
+                description = await handle.describe()
+            except RPCError as error:
+                if error.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                description = None
+            if description is not None and (await description.memo()).get(SEQ_MEMO) == regrant.seq:
+                if description.status is not WorkflowExecutionStatus.RUNNING:
+                    return Regranted.GONE  # it ended (an operator terminated it): nothing to run
+                await handle.signal(SLOT_GRANTED, Token())
+                return Regranted.GRANTED
+            if description is not None and description.status is WorkflowExecutionStatus.RUNNING:
+                raise ApplicationError(
+                    f"an earlier helper under {workflow_id} is still finishing its cleanup",
+                    type=ErrorType.PREVIOUS_RUN_ACTIVE,
+                )
+            start = HelperStart(
+                owner=row.owner,
+                helper_id=row.helper_id,
+                seq=row.seq,
+                goal_id=row.goal_id,
+                language=row.language,
+                model=row.model,
+                limits=row.limits,
+                slot_granted=True,
+                summary_max=regrant.summary_max,
+                check_ms=regrant.check_ms,
+                keep_ms=regrant.keep_ms,
+                follow=regrant.follow,
+                title=title_of(row.task),
+            )
+            try:
+                await _start(start, _memo(row.seq, row.follow_up_of))
+            except WorkflowAlreadyStartedError:
+                continue
+            activity.logger.warning("%s/%s had no workflow; started from its row", row.owner, row.helper_id)
+            return Regranted.STARTED
+        raise ApplicationError(f"{workflow_id} neither starts nor answers; try again")
 
     async def _already_started(self, workflow_id: str, seq: int) -> bool:
         """True if the latest run under this id was started by this admission; an older helper with the
@@ -118,10 +149,27 @@ class AdmissionActivities:
         return False
 
 
-def _memo(admitted: AdmitHelper) -> dict[str, object]:
+async def _start(start: HelperStart, memo: dict[str, object]) -> None:
+    state = RowState.RUNNING if start.slot_granted else RowState.WAITING
+    await activity.client().start_workflow(
+        HELPER_WORKFLOW,
+        start,
+        id=helper_workflow_id(start.owner, start.helper_id),
+        task_queue=activity.info().task_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        memo=memo,
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(HELPER_OWNER, start.owner), SearchAttributePair(HELPER_STATE, state.value)]
+        ),
+        static_summary=f"{start.owner} · {start.helper_id} · {start.title}",
+    )
+
+
+def _memo(seq: int, follow_up_of: str | None) -> dict[str, object]:
     """The admission's seq names the run it started; a follow-up also names the helper it continues, so the
     Web UI shows the link (issue 14)."""
-    memo: dict[str, object] = {SEQ_MEMO: admitted.start.seq}
-    if admitted.row.request.follow_up is not None:
-        memo[FOLLOW_UP_OF_MEMO] = admitted.row.request.follow_up
+    memo: dict[str, object] = {SEQ_MEMO: seq}
+    if follow_up_of is not None:
+        memo[FOLLOW_UP_OF_MEMO] = follow_up_of
     return memo

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json as jsonlib
 import time
+import zlib
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -46,6 +47,8 @@ CORE_ANSWER_MAX_BYTES = 16 * 1024 * 1024
 ERROR_BODY_MAX_BYTES = 64 * 1024
 # Connections kept open between calls: a worker follows up to HELPER_MAX_CONCURRENT_ACTIVITIES (200) helpers.
 KEEPALIVE_CONNECTIONS = 1_000
+# Connection pools the calls are spread over (see CoreClient).
+POOLS = 8
 # Excerpts of what the core sent (a Problem's message, an id, a body) are cut to this in messages.
 EXCERPT_MAX_CHARS = 200
 # How long the core's capabilities are trusted before they are asked again.
@@ -80,19 +83,23 @@ class SessionNotFound(CoreError):
 class CoreClient:
     def __init__(self, base_url: str, check_ms: int, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.check_seconds = check_ms / 1000
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            timeout=httpx.Timeout(self.check_seconds),
-            transport=transport,
-            # Each running helper's follow holds one connection through its long polls (R44); httpx's default
-            # pool of 100 would make the 101st wait and time out. The worker's activity slots bound them.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
-        )
-
+        # Each running helper's follow holds one connection through its long polls (R44); httpx's default
+        # pool of 100 would make the 101st wait and time out. The worker's activity slots bound them. Calls
+        # are spread over a few pools by path (so one session keeps its connection): httpcore scans a pool's
+        # every connection for every request, which with 250 held at once cost more CPU than the calls.
+        self._pools = [
+            httpx.AsyncClient(
+                base_url=base_url.rstrip("/"),
+                timeout=httpx.Timeout(self.check_seconds),
+                transport=transport,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS // POOLS),
+            )
+            for _ in range(1 if transport is not None else POOLS)
+        ]
         self._capabilities: tuple[float, CoreCapabilities] | None = None
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await asyncio.gather(*(pool.aclose() for pool in self._pools))
 
     # Every call is bounded by HELPER_CHECK_MS (R10) unless the caller gives `timeout_s`: a cleanup without
     # time pressure (after the outcome is final) may allow a few check intervals.
@@ -157,6 +164,9 @@ class CoreClient:
         self._capabilities = (now, offered)
         return offered
 
+    def _pool(self, path: str) -> httpx.AsyncClient:
+        return self._pools[zlib.crc32(path.encode()) % len(self._pools)]
+
     async def _call(
         self,
         method: str,
@@ -173,7 +183,9 @@ class CoreClient:
             async with (
                 core_span(method, path),  # outermost: the span records a timeout too; a no-op unless tracing
                 asyncio.timeout(seconds),
-                self._http.stream(method, path, json=json, params=params, timeout=httpx.Timeout(seconds)) as response,
+                self._pool(path).stream(
+                    method, path, json=json, params=params, timeout=httpx.Timeout(seconds)
+                ) as response,
             ):
                 if response.is_success:
                     body = await _read_capped(response, CORE_ANSWER_MAX_BYTES, where)

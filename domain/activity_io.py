@@ -7,6 +7,7 @@ directories; these messages carry ids, counters and short summaries only.
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
@@ -89,9 +90,34 @@ class HelperStart(BaseModel):
     title: str = Field(description="First line of the task, shown in the Web UI.")
 
 
+def title_of(task: str) -> str:
+    """A helper's title in the Web UI: the first line of its task, at most 80 characters."""
+    first = task.strip().splitlines()[0] if task.strip() else ""
+    return first[:80] + ("…" if len(first) > 80 else "")
+
+
 class AdmitHelper(BaseModel):
     row: NewRow
     start: HelperStart
+
+
+class RegrantHelper(BaseModel):
+    """A slot granted to a helper whose workflow did not answer: the admission, and the owner's settings its
+    workflow needs if it has to be started from its row."""
+
+    owner: OwnerId
+    helper_id: HelperId
+    seq: int
+    summary_max: int
+    check_ms: int
+    keep_ms: int | None = None
+    follow: FollowTuning
+
+
+class Regranted(StrEnum):
+    GRANTED = "granted"  # the admission's workflow runs and now has the slot
+    STARTED = "started"  # it had never been started: started from its row, holding the slot
+    GONE = "gone"  # it ended, or its row is gone or final: the slot passes on
 
 
 # `check_ms` travels with each core call, from the owner's policy, so the call's bound and its activity's

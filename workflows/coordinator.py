@@ -25,10 +25,13 @@ with workflow.unsafe.imports_passed_through():
         AdmitHelper,
         CoordinatorWrite,
         HelperStart,
+        Regranted,
+        RegrantHelper,
         RemoveRows,
         RowKey,
         RowToRemove,
         WithdrawnEvent,
+        title_of,
     )
     from domain.book import (
         AlreadyAdmitted,
@@ -85,6 +88,8 @@ CLOSE_ACK_WAIT = timedelta(seconds=30)
 # Continuing as new happens in a workflow task of its own, after the last handlers' task is committed.
 OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
 CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
+# A slot signal that finds no workflow looks at the helper's row before the slot passes on.
+REGRANT_FROM_ROW_PATCH = "regrant-from-row"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
@@ -188,7 +193,7 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                         check_ms=policy.check_ms,
                         keep_ms=policy.keep_ms,
                         follow=policy.follow,
-                        title=_title(request.task),
+                        title=title_of(request.task),
                     ),
                 ),
                 **options.ADMISSION_WRITE,
@@ -269,14 +274,52 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
             try:
                 await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:
+                if await self._regranted(helper_id):
+                    continue
                 # Only an operator can remove a helper workflow; its row is left for them to read.
                 workflow.logger.error(
                     "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
                 )
-                forget_gone_helper(self.book, helper_id, workflow.now())
+                entry = forget_gone_helper(self.book, helper_id, workflow.now())
+                if entry is not None and workflow.patched(REGRANT_FROM_ROW_PATCH):
+                    # Its row would otherwise say "waiting" for ever.
+                    await workflow.execute_local_activity_method(
+                        RowActivities.coordinator_write,
+                        CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
+                        **options.STORE_WRITE,
+                    )
                 gone = True
         if gone:
             await self._hand_out_slots()
+
+    async def _regranted(self, helper_id: str) -> bool:
+        """The slot's signal found no workflow: an admission whose start was lost (or not yet made) still has
+        its row, from which the helper is started holding the slot; only a helper that really ended lets
+        its slot pass on."""
+        entry = self.book.entries.get(helper_id)
+        if entry is None or not workflow.patched(REGRANT_FROM_ROW_PATCH):
+            return False
+        policy = self.book.policy
+        try:
+            regranted = await workflow.execute_local_activity_method(
+                AdmissionActivities.regrant_helper,
+                RegrantHelper(
+                    owner=self.book.owner,
+                    helper_id=helper_id,
+                    seq=entry.seq,
+                    summary_max=policy.summary_max,
+                    check_ms=policy.check_ms,
+                    keep_ms=policy.keep_ms,
+                    follow=policy.follow,
+                ),
+                **options.ADMISSION_WRITE,
+            )
+        except ActivityError as error:
+            workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
+            return False
+        if regranted is Regranted.STARTED:
+            workflow.logger.warning("%s/%s had no workflow: started from its row", self.book.owner, helper_id)
+        return regranted is not Regranted.GONE
 
     @workflow.signal(name=HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:
@@ -391,8 +434,3 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
 
     def _row_key(self, entry: Entry) -> RowKey:
         return RowKey(owner=self.book.owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
-
-
-def _title(task: str) -> str:
-    first = task.strip().splitlines()[0] if task.strip() else ""
-    return first[:80] + ("…" if len(first) > 80 else "")

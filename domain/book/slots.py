@@ -32,18 +32,21 @@ def release_slot(book: OwnerBook, helper_id: str) -> bool:
     return True
 
 
-def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> None:
-    """A helper workflow that no longer exists (removed by an operator) gives its slot and place back."""
+def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> Entry | None:
+    """A helper workflow that no longer exists (removed by an operator) gives its slot and place back; its
+    row is closed by the coordinator, at the next generation."""
     entry = book.entries.get(helper_id)
     if entry is None:
-        return
+        return None
     release_slot(book, helper_id)
     entry.helper_writes = False
+    entry.generation += 1
     entry.state = RowState.CLOSED
     entry.finished_at = entry.finished_at or now
     entry.keep_until = kept_until(now, book.policy.keep_ms)
     if helper_id in book.queue:
         book.queue.remove(helper_id)
+    return entry
 
 
 def expired_leases(book: OwnerBook, now: datetime) -> list[str]:

@@ -157,7 +157,7 @@ class FakeCore:
       equal to it waits until the session changes (the test changes it) or `wait_ms` has passed.
     - "ignores_wait": versions are sent but every read answers at once: a core that advertises long poll
       and does not do it.
-    `long_poll_waits` counts the reads that waited.
+    `long_poll_waits` counts the reads that waited, `long_poll_peak` the most that waited at once.
 
     Slow and lost answers (the work is done at once in both cases, like a core whose answer is slow or
     lost on the way back, R35/R38):
@@ -216,6 +216,8 @@ class FakeCore:
     # Long poll: None, "honest" or "ignores_wait" (see the class docstring).
     long_poll: str | None = None
     long_poll_waits: int = 0
+    long_poll_peak: int = 0  # the most reads waiting at once
+    _long_polls_now: int = field(default=0, repr=False)
     reads_by_session: dict[str, int] = field(default_factory=dict)  # snapshot reads per session id
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _server: uvicorn.Server | None = field(default=None, repr=False)
@@ -351,12 +353,18 @@ class FakeCore:
         if _version(session) != after:
             return
         self.long_poll_waits += 1
+        self._long_polls_now += 1
+        self.long_poll_peak = max(self.long_poll_peak, self._long_polls_now)
         deadline = asyncio.get_running_loop().time() + wait_s
-        # The tests change sessions as plain data, so a change is seen by looking (every 10 ms), not told.
-        while _version(session) == after and asyncio.get_running_loop().time() < deadline:
-            if self._stopping is not None and self._stopping.is_set():
-                return
-            await asyncio.sleep(0.01)
+        # The tests change sessions as plain data, so a change is seen by looking (every 30 ms), not told; more
+        # often, hundreds of waiting reads would keep a slow machine's event loop busy with looking alone.
+        try:
+            while _version(session) == after and asyncio.get_running_loop().time() < deadline:
+                if self._stopping is not None and self._stopping.is_set():
+                    return
+                await asyncio.sleep(0.03)
+        finally:
+            self._long_polls_now -= 1
 
     def _loses(self, endpoint: str) -> bool:
         left = self.lose_next.get(endpoint, 0)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import sqlite3
 import time
 from collections import Counter
@@ -637,6 +638,12 @@ class TemporalEvidence:
     workflows: int = 0
 
 
+# The server turns back a task that completes the run while a new event (a close, a slot) came in, and the
+# worker decides again with it: Temporal's normal way, counted but not a failure. Invariant 6 is about tasks
+# the workflow code failed (a nondeterminism error, an exception) or the server refused for a bad command.
+TURNED_BACK = frozenset({"UNHANDLED_COMMAND"})
+
+
 async def temporal_evidence(client: Client, limit: int = 5_000) -> TemporalEvidence:
     """Every workflow run's history (all runs, closed ones too), scanned for workflow-task failures."""
     evidence = TemporalEvidence()
@@ -657,6 +664,8 @@ async def temporal_evidence(client: Client, limit: int = 5_000) -> TemporalEvide
                 attributes = event.workflow_task_failed_event_attributes
                 cause = WorkflowTaskFailedCause.Name(attributes.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
                 evidence.failure_causes[cause] += 1
+                if cause in TURNED_BACK:
+                    continue
                 message = attributes.failure.message.replace("\n", " ")[:300]
                 evidence.task_failures.append(
                     f"{execution.id} (run {execution.run_id[:8]}) event {event.event_id}: {cause}: {message}"
@@ -684,3 +693,22 @@ async def eventually_true(check: Callable[[], Any], *, timeout: float, interval:
             pass
         await asyncio.sleep(interval)
     return False
+
+
+def trails(problems: list[str], journal: list[str], logs: Path, *, helpers: int = 4, lines: int = 30) -> str:
+    """For the first helpers named in the failed invariants, their lines in the journal and the processes'
+    logs, so a failure in CI (whose temporary directory is gone) tells its own story."""
+    named: list[str] = []
+    for problem in problems:
+        for found in re.findall(r"(?<![/\w])([a-z]+/h\d\d-[a-z]+)\b", problem):
+            if found not in named:
+                named.append(found)
+    told = []
+    for owner_and_helper in named[:helpers]:
+        owner, helper_id = owner_and_helper.split("/")
+        mine = [line for line in journal if owner_and_helper in line or f"--id {helper_id}" in line]
+        for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+            text = log.read_text(encoding="utf-8", errors="replace").splitlines()
+            mine += [f"{log.stem}: {line[:400]}" for line in text if helper_id in line and owner in line]
+        told.append(f"--- {owner_and_helper} ({len(mine)} lines, the last {lines}):\n" + "\n".join(mine[-lines:]))
+    return "\n".join(told)

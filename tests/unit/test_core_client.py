@@ -592,4 +592,4 @@ async def test_hundreds_of_long_polls_at_once_do_not_wait_for_each_other() -> No
             await client.aclose()
     failures = [answer for answer in answers if isinstance(answer, BaseException)]
     assert not failures, f"{len(failures)} of 250 long polls failed, e.g. {failures[0]!r}"
-    assert core.long_poll_waits >= 200 and elapsed < 10
+    assert core.long_poll_peak >= 200 and elapsed < 10  # all held at once, not a hundred at a time
