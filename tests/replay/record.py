@@ -20,8 +20,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from domain.limits import FollowTuning, Limits
@@ -146,6 +150,58 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
         await store.close()
 
 
+async def record_regrant_paths(env: WorkflowEnvironment, work: Path) -> None:
+    """A coordinator whose slot signals find no workflow: one deleted (started again from its row), one
+    terminated (its slot passes on, its row is closed). Four open helpers, so one waits."""
+    owner = "recorded-regrant"
+    async with running_chat() as chat_url, running_core(work / "core.sqlite3") as core_url:
+        settings = settings_for(work, core_url, chat_url, follow=FAST, max_open=4)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        async with running_worker(env.client, settings):
+            client = HelperClient(settings, store, env.client)
+            hold = scripted_task("Hold.", hold_until="regrant-go")
+            for helper_id in ("busy-0", "busy-1"):
+                await client.start(helper_request(owner, helper_id, hold))
+            for gone, taken_away, freed in (("deleted", _delete, "busy-0"), ("terminated", _terminate, "busy-1")):
+                await client.start(helper_request(owner, f"{gone}-before", hold))  # the third slot
+                await client.start(helper_request(owner, gone, scripted_task("Queued.", steps=1, step_ms=20)))
+                await taken_away(env.client, helper_workflow_id(owner, gone))
+                await client.close(owner, freed)
+                await eventually(lambda: _ended(store, owner, gone), timeout=30)  # noqa: B023
+            async with httpx.AsyncClient() as http:
+                await http.post(f"{core_url}/v1/demo/latches/regrant-go/release")
+            await eventually(lambda: _ended(store, owner, "terminated-before"), timeout=30)
+            await _save(env.client, coordinator_id(owner), "coordinator-regrant", completed=False)
+        await store.close()
+
+
+async def _delete(client: Client, workflow_id: str) -> None:
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    await client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(
+            namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
+        )
+    )
+    await eventually(lambda: _missing(client, workflow_id), timeout=20)
+
+
+async def _missing(client: Client, workflow_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as error:
+        return error.status is RPCStatusCode.NOT_FOUND
+    return False
+
+
+async def _terminate(client: Client, workflow_id: str) -> None:
+    await client.get_workflow_handle(workflow_id).terminate("recorded: an operator removed it")
+
+
+async def _ended(store: HelperStore, owner: str, helper_id: str) -> bool:
+    row = await store.get(owner, helper_id)
+    return row is not None and (row.outcome_kind is not None or row.state.value == "closed")
+
+
 async def record_goal_check_and_sweep(env: WorkflowEnvironment, client: HelperClient) -> None:
     """A Goal check admitted by its Schedule, and one run of the orphan sweep."""
     await client.add_goal(
@@ -248,6 +304,8 @@ async def main() -> None:
         try:
             (work / "core").mkdir()
             await record_reference_core_paths(env, work / "core")
+            (work / "regrant").mkdir()
+            await record_regrant_paths(env, work / "regrant")
         finally:
             await env.shutdown()
         (work / "skipped").mkdir()

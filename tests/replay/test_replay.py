@@ -31,6 +31,7 @@ EXPECTED = {
     "helper-lost-create",
     "helper-follow-up-v4",
     "coordinator-lifecycle",
+    "coordinator-regrant-v5",
     "goal-check",
     "sweep",
 }
