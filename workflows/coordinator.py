@@ -282,12 +282,19 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                 )
                 entry = forget_gone_helper(self.book, helper_id, workflow.now())
                 if entry is not None and workflow.patched(REGRANT_FROM_ROW_PATCH):
-                    # Its row would otherwise say "waiting" for ever.
-                    await workflow.execute_local_activity_method(
-                        RowActivities.coordinator_write,
-                        CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
-                        **options.STORE_WRITE,
-                    )
+                    # Its row would otherwise say "waiting" for ever. A store that does not answer must not fail
+                    # the handler (from a signal, that would fail the coordinator): the row then waits for an
+                    # operator, as it did before.
+                    try:
+                        await workflow.execute_local_activity_method(
+                            RowActivities.coordinator_write,
+                            CoordinatorWrite(
+                                row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until
+                            ),
+                            **options.STORE_WRITE,
+                        )
+                    except ActivityError as write_error:
+                        workflow.logger.error("could not close the row of %s: %s", helper_id, write_error)
                 gone = True
         if gone:
             await self._hand_out_slots()
