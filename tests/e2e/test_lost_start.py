@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -107,6 +108,6 @@ async def test_a_terminated_waiting_helper_gives_its_slot_on(four_open: Stack) -
 
     assert await eventually(runs, timeout=20)
     description = await stack.env.client.get_workflow_handle(workflow_id).describe()
-    assert description.status.name == "TERMINATED"  # not started again
+    assert description.status is WorkflowExecutionStatus.TERMINATED  # not started again
     row = await stack.store.get(stack.owner, "queued")
     assert row is not None and row.state is RowState.CLOSED  # not "waiting" for ever
