@@ -98,7 +98,7 @@ class AdmissionActivities:
                 description = None
             if description is not None and (await description.memo()).get(SEQ_MEMO) == regrant.seq:
                 if description.status is not WorkflowExecutionStatus.RUNNING:
-                    return Regranted.GONE  # it ended (an operator terminated it): nothing to run
+                    return Regranted.ENDED  # an operator terminated it: nothing to run, its row is closed
                 await handle.signal(SLOT_GRANTED, Token())
                 return Regranted.GRANTED
             if description is not None and description.status is WorkflowExecutionStatus.RUNNING:

@@ -117,7 +117,8 @@ class RegrantHelper(BaseModel):
 class Regranted(StrEnum):
     GRANTED = "granted"  # the admission's workflow runs and now has the slot
     STARTED = "started"  # it had never been started: started from its row, holding the slot
-    GONE = "gone"  # it ended, or its row is gone or final: the slot passes on
+    ENDED = "ended"  # its run ended (terminated) with the row still open: the slot passes on, the row closes
+    GONE = "gone"  # no open row of this admission (final, removed, or another admission's): the slot passes on
 
 
 # `check_ms` travels with each core call, from the owner's policy, so the call's bound and its activity's

@@ -90,6 +90,9 @@ OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
 CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
 # A slot signal that finds no workflow looks at the helper's row before the slot passes on.
 REGRANT_FROM_ROW_PATCH = "regrant-from-row"
+# A slot granted to a helper whose admission is still writing its row and starting its workflow is signalled
+# once the admission is done.
+GRANT_AFTER_START_PATCH = "grant-after-start"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
@@ -100,6 +103,11 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
         self.messages_this_run = 0
         self.stopping = False
         self.armed_wakeup = next_wakeup(self.book)
+        # Admissions whose row and workflow are being made (their local activity runs), and those of them a slot
+        # was granted to meanwhile: the slot's signal waits for the workflow (a long local activity lets the
+        # workflow task complete early, so other handlers can run while it is under way).
+        self.admitting: set[str] = set()
+        self.granted_while_admitting: set[str] = set()
 
     # --- the run loop: timers for retention and leases, the outbox, continue-as-new ---------------
 
@@ -176,6 +184,7 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                     self._removal([entry for entry in evicted]),
                     **options.ADMISSION_WRITE,
                 )
+            self.admitting.add(request.helper_id)
             await workflow.execute_local_activity_method(
                 AdmissionActivities.admit_helper,
                 AdmitHelper(
@@ -199,6 +208,8 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                 **options.ADMISSION_WRITE,
             )
         except ActivityError as error:
+            self.admitting.discard(request.helper_id)
+            self.granted_while_admitting.discard(request.helper_id)
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(ActivityError):
@@ -212,9 +223,13 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                 type=ErrorType.ADMISSION_FAILED,
                 non_retryable=True,
             ) from None
-        # Helpers queued before this one take the slots they were just given (the new one has its own
-        # in its start input).
-        await self._signal_granted([helper_id for helper_id in granted if helper_id != request.helper_id])
+        self.admitting.discard(request.helper_id)
+        if request.helper_id in self.granted_while_admitting:
+            self.granted_while_admitting.discard(request.helper_id)
+            granted.append(request.helper_id)  # its start input said "wait": the slot came meanwhile
+        # Helpers queued before this one take the slots they were just given; the new one has its own in its
+        # start input, unless the slot came while its admission was under way.
+        await self._signal_granted([h for h in granted if h != request.helper_id or not starts_now])
         early = take_early_notice(self.book, request.helper_id, entry.seq)
         if early is not None:
             # Replayed after a crash, this admission's helper had already finished: its notice counts now.
@@ -271,41 +286,33 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
     async def _signal_granted(self, helper_ids: list[str]) -> None:
         gone = False
         for helper_id in helper_ids:
+            if helper_id in self.admitting and workflow.patched(GRANT_AFTER_START_PATCH):
+                self.granted_while_admitting.add(helper_id)  # signalled once its workflow exists
+                continue
             try:
                 await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:
-                if await self._regranted(helper_id):
+                regranted = await self._regrant(helper_id)
+                if regranted in (Regranted.GRANTED, Regranted.STARTED):
                     continue
                 # Only an operator can remove a helper workflow; its row is left for them to read.
                 workflow.logger.error(
                     "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
                 )
                 entry = forget_gone_helper(self.book, helper_id, workflow.now())
-                if entry is not None and workflow.patched(REGRANT_FROM_ROW_PATCH):
-                    # Its row would otherwise say "waiting" for ever. A store that does not answer must not fail
-                    # the handler (from a signal, that would fail the coordinator): the row then waits for an
-                    # operator, as it did before.
-                    try:
-                        await workflow.execute_local_activity_method(
-                            RowActivities.coordinator_write,
-                            CoordinatorWrite(
-                                row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until
-                            ),
-                            **options.STORE_WRITE,
-                        )
-                    except ActivityError as write_error:
-                        workflow.logger.error("could not close the row of %s: %s", helper_id, write_error)
+                if entry is not None and regranted is Regranted.ENDED:
+                    await self._close_ended_row(entry)
                 gone = True
         if gone:
             await self._hand_out_slots()
 
-    async def _regranted(self, helper_id: str) -> bool:
+    async def _regrant(self, helper_id: str) -> Regranted | None:
         """The slot's signal found no workflow: an admission whose start was lost (or not yet made) still has
         its row, from which the helper is started holding the slot; only a helper that really ended lets
-        its slot pass on."""
+        its slot pass on. None: the row could not be read (or a coordinator from before this look)."""
         entry = self.book.entries.get(helper_id)
         if entry is None or not workflow.patched(REGRANT_FROM_ROW_PATCH):
-            return False
+            return None
         policy = self.book.policy
         try:
             regranted = await workflow.execute_local_activity_method(
@@ -323,10 +330,23 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
             )
         except ActivityError as error:
             workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
-            return False
+            return None
         if regranted is Regranted.STARTED:
             workflow.logger.warning("%s/%s had no workflow: started from its row", self.book.owner, helper_id)
-        return regranted is not Regranted.GONE
+        return regranted
+
+    async def _close_ended_row(self, entry: Entry) -> None:
+        """A helper whose run ended without finalizing: its row would otherwise stay open for ever. A store that
+        does not answer must not fail the handler (from a signal that would fail the coordinator): the row then
+        waits for an operator, as it did before."""
+        try:
+            await workflow.execute_local_activity_method(
+                RowActivities.coordinator_write,
+                CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
+                **options.STORE_WRITE,
+            )
+        except ActivityError as error:
+            workflow.logger.error("could not close the row of %s: %s", entry.helper_id, error)
 
     @workflow.signal(name=HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:
