@@ -90,9 +90,6 @@ OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
 CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
 # A slot signal that finds no workflow looks at the helper's row before the slot passes on.
 REGRANT_FROM_ROW_PATCH = "regrant-from-row"
-# A slot granted to a helper whose admission is still writing its row and starting its workflow is signalled
-# once the admission is done.
-GRANT_AFTER_START_PATCH = "grant-after-start"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
@@ -103,11 +100,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
         self.messages_this_run = 0
         self.stopping = False
         self.armed_wakeup = next_wakeup(self.book)
-        # Admissions whose row and workflow are being made (their local activity runs), and those of them a slot
-        # was granted to meanwhile: the slot's signal waits for the workflow (a long local activity lets the
-        # workflow task complete early, so other handlers can run while it is under way).
-        self.admitting: set[str] = set()
-        self.granted_while_admitting: set[str] = set()
 
     # --- the run loop: timers for retention and leases, the outbox, continue-as-new ---------------
 
@@ -184,7 +176,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                     self._removal([entry for entry in evicted]),
                     **options.ADMISSION_WRITE,
                 )
-            self.admitting.add(request.helper_id)
             await workflow.execute_local_activity_method(
                 AdmissionActivities.admit_helper,
                 AdmitHelper(
@@ -208,8 +199,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                 **options.ADMISSION_WRITE,
             )
         except ActivityError as error:
-            self.admitting.discard(request.helper_id)
-            self.granted_while_admitting.discard(request.helper_id)
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(ActivityError):
@@ -223,13 +212,9 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                 type=ErrorType.ADMISSION_FAILED,
                 non_retryable=True,
             ) from None
-        self.admitting.discard(request.helper_id)
-        if request.helper_id in self.granted_while_admitting:
-            self.granted_while_admitting.discard(request.helper_id)
-            granted.append(request.helper_id)  # its start input said "wait": the slot came meanwhile
-        # Helpers queued before this one take the slots they were just given; the new one has its own in its
-        # start input, unless the slot came while its admission was under way.
-        await self._signal_granted([h for h in granted if h != request.helper_id or not starts_now])
+        # Helpers queued before this one take the slots they were just given (the new one has its own
+        # in its start input).
+        await self._signal_granted([helper_id for helper_id in granted if helper_id != request.helper_id])
         early = take_early_notice(self.book, request.helper_id, entry.seq)
         if early is not None:
             # Replayed after a crash, this admission's helper had already finished: its notice counts now.
@@ -286,9 +271,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
     async def _signal_granted(self, helper_ids: list[str]) -> None:
         gone = False
         for helper_id in helper_ids:
-            if helper_id in self.admitting and workflow.patched(GRANT_AFTER_START_PATCH):
-                self.granted_while_admitting.add(helper_id)  # signalled once its workflow exists
-                continue
             try:
                 await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:

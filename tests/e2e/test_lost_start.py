@@ -7,25 +7,38 @@ found none, and the slot passed on. These tests take a waiting helper's workflow
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
+import httpx
 import pytest
+from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
+from clients.chat_client import ChatClient
+from clients.core_client import CoreClient
+from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.names import helper_workflow_id
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core
-from tests.e2e.conftest import Stack, _stack
-from tests.helpers import eventually, helper_request
+from starter.client import HelperClient
+from store.helper_store import HelperStore
+from store.results import ResultDirectories
+from tests.e2e.conftest import E2E_FOLLOW, Stack, _stack
+from tests.helpers import eventually, helper_request, settings_for
+from worker import WORKFLOW_RUNNER, WORKFLOWS, activities_of
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +124,75 @@ async def test_a_terminated_waiting_helper_gives_its_slot_on(four_open: Stack) -
     assert description.status is WorkflowExecutionStatus.TERMINATED  # not started again
     row = await stack.store.get(stack.owner, "queued")
     assert row is not None and row.state is RowState.CLOSED  # not "waiting" for ever
+
+
+class _SlowAdmission:
+    """The store, with one helper's admission slow after its row is written: the first two attempts of the
+    local activity outlast its 10 s bound and are cut, the third goes on (20 s in all, within the admission's
+    30 s)."""
+
+    def __init__(self, store: HelperStore, helper_id: str) -> None:
+        self._store = store
+        self.helper_id = helper_id
+        self.row_written = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def insert_admitted(self, row: HelperRow, followed_up: FollowedUp | None = None) -> bool:
+        written = await self._store.insert_admitted(row, followed_up)
+        if row.helper_id == self.helper_id and activity.info().attempt <= 2:
+            self.row_written.set()
+            await asyncio.sleep(60)  # cut at the local activity's 10 s
+        return written
+
+
+async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_helper(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """R4, R6, R8: a store that stalls an admission for 20 s after writing its row (the helper's workflow not yet
+    started), while the owner closes a running helper: the close waits for the admission (the SDK runs no other
+    handler while a local activity is under way), then its slot goes to the admitted helper, which completes.
+    Nothing is lost or granted to a workflow that does not exist yet."""
+    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
+        settings = settings_for(tmp_path, core_url, chat_url, max_open=4, follow=E2E_FOLLOW)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        slow = _SlowAdmission(store, "queued")
+        core = CoreClient(settings.core_url, settings.policy.check_ms)
+        chat = ChatClient(settings.chat_url, settings.policy.check_ms)
+        worker = Worker(
+            dev_env.client,
+            task_queue=settings.task_queue,
+            workflows=WORKFLOWS,
+            workflow_runner=WORKFLOW_RUNNER,
+            activities=activities_of(
+                cast(HelperStore, slow), ResultDirectories(settings.results_dir), core, chat, settings
+            ),  # type: ignore[arg-type]
+        )
+        try:
+            async with worker:
+                client = HelperClient(settings, store, dev_env.client)
+                owner = f"owner-{uuid.uuid4().hex[:8]}"
+                hold = scripted_task("Busy.", hold_until=f"{owner}-go")
+                for n in range(3):
+                    await client.start(helper_request(owner, f"busy-{n}", hold))
+                queued = scripted_task("Queued work.", steps=1, step_ms=20, final_text="Done.")
+                admission = asyncio.create_task(client.start(helper_request(owner, "queued", queued)))
+                await asyncio.wait_for(slow.row_written.wait(), timeout=20)
+                await asyncio.sleep(9)  # well inside the stall
+                closed = await client.close(owner, "busy-0")
+                assert closed.state is RowState.CLOSED
+                assert (await admission).owner == owner
+
+                async def outcome() -> HelperRow | None:
+                    row = await store.get(owner, "queued")
+                    return row if row is not None and row.outcome_kind is not None else None
+
+                row: HelperRow = await eventually(outcome, timeout=40)
+                assert row.outcome_kind is OutcomeKind.COMPLETED, row
+                async with httpx.AsyncClient() as http:
+                    await http.post(f"{core_url}/v1/demo/latches/{owner}-go/release")
+        finally:
+            await core.aclose()
+            await chat.aclose()
+            await store.close()
