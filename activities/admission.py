@@ -72,12 +72,27 @@ class AdmissionActivities:
         # as the start, so the look (one more server round trip per helper) is left out; an earlier helper
         # under the same id still running is caught by the start's conflict below.
         if look_first and await self._already_started(workflow_id, start.seq):
+            await self._slot_to_earlier_start(workflow_id, start)
             return
         try:
             await _start(start, _memo(start.seq, admitted.row.request.follow_up))
         except WorkflowAlreadyStartedError:
             if not await self._already_started(workflow_id, start.seq):
                 raise
+            await self._slot_to_earlier_start(workflow_id, start)
+
+    async def _slot_to_earlier_start(self, workflow_id: str, start: HelperStart) -> None:
+        """An earlier attempt of this admission started the run, maybe told to wait: the attempt that counts
+        (replayed after a worker died) may have found a slot free meanwhile (a helper finished), so the run is
+        given it now. A second slot signal changes nothing for a run that has its slot."""
+        if not start.slot_granted:
+            return
+        try:
+            await activity.client().get_workflow_handle(workflow_id).signal(SLOT_GRANTED, Token())
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            # The run has already ended (it finished before this admission was recorded): its notice counts.
 
     @activity.defn(name="regrant_helper")
     async def regrant_helper(self, regrant: RegrantHelper) -> Regranted:

@@ -151,9 +151,11 @@ def _environment(settings: Settings, crash_dir: Path) -> dict[str, str]:
     }
 
 
-async def _start_until_answered(client: HelperClient, helper_id: str, case: Case | None = None) -> Any:
+async def _start_until_answered(
+    client: HelperClient, helper_id: str, case: Case | None = None, owner: str = OWNER
+) -> Any:
     """The starter as Iva uses it: while the worker is dead a call may give up (Unavailable); ask again."""
-    request = helper_request(OWNER, helper_id, scripted_task(f"Task {helper_id}.", steps=1, step_ms=50))
+    request = helper_request(owner, helper_id, scripted_task(f"Task {helper_id}.", steps=1, step_ms=50))
     for attempt in range(1, START_ATTEMPTS + 1):
         if case is not None:
             case.attempts = attempt
@@ -165,27 +167,27 @@ async def _start_until_answered(client: HelperClient, helper_id: str, case: Case
     raise AssertionError("unreachable")
 
 
-async def _final_view(client: HelperClient, helper_id: str) -> HelperView | None:
-    view = await client.show(OWNER, helper_id)
+async def _final_view(client: HelperClient, helper_id: str, owner: str = OWNER) -> HelperView | None:
+    view = await client.show(owner, helper_id)
     return view if view.outcome_kind is not None else None
 
 
-async def _counts(temporal: Client) -> dict[str, int]:
-    counts: dict[str, int] = await temporal.get_workflow_handle(coordinator_id(OWNER)).query(CoordinatorWorkflow.counts)
+async def _counts(temporal: Client, owner: str = OWNER) -> dict[str, int]:
+    counts: dict[str, int] = await temporal.get_workflow_handle(coordinator_id(owner)).query(CoordinatorWorkflow.counts)
     return counts
 
 
-async def _wait_slots_free(temporal: Client, helper_id: str) -> None:
+async def _wait_slots_free(temporal: Client, helper_id: str, owner: str = OWNER) -> None:
     """The coordinator's book holds no open helper: the finished notice was counted and the slot is free."""
 
     async def free() -> bool:
-        counts = await _counts(temporal)
+        counts = await _counts(temporal, owner)
         return counts["running"] == 0 and counts["waiting"] == 0 and counts["open"] == 0
 
     try:
         await eventually(free, timeout=SETTLE_WAIT, interval=0.1)
     except AssertionError:
-        counts = await _counts(temporal)
+        counts = await _counts(temporal, owner)
         raise AssertionError(f"after {helper_id} the coordinator still holds a slot: {counts}") from None
 
 
@@ -201,12 +203,12 @@ async def _event_counts(temporal: Client, workflow_id: str, run_id: str | None =
     return Counter([int(event.event_type) async for event in handle.fetch_history_events()])
 
 
-async def _admit_and_finish(client: HelperClient, helper_id: str) -> HelperView:
+async def _admit_and_finish(client: HelperClient, helper_id: str, owner: str = OWNER) -> HelperView:
     """A plain admission: it must run at once (the one slot is free) and finish."""
-    admission = await _start_until_answered(client, helper_id)
+    admission = await _start_until_answered(client, helper_id, owner=owner)
     assert admission.status is RowState.RUNNING, f"{helper_id} did not get the free slot: {admission}"
-    view: HelperView = await eventually(lambda: _final_view(client, helper_id), timeout=FINAL_WAIT, interval=0.1)
-    await _wait_slots_free(client.temporal, helper_id)
+    view: HelperView = await eventually(lambda: _final_view(client, helper_id, owner), timeout=FINAL_WAIT, interval=0.1)
+    await _wait_slots_free(client.temporal, helper_id, owner)
     return view
 
 
@@ -272,6 +274,28 @@ async def _crash_admission(
         assert case.finished_early, f"{case.helper_id} closed at {closed_at}, answered at {case.answered_at}"
 
 
+def _settings(dev_env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_url: str) -> Settings:
+    return Settings(
+        temporal_address=dev_env.client.service_client.config.target_host,
+        task_queue=f"crash-{uuid.uuid4().hex[:8]}",
+        store_url=f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}",
+        results_dir=tmp_path / "results",
+        core_url=core_url,
+        chat_url=chat_url,
+        codec_keys=f"local:{new_key()}",
+        starter_timeout_ms=30_000,
+        # One slot: a slot a crash leaked would leave the next helper waiting for ever. A killed worker's
+        # follow is retried after 6 s (its heartbeat timeout).
+        policy=Policy(
+            max_open=3,
+            max_running=1,
+            max_rows=50,
+            check_ms=1_000,
+            follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, liveness_ms=6_000),
+        ),
+    )
+
+
 async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_once(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ):
@@ -285,24 +309,7 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
     core_db = tmp_path / "core.sqlite3"
     cases = [Case(point, f"{point.replace('_', '-')}-{n}") for point in POINTS for n in range(1, REPEATS + 1)]
     async with running_core(core_db) as core_url, running_chat() as chat_url:
-        settings = Settings(
-            temporal_address=dev_env.client.service_client.config.target_host,
-            task_queue=f"crash-{uuid.uuid4().hex[:8]}",
-            store_url=f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}",
-            results_dir=tmp_path / "results",
-            core_url=core_url,
-            chat_url=chat_url,
-            codec_keys=f"local:{new_key()}",
-            starter_timeout_ms=30_000,
-            # One slot: a slot a crash leaked would leave the next helper waiting for ever.
-            policy=Policy(
-                max_open=3,
-                max_running=1,
-                max_rows=50,
-                check_ms=1_000,
-                follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, liveness_ms=6_000),
-            ),
-        )
+        settings = _settings(dev_env, tmp_path, core_url, chat_url)
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         await store.close()
         worker = CrashWorker(_environment(settings, crash_dir), tmp_path / "crash-worker.log")
@@ -342,3 +349,43 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
     # Every crash killed the coordinator's task while it ran the admission: at least one timeout each.
     assert coordinator[WFT_TIMED_OUT] >= len(cases)
     assert log.count("crash point ") == len(cases)
+
+
+async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reaches_the_helper(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """R4, R6, R8, R25: the worker dies after an admission started its helper told to wait (the one slot was
+    held). Before the coordinator's killed task is retried, the holder finishes, so the replayed admission finds
+    the slot free and answers "running": the run started earlier must get the slot too, or it waits for ever
+    while the book says it runs (the chaos soak met this: seed 21, chen/h09-question)."""
+    owner = f"slot-{uuid.uuid4().hex[:8]}"
+    crash_dir = tmp_path / "crash"
+    crash_dir.mkdir()
+    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
+        settings = _settings(dev_env, tmp_path, core_url, chat_url)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        await store.close()
+        worker = CrashWorker(_environment(settings, crash_dir), tmp_path / "crash-worker.log")
+        client: HelperClient | None = None
+        try:
+            worker.spawn()
+            client = await HelperClient.connect(settings)
+            await _admit_and_finish(client, "warm-up", owner)
+            # The holder's session ends in the core a moment later; its follow dies with the worker and is
+            # retried after its 6 s heartbeat timeout: its notice lands before the killed task's 10 s.
+            holder = helper_request(owner, "holder", scripted_task("Hold.", steps=1, step_ms=1_500))
+            assert (await client.start(holder)).status is RowState.RUNNING
+            (crash_dir / AFTER_START).write_text("queued")
+            starting = asyncio.create_task(_start_until_answered(client, "queued", owner=owner))
+            assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
+            worker.spawn()
+            admission = await asyncio.wait_for(starting, ANSWER_WAIT)
+            # Answered after the holder's notice: the replayed admission had the slot.
+            assert admission.status is RowState.RUNNING, f"the race did not happen this time: {admission}"
+            view = await eventually(lambda: _final_view(client, "queued", owner), timeout=FINAL_WAIT, interval=0.1)
+            assert view.outcome_kind is OutcomeKind.COMPLETED
+            await _wait_slots_free(client.temporal, "queued", owner)
+        finally:
+            if client is not None:
+                await client.aclose()
+            worker.stop()
