@@ -8,7 +8,7 @@ completion would add events to the long-lived coordinator and race with its cont
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -18,7 +18,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelper, title_of
+from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelper, helper_start
 from domain.rows import HelperRow, RowState
 from observability import recording
 from protocol.errors import ErrorType
@@ -105,23 +105,14 @@ class AdmissionActivities:
         workflow_id = helper_workflow_id(regrant.owner, regrant.helper_id)
         handle = activity.client().get_workflow_handle(workflow_id)
         for _ in range(2):  # a second look if the admission's own start won the race with ours
-            try:
-                description = await handle.describe()
-            except RPCError as error:
-                if error.status is not RPCStatusCode.NOT_FOUND:
-                    raise
-                description = None
-            if description is not None and (await description.memo()).get(SEQ_MEMO) == regrant.seq:
-                if description.status is not WorkflowExecutionStatus.RUNNING:
+            run = await self._admission_run(workflow_id, regrant.seq)
+            if run is not None:
+                if run.status is not WorkflowExecutionStatus.RUNNING:
                     return Regranted.ENDED  # an operator terminated it: nothing to run, its row is closed
                 await handle.signal(SLOT_GRANTED, Token())
                 return Regranted.GRANTED
-            if description is not None and description.status is WorkflowExecutionStatus.RUNNING:
-                raise ApplicationError(
-                    f"an earlier helper under {workflow_id} is still finishing its cleanup",
-                    type=ErrorType.PREVIOUS_RUN_ACTIVE,
-                )
-            start = HelperStart(
+            start = helper_start(
+                regrant.policy,
                 owner=row.owner,
                 helper_id=row.helper_id,
                 seq=row.seq,
@@ -129,12 +120,8 @@ class AdmissionActivities:
                 language=row.language,
                 model=row.model,
                 limits=row.limits,
+                task=row.task,
                 slot_granted=True,
-                summary_max=regrant.summary_max,
-                check_ms=regrant.check_ms,
-                keep_ms=regrant.keep_ms,
-                follow=regrant.follow,
-                title=title_of(row.task),
             )
             try:
                 await _start(start, _memo(row.seq, row.follow_up_of))
@@ -145,23 +132,27 @@ class AdmissionActivities:
         raise ApplicationError(f"{workflow_id} neither starts nor answers; try again")
 
     async def _already_started(self, workflow_id: str, seq: int) -> bool:
-        """True if the latest run under this id was started by this admission; an older helper with the
-        same id (its row removed, its cleanup still running) must finish first."""
+        return await self._admission_run(workflow_id, seq) is not None
+
+    async def _admission_run(self, workflow_id: str, seq: int) -> WorkflowExecutionDescription | None:
+        """The latest run under this id if this admission started it (the memo's seq), running or ended; None
+        if there is none or it is an ended one of an older helper with the same id. An older helper still
+        running (its row removed, its cleanup still going) must finish first."""
         try:
             description = await activity.client().get_workflow_handle(workflow_id).describe()
         except RPCError as error:
             if error.status is RPCStatusCode.NOT_FOUND:
-                return False
+                return None
             raise
         memo = await description.memo()
         if memo.get(SEQ_MEMO) == seq:
-            return True
+            return description
         if description.status is WorkflowExecutionStatus.RUNNING:
             raise ApplicationError(
                 f"an earlier helper under {workflow_id} is still finishing its cleanup",
                 type=ErrorType.PREVIOUS_RUN_ACTIVE,
             )
-        return False
+        return None
 
 
 async def _start(start: HelperStart, memo: dict[str, object]) -> None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from contracts.core_api import Action
 from domain.book import EventState
 from domain.ids import GoalId, HelperId, OwnerId
-from domain.limits import FollowTuning, Limits
+from domain.limits import FollowTuning, Limits, Policy
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -90,7 +90,38 @@ class HelperStart(BaseModel):
     title: str = Field(description="First line of the task, shown in the Web UI.")
 
 
-def title_of(task: str) -> str:
+def helper_start(
+    policy: Policy,
+    *,
+    owner: str,
+    helper_id: str,
+    seq: int,
+    goal_id: str | None,
+    language: str,
+    model: str,
+    limits: Limits,
+    task: str,
+    slot_granted: bool,
+) -> HelperStart:
+    """A helper workflow's input: its admission, with what it takes from the owner's policy."""
+    return HelperStart(
+        owner=owner,
+        helper_id=helper_id,
+        seq=seq,
+        goal_id=goal_id,
+        language=language,
+        model=model,
+        limits=limits,
+        slot_granted=slot_granted,
+        summary_max=policy.summary_max,
+        check_ms=policy.check_ms,
+        keep_ms=policy.keep_ms,
+        follow=policy.follow,
+        title=_title(task),
+    )
+
+
+def _title(task: str) -> str:
     """A helper's title in the Web UI: the first line of its task, at most 80 characters."""
     first = task.strip().splitlines()[0] if task.strip() else ""
     return first[:80] + ("…" if len(first) > 80 else "")
@@ -108,10 +139,7 @@ class RegrantHelper(BaseModel):
     owner: OwnerId
     helper_id: HelperId
     seq: int
-    summary_max: int
-    check_ms: int
-    keep_ms: int | None = None
-    follow: FollowTuning
+    policy: Policy
 
 
 class Regranted(StrEnum):

@@ -24,14 +24,11 @@ with workflow.unsafe.imports_passed_through():
     from domain.activity_io import (
         AdmitHelper,
         CoordinatorWrite,
-        HelperStart,
-        Regranted,
-        RegrantHelper,
         RemoveRows,
         RowKey,
         RowToRemove,
         WithdrawnEvent,
-        title_of,
+        helper_start,
     )
     from domain.book import (
         AlreadyAdmitted,
@@ -49,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         decide_close,
         expire_leases,
         expired_rows,
-        forget_gone_helper,
         grant_slots,
         next_wakeup,
         remove_entries,
@@ -73,10 +69,11 @@ with workflow.unsafe.imports_passed_through():
         OWNER_BOOK,
         CoordinatorStart,
     )
-    from protocol.senders import ask_to_close, grant_slot
+    from protocol.senders import ask_to_close
     from workflows import options
     from workflows.coordinator_delivery import CoordinatorDelivery, refused
     from workflows.coordinator_follow_ups import CoordinatorFollowUps
+    from workflows.coordinator_slots import CoordinatorSlots
 
 # Coordinators recorded before this change replay without the withdrawn event's store write.
 WITHDRAWN_EVENTS_PATCH = "record-withdrawn-events"
@@ -88,12 +85,10 @@ CLOSE_ACK_WAIT = timedelta(seconds=30)
 # Continuing as new happens in a workflow task of its own, after the last handlers' task is committed.
 OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
 CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
-# A slot signal that finds no workflow looks at the helper's row before the slot passes on.
-REGRANT_FROM_ROW_PATCH = "regrant-from-row"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
-class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
+class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, CoordinatorSlots):
     @workflow.init
     def __init__(self, start: CoordinatorStart) -> None:
         self.book = start.book or OwnerBook(owner=start.owner, policy=start.policy)
@@ -180,7 +175,8 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                 AdmissionActivities.admit_helper,
                 AdmitHelper(
                     row=self._new_row(request, entry, limits, now),
-                    start=HelperStart(
+                    start=helper_start(
+                        policy,
                         owner=request.owner,
                         helper_id=request.helper_id,
                         seq=entry.seq,
@@ -188,12 +184,8 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
                         language=request.language,
                         model=request.model,
                         limits=limits,
+                        task=request.task,
                         slot_granted=starts_now,
-                        summary_max=policy.summary_max,
-                        check_ms=policy.check_ms,
-                        keep_ms=policy.keep_ms,
-                        follow=policy.follow,
-                        title=title_of(request.task),
                     ),
                 ),
                 **options.ADMISSION_WRITE,
@@ -263,72 +255,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps):
         )
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------
-
-    async def _hand_out_slots(self) -> None:
-        """Pass every free slot to the next waiting helper at once, by signal (R8)."""
-        await self._signal_granted(grant_slots(self.book, workflow.now()))
-
-    async def _signal_granted(self, helper_ids: list[str]) -> None:
-        gone = False
-        for helper_id in helper_ids:
-            try:
-                await grant_slot(self.book.owner, helper_id)
-            except ApplicationError as error:
-                regranted = await self._regrant(helper_id)
-                if regranted in (Regranted.GRANTED, Regranted.STARTED):
-                    continue
-                # Only an operator can remove a helper workflow; its row is left for them to read.
-                workflow.logger.error(
-                    "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
-                )
-                entry = forget_gone_helper(self.book, helper_id, workflow.now())
-                if entry is not None and regranted is Regranted.ENDED:
-                    await self._close_ended_row(entry)
-                gone = True
-        if gone:
-            await self._hand_out_slots()
-
-    async def _regrant(self, helper_id: str) -> Regranted | None:
-        """The slot's signal found no workflow: an admission whose start was lost (or not yet made) still has
-        its row, from which the helper is started holding the slot; only a helper that really ended lets
-        its slot pass on. None: the row could not be read (or a coordinator from before this look)."""
-        entry = self.book.entries.get(helper_id)
-        if entry is None or not workflow.patched(REGRANT_FROM_ROW_PATCH):
-            return None
-        policy = self.book.policy
-        try:
-            regranted = await workflow.execute_local_activity_method(
-                AdmissionActivities.regrant_helper,
-                RegrantHelper(
-                    owner=self.book.owner,
-                    helper_id=helper_id,
-                    seq=entry.seq,
-                    summary_max=policy.summary_max,
-                    check_ms=policy.check_ms,
-                    keep_ms=policy.keep_ms,
-                    follow=policy.follow,
-                ),
-                **options.ADMISSION_WRITE,
-            )
-        except ActivityError as error:
-            workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
-            return None
-        if regranted is Regranted.STARTED:
-            workflow.logger.warning("%s/%s had no workflow: started from its row", self.book.owner, helper_id)
-        return regranted
-
-    async def _close_ended_row(self, entry: Entry) -> None:
-        """A helper whose run ended without finalizing: its row would otherwise stay open for ever. A store that
-        does not answer must not fail the handler (from a signal that would fail the coordinator): the row then
-        waits for an operator, as it did before."""
-        try:
-            await workflow.execute_local_activity_method(
-                RowActivities.coordinator_write,
-                CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
-                **options.STORE_WRITE,
-            )
-        except ActivityError as error:
-            workflow.logger.error("could not close the row of %s: %s", entry.helper_id, error)
 
     @workflow.signal(name=HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:
