@@ -12,6 +12,7 @@ core session, one outcome, no workflow-task failure, and the slot is free again 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -20,6 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -296,6 +298,28 @@ def _settings(dev_env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_
     )
 
 
+@contextlib.asynccontextmanager
+async def _crash_stack(
+    dev_env: WorkflowEnvironment, tmp_path: Path, crash_dir: Path
+) -> AsyncIterator[tuple[Settings, CrashWorker, HelperClient]]:
+    """The reference core (on `tmp_path/core.sqlite3`) and chat, the store migrated, the crash worker spawned
+    and a client connected; everything stopped on the way out."""
+    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
+        settings = _settings(dev_env, tmp_path, core_url, chat_url)
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        await store.close()
+        worker = CrashWorker(_environment(settings, crash_dir), tmp_path / "crash-worker.log")
+        client: HelperClient | None = None
+        try:
+            worker.spawn()
+            client = await HelperClient.connect(settings)
+            yield settings, worker, client
+        finally:
+            if client is not None:
+                await client.aclose()
+            worker.stop()
+
+
 async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_once(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ):
@@ -308,29 +332,17 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
     crash_dir.mkdir()
     core_db = tmp_path / "core.sqlite3"
     cases = [Case(point, f"{point.replace('_', '-')}-{n}") for point in POINTS for n in range(1, REPEATS + 1)]
-    async with running_core(core_db) as core_url, running_chat() as chat_url:
-        settings = _settings(dev_env, tmp_path, core_url, chat_url)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
-        await store.close()
-        worker = CrashWorker(_environment(settings, crash_dir), tmp_path / "crash-worker.log")
-        client: HelperClient | None = None
-        try:
-            worker.spawn()
-            client = await HelperClient.connect(settings)
-            await _admit_and_finish(client, "warm-up")
-            await _check_once(client, settings, core_db, "warm-up")
-            for case in cases:
-                await _crash_admission(client, worker, settings, crash_dir, core_db, case)
-            after = await _admit_and_finish(client, "after-all")
-            assert after.outcome_kind is OutcomeKind.COMPLETED
-            await _check_once(client, settings, core_db, "after-all")
-            coordinator = await _event_counts(client.temporal, coordinator_id(OWNER))
-            alive = await worker.exit_code(0)
-            assert alive is None, f"the worker exited {alive} with no marker armed"
-        finally:
-            if client is not None:
-                await client.aclose()
-            worker.stop()
+    async with _crash_stack(dev_env, tmp_path, crash_dir) as (settings, worker, client):
+        await _admit_and_finish(client, "warm-up")
+        await _check_once(client, settings, core_db, "warm-up")
+        for case in cases:
+            await _crash_admission(client, worker, settings, crash_dir, core_db, case)
+        after = await _admit_and_finish(client, "after-all")
+        assert after.outcome_kind is OutcomeKind.COMPLETED
+        await _check_once(client, settings, core_db, "after-all")
+        coordinator = await _event_counts(client.temporal, coordinator_id(OWNER))
+        alive = await worker.exit_code(0)
+        assert alive is None, f"the worker exited {alive} with no marker armed"
     log = worker.log_text()
     early_notices = log.count(EARLY_NOTICE_LOG)
     took = time.monotonic() - began
@@ -361,31 +373,19 @@ async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reache
     owner = f"slot-{uuid.uuid4().hex[:8]}"
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()
-    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
-        settings = _settings(dev_env, tmp_path, core_url, chat_url)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
-        await store.close()
-        worker = CrashWorker(_environment(settings, crash_dir), tmp_path / "crash-worker.log")
-        client: HelperClient | None = None
-        try:
-            worker.spawn()
-            client = await HelperClient.connect(settings)
-            await _admit_and_finish(client, "warm-up", owner)
-            # The holder's session ends in the core a moment later; its follow dies with the worker and is
-            # retried after its 6 s heartbeat timeout: its notice lands before the killed task's 10 s.
-            holder = helper_request(owner, "holder", scripted_task("Hold.", steps=1, step_ms=1_500))
-            assert (await client.start(holder)).status is RowState.RUNNING
-            (crash_dir / AFTER_START).write_text("queued")
-            starting = asyncio.create_task(_start_until_answered(client, "queued", owner=owner))
-            assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
-            worker.spawn()
-            admission = await asyncio.wait_for(starting, ANSWER_WAIT)
-            # Answered after the holder's notice: the replayed admission had the slot.
-            assert admission.status is RowState.RUNNING, f"the race did not happen this time: {admission}"
-            view = await eventually(lambda: _final_view(client, "queued", owner), timeout=FINAL_WAIT, interval=0.1)
-            assert view.outcome_kind is OutcomeKind.COMPLETED
-            await _wait_slots_free(client.temporal, "queued", owner)
-        finally:
-            if client is not None:
-                await client.aclose()
-            worker.stop()
+    async with _crash_stack(dev_env, tmp_path, crash_dir) as (_, worker, client):
+        await _admit_and_finish(client, "warm-up", owner)
+        # The holder's session ends in the core a moment later; its follow dies with the worker and is
+        # retried after its 6 s heartbeat timeout: its notice lands before the killed task's 10 s.
+        holder = helper_request(owner, "holder", scripted_task("Hold.", steps=1, step_ms=1_500))
+        assert (await client.start(holder)).status is RowState.RUNNING
+        (crash_dir / AFTER_START).write_text("queued")
+        starting = asyncio.create_task(_start_until_answered(client, "queued", owner=owner))
+        assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
+        worker.spawn()
+        admission = await asyncio.wait_for(starting, ANSWER_WAIT)
+        # Answered after the holder's notice: the replayed admission had the slot.
+        assert admission.status is RowState.RUNNING, f"the race did not happen this time: {admission}"
+        view = await eventually(lambda: _final_view(client, "queued", owner), timeout=FINAL_WAIT, interval=0.1)
+        assert view.outcome_kind is OutcomeKind.COMPLETED
+        await _wait_slots_free(client.temporal, "queued", owner)
