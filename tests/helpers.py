@@ -16,6 +16,9 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from domain.limits import FollowTuning, Limits, Policy
@@ -125,3 +128,24 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+async def delete_workflow(client: Any, workflow_id: str) -> str:
+    """Delete the latest run under `workflow_id` from the server, as if its start had been lost; wait until
+    the server no longer knows it. Returns the deleted run's id."""
+    run_id: str = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    await client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(
+            namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
+        )
+    )
+
+    async def missing() -> bool:
+        try:
+            await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as error:
+            return error.status is RPCStatusCode.NOT_FOUND
+        return False
+
+    await eventually(missing, timeout=20)
+    return run_id

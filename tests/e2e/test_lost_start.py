@@ -17,10 +17,7 @@ from typing import Any, cast
 import httpx
 import pytest
 from temporalio import activity
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -37,7 +34,7 @@ from starter.client import HelperClient
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.e2e.conftest import E2E_FOLLOW, Stack, _stack
-from tests.helpers import eventually, helper_request, settings_for
+from tests.helpers import delete_workflow, eventually, helper_request, settings_for
 from worker import WORKFLOW_RUNNER, WORKFLOWS, activities_of
 
 pytestmark = pytest.mark.e2e
@@ -63,14 +60,6 @@ async def _fill_slots_and_queue(stack: Stack) -> None:
     assert admission.status is RowState.WAITING
 
 
-async def _gone(stack: Stack, workflow_id: str) -> bool:
-    try:
-        await stack.env.client.get_workflow_handle(workflow_id).describe()
-    except RPCError as error:
-        return error.status is RPCStatusCode.NOT_FOUND
-    return False
-
-
 async def _outcome(stack: Stack, helper_id: str) -> HelperRow | None:
     row = await stack.store.get(stack.owner, helper_id)
     return row if row is not None and row.outcome_kind is not None else None
@@ -85,14 +74,7 @@ async def test_a_waiting_helper_whose_workflow_is_missing_is_started_from_its_ro
     stack = four_open
     await _fill_slots_and_queue(stack)
     workflow_id = helper_workflow_id(stack.owner, "queued")
-    run_id = (await stack.env.client.get_workflow_handle(workflow_id).describe()).run_id
-    await stack.env.client.workflow_service.delete_workflow_execution(
-        DeleteWorkflowExecutionRequest(
-            namespace=stack.env.client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
-        )
-    )
-    await eventually(functools.partial(_gone, stack, workflow_id), timeout=20)
+    run_id = await delete_workflow(stack.env.client, workflow_id)
 
     await _free_a_slot(stack)
 

@@ -21,11 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from domain.limits import FollowTuning, Limits
@@ -39,7 +36,7 @@ from starter.goals import goal_schedule_id
 from store.helper_store import HelperStore
 from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
 from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.helpers import eventually, helper_request, settings_for, skip_time
+from tests.helpers import delete_workflow, eventually, helper_request, settings_for, skip_time
 from worker import running_worker
 from workflows.maintenance import SweepWorkflow
 
@@ -176,21 +173,7 @@ async def record_regrant_paths(env: WorkflowEnvironment, work: Path) -> None:
 
 
 async def _delete(client: Client, workflow_id: str) -> None:
-    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
-    await client.workflow_service.delete_workflow_execution(
-        DeleteWorkflowExecutionRequest(
-            namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
-        )
-    )
-    await eventually(lambda: _missing(client, workflow_id), timeout=20)
-
-
-async def _missing(client: Client, workflow_id: str) -> bool:
-    try:
-        await client.get_workflow_handle(workflow_id).describe()
-    except RPCError as error:
-        return error.status is RPCStatusCode.NOT_FOUND
-    return False
+    await delete_workflow(client, workflow_id)
 
 
 async def _terminate(client: Client, workflow_id: str) -> None:
