@@ -39,6 +39,7 @@ class Settings(BaseModel):
     codec_allow_plaintext: bool = False
     # Whether running without keys is refused; None: required unless Temporal is on this machine (the local run).
     codec_required: bool | None = None
+    workflow_sandbox: bool = True  # HELPER_WORKFLOW_SANDBOX (worker.workflow_runner)
     # Tracing (observability/tracing.py): None follows the OTLP endpoint; True or False forces it on or off.
     tracing: bool | None = None
     # Read only to decide whether tracing is on; the OTLP exporter reads its own OTEL_* variables.
@@ -109,6 +110,8 @@ class Settings(BaseModel):
             values["codec_allow_plaintext"] = _flag(env, "HELPER_CODEC_ALLOW_PLAINTEXT")
         if "HELPER_CODEC_REQUIRED" in env:
             values["codec_required"] = _flag(env, "HELPER_CODEC_REQUIRED")
+        if "HELPER_WORKFLOW_SANDBOX" in env:
+            values["workflow_sandbox"] = _flag(env, "HELPER_WORKFLOW_SANDBOX")
         if "HELPER_MIGRATE_ON_START" in env:
             values["migrate_on_start"] = _flag(env, "HELPER_MIGRATE_ON_START")
         for field, name in (

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action
-from domain.book import EventState
+from domain.book import EventState, FinishedNotice
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
 from domain.outcome import OutcomeKind
@@ -195,6 +195,13 @@ class CancelResult(BaseModel):
     stopped: bool
     reachable: bool = True
     detail: str = ""
+
+
+class TellFinished(BaseModel):
+    """A helper's finished notice for its owner's coordinator, sent by a local activity (R8, R19)."""
+
+    owner: OwnerId
+    notice: FinishedNotice
 
 
 class MarkClosed(BaseModel):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -12,9 +12,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.notices import tell_finished as tell_finished_activity
     from activities.rows import RowActivities
     from activities.session import SessionActivities
-    from domain.activity_io import Finalize, HelperStart, RecoverSession, RowKey, SessionRef
+    from domain.activity_io import Finalize, HelperStart, RecoverSession, RowKey, SessionRef, TellFinished
     from domain.book import FinishedNotice
     from domain.ending import Ending
     from domain.ending_texts import explain
@@ -30,6 +31,9 @@ with workflow.unsafe.imports_passed_through():
 # one of their results is on its way (that would fail the completing task with UnhandledCommand).
 SETTLE_WAIT = timedelta(seconds=60)
 DETAILS_REASON_MAX = 600
+# The notice and the reset run as local activities, so the helper completes in the task that finalized it
+# (histories recorded before run them as a signal command and an activity, one or two tasks more).
+HAND_BACK_IN_ONE_TASK_PATCH = "hand-back-in-one-task"
 
 
 class HelperEnding:
@@ -116,6 +120,9 @@ class HelperEnding:
             helper_id=start.helper_id, seq=start.seq, kind=kind, generation=self.generation, finished_at=finished_at
         )
         # The notice frees the slot at once; the reset is cleanup and runs beside it (R20).
+        if workflow.patched(HAND_BACK_IN_ONE_TASK_PATCH):
+            await self._hand_back(notice, kind)
+            return kind
         cleanup = []
         if self.session_id is not None:
             cleanup.append(
@@ -128,6 +135,29 @@ class HelperEnding:
             )
         await asyncio.gather(self._tell_coordinator(tell_finished(start.owner, notice)), *cleanup)
         return kind
+
+    async def _hand_back(self, notice: FinishedNotice, kind: OutcomeKind) -> None:
+        start = self.start
+        steps: list[Awaitable[bool]] = [
+            workflow.execute_local_activity(
+                tell_finished_activity, TellFinished(owner=start.owner, notice=notice), **options.STORE_WRITE
+            )
+        ]
+        if self.session_id is not None:
+            steps.append(self._reset(kind))
+        await asyncio.gather(*steps)
+
+    async def _reset(self, kind: OutcomeKind) -> bool:
+        """Cleanup (R20): a core that refuses the reset leaves the outcome as it is."""
+        try:
+            return await workflow.execute_local_activity_method(
+                SessionActivities.reset_session,
+                self._session_ref().model_copy(update={"outcome_kind": kind}),
+                **options.cleanup_call(self.start.check_ms),
+            )
+        except ActivityError as error:
+            workflow.logger.warning("reset of session %s refused: %s", self.session_id, _cause(error))
+            return False
 
     async def _recover_lost_session(self) -> None:
         try:

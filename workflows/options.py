@@ -65,6 +65,19 @@ def core_call(check_ms: int, *, give_up_after: timedelta | None = None, cancella
     return options
 
 
+def cleanup_call(check_ms: int) -> LocalActivityOptions:
+    """The reset after the outcome, as a local activity in the task that finalized it: one core call bounded
+    like any other; `reset_session` itself parks the session after its third failed attempt."""
+    return {
+        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+            non_retryable_error_types=[ErrorType.CORE_REJECTED],
+        ),
+    }
+
+
 # Finding a session whose create was never answered: after the outcome, without the hard ceiling's time
 # pressure, but before the slot passes on (R38). The slot's lease ends 5 minutes after the hard ceiling
 # (domain.book.LEASE_MARGIN), so the whole search must end well before that.

@@ -196,7 +196,8 @@ def test_encryption_is_required_unless_temporal_is_on_this_machine(address: str,
 
 
 @pytest.mark.parametrize(
-    "variable", ["HELPER_CODEC_REQUIRED", "HELPER_CODEC_ALLOW_PLAINTEXT", "HELPER_MIGRATE_ON_START"]
+    "variable",
+    ["HELPER_CODEC_REQUIRED", "HELPER_CODEC_ALLOW_PLAINTEXT", "HELPER_MIGRATE_ON_START", "HELPER_WORKFLOW_SANDBOX"],
 )
 def test_a_flag_that_is_neither_true_nor_false_names_the_variable(variable: str) -> None:
     with pytest.raises(SettingsError, match=variable):

@@ -9,9 +9,11 @@ import sys
 
 import pytest
 import temporalio.workflow
+from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from worker import DETERMINISTIC_LAYERS, WORKFLOW_RUNNER, WORKFLOWS
+from config.settings import Settings
+from worker import DETERMINISTIC_LAYERS, WORKFLOW_RUNNER, WORKFLOWS, workflow_runner
 
 
 @pytest.mark.parametrize("workflow_class", WORKFLOWS, ids=[cls.__name__ for cls in WORKFLOWS])
@@ -43,3 +45,11 @@ async def test_the_worker_creates_a_workflow_instance_without_importing_again(wo
         sys.meta_path[:] = finder_loads
     ours = [name for name in executed if name.split(".")[0] in DETERMINISTIC_LAYERS]
     assert ours == [], f"re-imported for each run: {ours}"
+
+
+def test_the_sandbox_is_on_unless_the_operator_turns_it_off() -> None:
+    assert workflow_runner(Settings.from_env({})) is WORKFLOW_RUNNER
+    assert workflow_runner(Settings.from_env({"HELPER_WORKFLOW_SANDBOX": "true"})) is WORKFLOW_RUNNER
+    assert isinstance(
+        workflow_runner(Settings.from_env({"HELPER_WORKFLOW_SANDBOX": "false"})), UnsandboxedWorkflowRunner
+    )

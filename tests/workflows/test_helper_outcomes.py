@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.notices import tell_finished
 from contracts.core_api import SessionStatus
 from domain.activity_io import (
     CancelResult,
@@ -177,6 +178,7 @@ async def run(time_env: WorkflowEnvironment) -> AsyncIterator[Run]:
         recover_session,
         mark_closed,
         finalize_outcome,
+        tell_finished,  # the real one: it signals the recording coordinator below
     ]
     async with Worker(
         time_env.client,
