@@ -126,11 +126,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS if settings.build_id is None else VERSIONED_WORKFLOWS,  # with their versioning behaviour
-        workflow_runner=(
-            __import__("temporalio.worker", fromlist=["x"]).UnsandboxedWorkflowRunner()
-            if os.environ.get("XP_UNSANDBOXED")
-            else WORKFLOW_RUNNER
-        ),
+        workflow_runner=workflow_runner(settings),
         activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
         graceful_shutdown_timeout=timedelta(seconds=10),
         max_concurrent_activities=settings.max_concurrent_activities,

@@ -57,6 +57,7 @@ class HelperEnding:
     _row_key: Callable[[], RowKey]
     _session_ref: Callable[[], SessionRef]
     _idempotency_key: Callable[[], str]
+    _patched: Callable[[str], bool]
 
     # --- the one finalizer -----------------------------------------------------------------------------
 
@@ -120,7 +121,7 @@ class HelperEnding:
             helper_id=start.helper_id, seq=start.seq, kind=kind, generation=self.generation, finished_at=finished_at
         )
         # The notice frees the slot at once; the reset is cleanup and runs beside it (R20).
-        if workflow.patched(HAND_BACK_IN_ONE_TASK_PATCH):
+        if self._patched(HAND_BACK_IN_ONE_TASK_PATCH):
             await self._hand_back(notice, kind)
             return kind
         cleanup = []
