@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         request_close,
         summarize_book,
         take_early_notice,
+        timer_outdated,
         undo_admission,
     )
     from domain.ids import check_id
@@ -85,6 +86,9 @@ CLOSE_ACK_WAIT = timedelta(seconds=30)
 # Continuing as new happens in a workflow task of its own, after the last handlers' task is committed.
 OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
 CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
+# The run's timer is armed again only for an earlier moment (domain.book.timer_outdated); runs recorded
+# before it re-arm whenever the moment changes.
+TIMER_KEPT_WHEN_LATER_PATCH = "timer-kept-when-later"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
@@ -95,11 +99,14 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         self.messages_this_run = 0
         self.stopping = False
         self.armed_wakeup = next_wakeup(self.book)
+        self.offers_local: bool | None = None  # CoordinatorDelivery._offers_run_locally
+        self.timer_kept_when_later = False  # set first thing in `run`
 
     # --- the run loop: timers for retention and leases, the outbox, continue-as-new ---------------
 
     @workflow.run
     async def run(self, start: CoordinatorStart) -> None:
+        self.timer_kept_when_later = workflow.patched(TIMER_KEPT_WHEN_LATER_PATCH)
         outbox = asyncio.ensure_future(self._outbox())
         while not self._should_continue_as_new():
             self.armed_wakeup = next_wakeup(self.book)
@@ -108,7 +115,7 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
                 timeout = max(self.armed_wakeup - workflow.now(), timedelta(seconds=1))
             try:
                 await workflow.wait_condition(
-                    lambda: self._should_continue_as_new() or next_wakeup(self.book) != self.armed_wakeup,
+                    lambda: self._should_continue_as_new() or self._timer_outdated(),
                     timeout=timeout,
                     timeout_summary="next row expiry or slot lease end",
                 )
@@ -126,6 +133,11 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
             await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
             await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book))
+
+    def _timer_outdated(self) -> bool:
+        if self.timer_kept_when_later:
+            return timer_outdated(next_wakeup(self.book), self.armed_wakeup)
+        return next_wakeup(self.book) != self.armed_wakeup  # as runs recorded before the patch
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()

@@ -11,15 +11,16 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
-    from domain.activity_io import CoordinatorWrite, OfferEvent, RowKey
+    from domain.activity_io import CoordinatorWrite, OfferEvent, OfferResult, RowKey
     from domain.book import (
         OFFER_GIVE_UP,
         Entry,
+        EventState,
         OfferOutcome,
         OwnerBook,
         Refusal,
@@ -30,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
         event_due,
         finishing,
         next_event,
-        next_wakeup,
         start_offer,
     )
     from domain.rows import DeliveredAnswer, ReadAnswer, RowState
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
 
 READ_WAIT = timedelta(seconds=10)
 OUTBOX_AFTER_TIMERS_PATCH = "outbox-after-timers"
+OFFER_AS_LOCAL_ACTIVITY_PATCH = "offer-as-local-activity"
 OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
@@ -57,9 +58,11 @@ class CoordinatorDelivery:
     stopping: bool
     messages_this_run: int
     armed_wakeup: datetime | None
+    offers_local: bool | None
     # Provided by `CoordinatorWorkflow`; declared here so the mixin type-checks without stubs.
     _refuse_while_stopping: Callable[[], None]
     _row_key: Callable[[Entry], RowKey]
+    _timer_outdated: Callable[[], bool]
 
     # --- reading and delivery (R26-R28) ------------------------------------------------------------
 
@@ -132,17 +135,14 @@ class CoordinatorDelivery:
                 continue
             language = self._language_of(event.helper_ids)
             start_offer(event, workflow.now())
-            result = await workflow.execute_activity_method(
-                ChatActivities.offer_chat_event,
-                OfferEvent(
-                    owner=self.book.owner,
-                    key=event.key,
-                    helper_ids=event.helper_ids,
-                    language=language,
-                    attempts=event.attempts,
-                ),
-                **options.CHAT_OFFER,
+            offer = OfferEvent(
+                owner=self.book.owner,
+                key=event.key,
+                helper_ids=event.helper_ids,
+                language=language,
+                attempts=event.attempts,
             )
+            result = await self._offer(offer)
             outcome = apply_offer_result(
                 self.book, event, result.state, result.receipt_id, result.error, workflow.now(), OFFER_GIVE_UP
             )
@@ -157,11 +157,31 @@ class CoordinatorDelivery:
                 )
             backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
 
+    async def _offer(self, offer: OfferEvent) -> OfferResult:
+        """One offer. An offer that timed out or whose worker died (a task activity's one attempt) is uncertain:
+        the chat may have it, and a repeat with the same key is harmless; before, the error ended the outbox."""
+        try:
+            if self._offers_run_locally():
+                return await workflow.execute_local_activity_method(
+                    ChatActivities.offer_chat_event, offer, **options.chat_offer_local(self.book.policy.check_ms)
+                )
+            return await workflow.execute_activity_method(ChatActivities.offer_chat_event, offer, **options.CHAT_OFFER)
+        except ActivityError as error:
+            workflow.logger.warning("offer of system event %s failed: %s", offer.key, error.cause or error)
+            return OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
+
+    def _offers_run_locally(self) -> bool:
+        """Offered from a local activity: no activity task, no workflow task for its result (histories recorded
+        before ran it as an activity). Checked once per run, at its first offer."""
+        if self.offers_local is None:
+            self.offers_local = workflow.patched(OFFER_AS_LOCAL_ACTIVITY_PATCH)
+        return self.offers_local
+
     def _event_due(self) -> bool:
         return event_due(self.book)
 
     def _timers_armed(self) -> bool:
-        return next_wakeup(self.book) == self.armed_wakeup
+        return not self._timer_outdated()
 
     def _language_of(self, helper_ids: list[str]) -> str:
         for helper_id in helper_ids:

@@ -23,7 +23,7 @@ from domain.book.outbox import (
     start_offer,
     unannounced,
 )
-from domain.book.retention import expired_rows, next_wakeup, remove_entries
+from domain.book.retention import expired_rows, next_wakeup, remove_entries, timer_outdated
 from domain.book.slots import (
     apply_closed_by_helper,
     apply_finished,
@@ -99,6 +99,7 @@ __all__ = [
     "start_offer",
     "summarize_book",
     "take_early_notice",
+    "timer_outdated",
     "unannounced",
     "undo_admission",
     "withdraw_from_event",

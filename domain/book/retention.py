@@ -32,3 +32,10 @@ def next_wakeup(book: OwnerBook) -> datetime | None:
     moments = [e.keep_until for e in book.entries.values() if e.keep_until and not e.helper_writes]
     moments += [e.lease_until for e in book.entries.values() if e.lease_until]
     return min(moments) if moments else None
+
+
+def timer_outdated(wanted: datetime | None, armed: datetime | None) -> bool:
+    """Whether the coordinator's one timer must be armed again for the book as it is now. Only an earlier
+    moment needs it: a timer that fires before anything is due costs one idle task, while cancelling and
+    starting a timer each time a lease ends (every helper) costs two timer events and a server timer."""
+    return wanted is not None and (armed is None or wanted < armed)

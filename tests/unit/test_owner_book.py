@@ -35,6 +35,7 @@ from domain.book import (
     remove_entries,
     rows_to_evict,
     summarize_book,
+    timer_outdated,
     undo_admission,
     withdraw_from_event,
 )
@@ -633,6 +634,22 @@ def test_next_wakeup_is_the_earliest_expiry_or_lease_end() -> None:
     assert next_wakeup(book) == T0 + timedelta(minutes=1) + KEEP
     admit(book, "h2", now=T0 + timedelta(minutes=2))
     assert next_wakeup(book) == T0 + timedelta(minutes=2) + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
+
+
+def test_the_timer_is_armed_again_only_for_an_earlier_moment() -> None:
+    """R8, R29: a lease that ends (every helper) makes the next moment later; the armed timer is kept and
+    fires early, once, instead of being cancelled and started again. An earlier moment re-arms it."""
+    book = book_of()
+    admit(book, "h1", now=T0)
+    armed = next_wakeup(book)
+    assert timer_outdated(armed, None)  # nothing armed yet
+    finish(book, "h1", OutcomeKind.COMPLETED, now=T0 + timedelta(minutes=1))
+    assert next_wakeup(book) is None and not timer_outdated(next_wakeup(book), armed)
+    admit(book, "h2", now=T0 + timedelta(minutes=2))
+    assert next_wakeup(book) > armed and not timer_outdated(next_wakeup(book), armed)  # type: ignore[operator]
+    finish(book, "h2", OutcomeKind.CLOSED, now=T0 + timedelta(minutes=3))
+    assert next_wakeup(book) == T0 + timedelta(minutes=3) + KEEP
+    assert timer_outdated(T0, armed) and not timer_outdated(armed, armed)
 
 
 def test_next_wakeup_ignores_rows_the_helper_still_writes() -> None:
