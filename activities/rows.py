@@ -142,11 +142,10 @@ class RowActivities:
         keep_until = final.keep_until
         if keep_until is None and final.state is RowState.CLOSED:  # from a first-release helper
             keep_until = kept_until(final.finished_at, self.keep_ms)
-        applied = await self.store.write_state(
-            key.owner,
-            key.helper_id,
-            key.seq,
+        applied = await self.store.write_outcome(
+            row,
             key.generation,
+            usage,
             state=final.state,
             outcome_kind=final.kind,
             summary=summary,
@@ -158,7 +157,6 @@ class RowActivities:
             keep_until=keep_until,
         )
         if applied:
-            await self.store.record_usage(row, final.kind, usage, final.finished_at)
             recording.finalized(final.kind, row.admitted_at, row.started_at, final.finished_at)
         else:
             log.warning(

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack, cast
 
-from sqlalchemy import ColumnElement, Table, Update, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Insert, Table, Update, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql as postgresql_insert
+from sqlalchemy.dialects import sqlite as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -165,8 +167,43 @@ class HelperStore:
             )
         return directories
 
+    @store_write(BY_ACTIVITY, counts_conflicts=True)
+    async def write_outcome(
+        self,
+        row: HelperRow,
+        generation: int,
+        usage: Usage,
+        **changes: Unpack[RowChanges],
+    ) -> bool:
+        """The finalizer's write: the row (as `write_state`, with its outcome kind and finish time) and, if it
+        applied, the usage line, in one transaction. A retried finalization adds no second line."""
+        unknown = set(changes) - WRITABLE
+        if unknown:
+            raise ValueError(f"not writable: {sorted(unknown)}")
+        kind, finished_at = changes.get("outcome_kind"), changes.get("finished_at")
+        if kind is None or finished_at is None:
+            raise ValueError("an outcome is written with its outcome_kind and finished_at")
+        values = {name: _column_value(value) for name, value in changes.items()}
+        statement = (
+            update(row_table)
+            .where(*_admission_of(row.owner, row.helper_id, row.seq), row_table.c.generation <= generation)
+            .values(**values, generation=generation, updated_at=_now())
+        )
+        async with self.engine.begin() as connection:
+            result = await connection.execute(statement)
+            if not result.rowcount:
+                return False
+            await connection.execute(self._usage_line(row, kind, usage, finished_at))
+            return True
+
     @store_write("usage")
     async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(self._usage_line(row, kind, usage, finished_at))
+
+    def _usage_line(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> Insert:
+        """Usage is recorded once per admission: a second line for it is ignored, not an error (an error would
+        end a PostgreSQL transaction, and with it the row write beside it)."""
         values = {
             "owner": row.owner,
             "helper_id": row.helper_id,
@@ -180,10 +217,7 @@ class HelperStore:
             "started_at": _utc(row.started_at) if row.started_at else None,
             "finished_at": _utc(finished_at),
         }
-        async with self.engine.begin() as connection:
-            # A retried finalization: usage is recorded once per admission.
-            with contextlib.suppress(IntegrityError):
-                await connection.execute(insert(usage_table).values(**values))
+        return _insert_or_skip(self.engine.dialect.name, usage_table, values)
 
     @store_write("chat_event")
     async def record_event(
@@ -208,9 +242,7 @@ class HelperStore:
             "updated_at": _now(),
         }
         async with self.engine.begin() as connection:
-            result = await connection.execute(update(table).where(table.c.key == key).values(**values))
-            if not result.rowcount:
-                await connection.execute(insert(table).values(key=key, **values))
+            await connection.execute(_upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
 
     @store_write("chat_event")
     async def set_event_state(self, owner: str, key: str, state: str) -> None:
@@ -388,3 +420,23 @@ def _to_row(record: Any) -> HelperRow:
         data[name] = _aware(data[name])
     data["limits"] = Limits(**data["limits"])
     return HelperRow.model_validate(data)
+
+
+def _dialect_insert(dialect: str, table: Table) -> sqlite_insert.Insert | postgresql_insert.Insert:
+    if dialect == "postgresql":
+        return postgresql_insert.insert(table)
+    return sqlite_insert.insert(table)
+
+
+def _insert_or_skip(dialect: str, table: Table, values: dict[str, Any]) -> Insert:
+    """INSERT … ON CONFLICT DO NOTHING (SQLite and PostgreSQL)."""
+    return _dialect_insert(dialect, table).values(**values).on_conflict_do_nothing()
+
+
+def _upsert(dialect: str, table: Table, values: dict[str, Any], key: str) -> Insert:
+    """INSERT … ON CONFLICT (key) DO UPDATE with the same values: one statement instead of an update that may
+    find nothing and an insert after it."""
+    statement = _dialect_insert(dialect, table).values(**values)
+    return statement.on_conflict_do_update(
+        index_elements=[key], set_={name: statement.excluded[name] for name in values if name != key}
+    )

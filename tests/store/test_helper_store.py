@@ -364,6 +364,24 @@ async def test_usage_is_recorded_once_per_admission(store: HelperStore) -> None:
     assert await store.usage("boris") == []
 
 
+async def test_the_outcome_and_its_usage_line_are_written_together_once(store: HelperStore) -> None:
+    """R19, R31: the finalizer's row write and its usage line are one transaction: a retried finalization
+    rewrites the row and adds no second line; a stale one (an older generation) writes neither."""
+    started = await running(store)
+    usage = Usage(steps=3, work_tokens=300, input_tokens=1_200)
+    finished = T0 + timedelta(minutes=5)
+    outcome: dict[str, Any] = {"state": RowState.UNREPORTED, "outcome_kind": OutcomeKind.COMPLETED}
+    assert await store.write_outcome(started, 3, usage, finished_at=finished, summary="done", **outcome)
+    assert await store.write_outcome(started, 3, usage, finished_at=finished, summary="done again", **outcome)
+    assert not await store.write_outcome(started, 2, Usage(steps=99), finished_at=finished, summary="old", **outcome)
+    stored = await store.get("anna", "h1")
+    assert stored is not None and (stored.summary, stored.outcome_kind) == ("done again", OutcomeKind.COMPLETED)
+    lines = await store.usage("anna")
+    assert [(u.helper_id, u.steps, u.outcome_kind) for u in lines] == [("h1", 3, "completed")]
+    with pytest.raises(ValueError, match="outcome_kind and finished_at"):
+        await store.write_outcome(started, 4, usage, state=RowState.UNREPORTED)
+
+
 async def test_record_event_upserts_by_key(store: HelperStore) -> None:
     """R26: one record per event key, updated as delivery goes pending -> attempting -> delivered."""
     common: dict[str, Any] = {"owner": "anna", "key": "helpers-ready:anna:1", "helper_ids": ["h1", "h2"]}
