@@ -41,6 +41,13 @@ BENCHES = (
     ),
     Bench("helper_rate", "bench.helper_rate", (), ("--helpers", "100"), "helpers per second, CPU per helper"),
     Bench(
+        "helper_rate_no_sandbox",
+        "bench.helper_rate",
+        ("--no-sandbox",),
+        ("--helpers", "100", "--no-sandbox"),
+        "the same with HELPER_WORKFLOW_SANDBOX=false",
+    ),
+    Bench(
         "observation",
         "bench.observation_latency",
         ("--samples", "200"),

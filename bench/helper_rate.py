@@ -1,7 +1,7 @@
 """Helpers completed per second and worker CPU per helper, against bare Temporal on the same dev server.
 
     .venv/bin/python -m bench.helper_rate [--helpers 200] [--parallel 20] [--rounds 1] [--py-spy FILE]
-        [--postgres postgresql+asyncpg://postgres@127.0.0.1/postgres]
+        [--postgres postgresql+asyncpg://postgres@127.0.0.1/postgres] [--no-sandbox]
 
 One dev server (in memory), two worker processes, the driver here:
 - bare: a trivial workflow that runs one trivial activity, on a default Worker (sandboxed, default converter);
@@ -412,6 +412,9 @@ async def main_async(
 
 
 def report(helpers: int, parallel: int, bare: list[Phase], project: list[Phase]) -> None:
+    # Run with the sandbox off, the comparison lines say so (`make bench` gathers both runs in one table).
+    off = " (HELPER_WORKFLOW_SANDBOX=false)" if os.environ.get("HELPER_WORKFLOW_SANDBOX") == "false" else ""
+
     def median_of(phases: list[Phase], value: Callable[[Phase], float]) -> float:
         ordered = sorted(value(phase) for phase in phases)
         return ordered[len(ordered) // 2]
@@ -421,16 +424,16 @@ def report(helpers: int, parallel: int, bare: list[Phase], project: list[Phase])
     server_ratio = median_of(project, lambda p: p.server_ms) / median_of(bare, lambda p: p.server_ms)
     print(f"\n{helpers} each, {parallel} in parallel, {len(project)} round(s): median (range)")
     print(
-        f"helpers completed per second: project {spread([p.rate for p in project])} /s | "
+        f"helpers completed per second{off}: project {spread([p.rate for p in project])} /s | "
         f"baseline {spread([p.rate for p in bare])} /s | ratio ×{rate_ratio:.2f}  (target ≥ ×{TARGET_RATE_RATIO})"
     )
     print(
-        f"worker CPU per completed helper: project {spread([p.worker_ms for p in project])} ms | "
+        f"worker CPU per completed helper{off}: project {spread([p.worker_ms for p in project])} ms | "
         f"baseline {spread([p.worker_ms for p in bare])} ms | ratio ×{cpu_ratio:.1f}  "
         f"(target project ≤ {TARGET_WORKER_CPU_MS} ms)"
     )
     print(
-        f"server CPU per completed helper: project {spread([p.server_ms for p in project])} ms | "
+        f"server CPU per completed helper{off}: project {spread([p.server_ms for p in project])} ms | "
         f"baseline {spread([p.server_ms for p in bare])} ms | ratio ×{server_ratio:.1f}  (for information)",
         flush=True,
     )
@@ -450,8 +453,13 @@ def main() -> None:
         metavar="URL",
         help="store on this PostgreSQL server (a fresh database), e.g. postgresql+asyncpg://postgres@127.0.0.1/postgres",
     )
+    parser.add_argument(
+        "--no-sandbox", action="store_true", help="run the project's worker with HELPER_WORKFLOW_SANDBOX=false"
+    )
     parser.add_argument("--bare-worker", metavar="ADDRESS", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    if arguments.no_sandbox:
+        os.environ["HELPER_WORKFLOW_SANDBOX"] = "false"  # the project worker's environment is copied from ours
     if arguments.bare_worker:
         # Imported by name, so the workflow's module is `bench.helper_rate` (the sandbox imports it again).
         from bench import helper_rate
