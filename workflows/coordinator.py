@@ -99,7 +99,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         self.messages_this_run = 0
         self.stopping = False
         self.armed_wakeup = next_wakeup(self.book)
-        self.offers_local: bool | None = None  # CoordinatorDelivery._offers_run_locally
         self.timer_kept_when_later = False  # set first thing in `run`
 
     # --- the run loop: timers for retention and leases, the outbox, continue-as-new ---------------

@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
 
 READ_WAIT = timedelta(seconds=10)
 OUTBOX_AFTER_TIMERS_PATCH = "outbox-after-timers"
-OFFER_AS_LOCAL_ACTIVITY_PATCH = "offer-as-local-activity"
 OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
@@ -58,7 +57,6 @@ class CoordinatorDelivery:
     stopping: bool
     messages_this_run: int
     armed_wakeup: datetime | None
-    offers_local: bool | None
     # Provided by `CoordinatorWorkflow`; declared here so the mixin type-checks without stubs.
     _refuse_while_stopping: Callable[[], None]
     _row_key: Callable[[Entry], RowKey]
@@ -158,24 +156,15 @@ class CoordinatorDelivery:
             backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
 
     async def _offer(self, offer: OfferEvent) -> OfferResult:
-        """One offer. An offer that timed out or whose worker died (a task activity's one attempt) is uncertain:
-        the chat may have it, and a repeat with the same key is harmless; before, the error ended the outbox."""
+        """One offer, as an activity: a local one would hold the coordinator's task, and with it the owner's
+        next admission, for as long as the chat takes to answer (tests/e2e/test_slow_chat.py). An offer that
+        timed out or whose worker died (its one attempt) is uncertain: the chat may have it, and a repeat with
+        the same key is harmless; before, the error ended the outbox."""
         try:
-            if self._offers_run_locally():
-                return await workflow.execute_local_activity_method(
-                    ChatActivities.offer_chat_event, offer, **options.chat_offer_local(self.book.policy.check_ms)
-                )
             return await workflow.execute_activity_method(ChatActivities.offer_chat_event, offer, **options.CHAT_OFFER)
         except ActivityError as error:
             workflow.logger.warning("offer of system event %s failed: %s", offer.key, error.cause or error)
             return OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
-
-    def _offers_run_locally(self) -> bool:
-        """Offered from a local activity: no activity task, no workflow task for its result (histories recorded
-        before ran it as an activity). Checked once per run, at its first offer."""
-        if self.offers_local is None:
-            self.offers_local = workflow.patched(OFFER_AS_LOCAL_ACTIVITY_PATCH)
-        return self.offers_local
 
     def _event_due(self) -> bool:
         return event_due(self.book)

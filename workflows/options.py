@@ -114,16 +114,6 @@ def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) ->
     return options
 
 
-def chat_offer_local(check_ms: int) -> LocalActivityOptions:
-    """The offer as a local activity: two chat calls, each bounded by HELPER_CHECK_MS. While it runs the
-    coordinator's task is open, so the owner's next request waits for it (at most this bound, or the SDK's
-    task heartbeat, 8 s, whichever comes first). One attempt: the outbox loop owns retries and their backoff."""
-    return {
-        "start_to_close_timeout": 2 * timedelta(milliseconds=check_ms) + timedelta(seconds=5),
-        "retry_policy": RetryPolicy(maximum_attempts=1),
-    }
-
-
 CHAT_OFFER: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(maximum_attempts=1),  # the outbox loop owns retries and their backoff
