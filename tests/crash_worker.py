@@ -1,14 +1,17 @@
 """A test-only worker that dies in the middle of an admission: `python -m tests.crash_worker`.
 
 It builds the worker of `worker.py` (same workflows, same activities from `activities_of`, same options) with
-one change: the `admit_helper` local activity is wrapped, and a workflow interceptor watches the coordinator's
-`admit` update, so the process can end with `os._exit(137)` (as a SIGKILL or an evicted pod would end it) at one
-of three points of an admission:
+one change: the `admit_helper` local activity and the `offer_chat_event` activity are wrapped, and a workflow
+interceptor watches the coordinator's `admit` update, so the process can end with `os._exit(137)` (as a SIGKILL
+or an evicted pod would end it) at one of three points of an admission:
 
 - `after_row`: `admit_helper` wrote the row and has not started the helper workflow;
 - `after_start`: `admit_helper` started the helper workflow and has not returned;
 - `after_return`: the local activity returned and the `admit` handler finished, but the coordinator's workflow
   task, which records the admission, is not completed yet.
+
+and at a fourth, outside admissions: `in_offer`, when the chat offer's activity starts for an event whose first
+helper is the armed one.
 
 A point is armed by a marker file in `$HELPER_CRASH_DIR` named after it and holding the helper id it applies to.
 The admission that reaches the point deletes the marker before it exits, so the respawned worker runs normally.
@@ -38,10 +41,11 @@ from temporalio.worker import (
 )
 
 from activities.admission import AdmissionActivities
+from activities.chat import ChatActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from config.settings import Settings
-from domain.activity_io import AdmitHelper, FollowedUp
+from domain.activity_io import AdmitHelper, FollowedUp, OfferEvent, OfferResult
 from domain.rows import HelperRow
 from protocol.connection import connect_for
 from protocol.messages import ADMIT
@@ -60,9 +64,11 @@ WORKFLOW_TASK_SLOTS_ENV = "HELPER_CRASH_WORKFLOW_TASK_SLOTS"
 AFTER_ROW = "after_row"
 AFTER_START = "after_start"
 AFTER_RETURN = "after_return"
-POINTS = (AFTER_ROW, AFTER_START, AFTER_RETURN)
+IN_OFFER = "in_offer"
+POINTS = (AFTER_ROW, AFTER_START, AFTER_RETURN, IN_OFFER)
 CRASH_EXIT = 137
 ADMIT_ACTIVITY = "admit_helper"
+OFFER_ACTIVITY = "offer_chat_event"
 
 log = logging.getLogger("helper.crash_worker")
 
@@ -118,6 +124,17 @@ def crashing_admit_helper(store: HelperStore, results: ResultDirectories) -> Any
     return admit_helper
 
 
+def crashing_offer(chat_activities: ChatActivities) -> Any:
+    """The production `offer_chat_event`, with the `in_offer` point before it asks the chat anything."""
+
+    @activity.defn(name=OFFER_ACTIVITY)
+    async def offer_chat_event(offer: OfferEvent) -> OfferResult:
+        crash_if_armed(IN_OFFER, offer.helper_ids[0] if offer.helper_ids else "")
+        return await chat_activities.offer_chat_event(offer)
+
+    return offer_chat_event
+
+
 class _CrashAfterAdmit(WorkflowInboundInterceptor):
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
         result = await super().handle_update_handler(input)
@@ -137,12 +154,13 @@ class CrashInterceptor(Interceptor):
 def crash_activities(
     store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, settings: Settings
 ) -> list[Any]:
-    """`worker.activities_of`, with `admit_helper` replaced by its crashing wrapper."""
+    """`worker.activities_of`, with `admit_helper` and `offer_chat_event` replaced by their crashing wrappers."""
     activities: list[Any] = activities_of(store, results, core, chat, settings)
-    kept = [fn for fn in activities if getattr(fn, "__name__", "") != ADMIT_ACTIVITY]
-    if len(kept) != len(activities) - 1:
-        raise RuntimeError("worker.activities_of no longer lists exactly one admit_helper")
-    return [*kept, crashing_admit_helper(store, results)]
+    replaced = (ADMIT_ACTIVITY, OFFER_ACTIVITY)
+    kept = [fn for fn in activities if getattr(fn, "__name__", "") not in replaced]
+    if len(kept) != len(activities) - len(replaced):
+        raise RuntimeError("worker.activities_of no longer lists exactly one admit_helper and one offer_chat_event")
+    return [*kept, crashing_admit_helper(store, results), crashing_offer(ChatActivities(store, chat))]
 
 
 async def serve(settings: Settings) -> None:

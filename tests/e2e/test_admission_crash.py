@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
@@ -50,6 +51,7 @@ from tests.crash_worker import (
     AFTER_START,
     CRASH_DIR_ENV,
     CRASH_EXIT,
+    IN_OFFER,
     WORKFLOW_TASK_SLOTS_ENV,
 )
 from tests.helpers import eventually, helper_request
@@ -70,6 +72,7 @@ ANSWER_WAIT = 90.0  # respawn -> the starter is answered, all attempts
 START_ATTEMPTS = 4
 FINAL_WAIT = 60.0
 SETTLE_WAIT = 30.0
+OFFER_TIMEOUT = 30.0  # workflows.options.CHAT_OFFER: the offer activity's one attempt
 
 
 class CrashWorker:
@@ -389,3 +392,35 @@ async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reache
         view = await eventually(lambda: _final_view(client, "queued", owner), timeout=FINAL_WAIT, interval=0.1)
         assert view.outcome_kind is OutcomeKind.COMPLETED
         await _wait_slots_free(client.temporal, "queued", owner)
+
+
+async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offered_again(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """R26: the worker dies as the chat offer's activity starts. The activity's one attempt times out (30 s)
+    and the offer counts as uncertain: the outbox offers the event again after its backoff, and the chat gets
+    it once, with the store recording it delivered. Before, the timeout's error ended the coordinator's outbox:
+    no event was offered again for that owner until the run continued as new (and then failed on the error)."""
+    owner = f"offer-{uuid.uuid4().hex[:8]}"
+    crash_dir = tmp_path / "crash"
+    crash_dir.mkdir()
+    async with _crash_stack(dev_env, tmp_path, crash_dir) as (settings, worker, client):
+        (crash_dir / IN_OFFER).write_text("told")
+        await client.start(helper_request(owner, "told", scripted_task("Told.", steps=1, step_ms=50)))
+        assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
+        worker.spawn()
+
+        store = await HelperStore.connect(settings.store_url)
+
+        async def delivered() -> Any:
+            events = await store.events(owner)
+            return events if events and events[-1].state == "delivered" else None
+
+        try:
+            events = await eventually(delivered, timeout=OFFER_TIMEOUT + FINAL_WAIT, interval=0.5)
+        finally:
+            await store.close()
+        assert events[-1].attempts >= 1 and events[-1].receipt_id
+        async with httpx.AsyncClient() as http:
+            received = (await http.get(f"{settings.chat_url}/v1/owners/{owner}/events")).json()
+        assert [event["helper_ids"] for event in received] == [["told"]]
