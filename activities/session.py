@@ -48,7 +48,7 @@ from domain.follow import (
     result_from,
 )
 from domain.limits import Limits
-from domain.rows import HelperRow, RowState
+from domain.rows import HelperRow
 from domain.work import fold_usage
 from observability import recording
 from protocol.errors import ErrorType
@@ -81,16 +81,11 @@ class SessionActivities:
     async def open_session(self, request: OpenSession) -> OpenedSession:
         """Mark the row running and create the session; the key makes a retry return the same session (R9)."""
         key = request.row
-        row = await admitted_row(self.store, key.owner, key.helper_id, key.seq)
-        await self.store.write_state(
-            key.owner,
-            key.helper_id,
-            key.seq,
-            key.generation,
-            state=RowState.RUNNING,
-            started_at=request.started_at,
-            deadline_at=request.deadline_at,
+        row = await self.store.start_running(
+            key.owner, key.helper_id, key.seq, key.generation, request.started_at, request.deadline_at
         )
+        if row is None:  # not written: the row is gone (this fails for good) or a newer generation wrote it
+            row = await admitted_row(self.store, key.owner, key.helper_id, key.seq)
         try:
             created = await self._create(row, request.idempotency_key, request.limits, _seconds(request.check_ms))
         except CoreError as error:

@@ -127,6 +127,28 @@ class HelperStore:
             result = await connection.execute(statement)
             return bool(result.rowcount)
 
+    @store_write(BY_ACTIVITY)
+    async def start_running(
+        self, owner: str, helper_id: str, seq: int, generation: int, started_at: datetime, deadline_at: datetime
+    ) -> HelperRow | None:
+        """Mark the admission's row running and answer with it as written, in one statement (UPDATE …
+        RETURNING); None when the write did not apply (the row is gone, or a newer generation wrote it)."""
+        statement = (
+            update(row_table)
+            .where(*_admission_of(owner, helper_id, seq), row_table.c.generation <= generation)
+            .values(
+                state=RowState.RUNNING.value,
+                started_at=_utc(started_at),
+                deadline_at=_utc(deadline_at),
+                generation=generation,
+                updated_at=_now(),
+            )
+            .returning(*row_table.c)
+        )
+        async with self.engine.begin() as connection:
+            record = (await connection.execute(statement)).mappings().first()
+        return None if record is None else _to_row(record)
+
     @store_write("progress", counts_conflicts=True)
     async def write_progress(
         self, owner: str, helper_id: str, seq: int, generation: int, usage: Usage, last_message: str | None

@@ -364,6 +364,25 @@ async def test_usage_is_recorded_once_per_admission(store: HelperStore) -> None:
     assert await store.usage("boris") == []
 
 
+async def test_starting_a_row_answers_with_the_row_as_written(store: HelperStore) -> None:
+    """R7, R9: the open marks the admission's row running and gets it back in one statement; a stale
+    generation or another admission's row is not written and answers None."""
+    assert await store.insert_admitted(row("h1", 4))
+    started = await store.start_running("anna", "h1", 4, 2, T0, T0 + timedelta(minutes=45))
+    assert started is not None
+    assert (started.state, started.generation, started.started_at, started.task) == (
+        RowState.RUNNING,
+        2,
+        T0,
+        row("h1", 4).task,
+    )
+    assert started == await store.get("anna", "h1")
+    assert await store.write_state("anna", "h1", 4, 3, session_id="s-1")
+    assert await store.start_running("anna", "h1", 4, 2, T0, T0) is None  # a newer generation wrote it
+    assert await store.start_running("anna", "h1", 5, 9, T0, T0) is None  # not this admission
+    assert await store.start_running("anna", "gone", 1, 2, T0, T0) is None
+
+
 async def test_the_outcome_and_its_usage_line_are_written_together_once(store: HelperStore) -> None:
     """R19, R31: the finalizer's row write and its usage line are one transaction: a retried finalization
     rewrites the row and adds no second line; a stale one (an older generation) writes neither."""
