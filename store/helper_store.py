@@ -10,53 +10,42 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
-from typing import Any, TypedDict, Unpack, cast
+from datetime import datetime
+from typing import Any, Unpack
 
-from sqlalchemy import ColumnElement, Insert, Table, Update, delete, func, insert, select, update
-from sqlalchemy.dialects import postgresql as postgresql_insert
-from sqlalchemy.dialects import sqlite as sqlite_insert
+from sqlalchemy import Insert, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from contracts.core_api import Action
 from domain.activity_io import FollowedUp
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from observability.recording import BY_ACTIVITY, store_write
 from store.database import check_schema, create_engine, migrate
 from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
-from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
+from store.statements import (
+    WRITABLE,
+    RowChanges,
+    admission_of,
+    events_table,
+    insert_or_skip,
+    kept_table,
+    link_follow_up,
+    now,
+    parked_table,
+    plain,
+    row_table,
+    state_update,
+    to_columns,
+    to_kept,
+    to_row,
+    upsert,
+    usage_table,
+    utc,
+)
 
-row_table = cast(Table, HelperRowRecord.__table__)
-usage_table = cast(Table, UsageRecord.__table__)
-events_table = cast(Table, ChatEventRecordRow.__table__)
-parked_table = cast(Table, ParkedSessionRecord.__table__)
-kept_table = cast(Table, KeptSessionRecord.__table__)
-
-
-class RowChanges(TypedDict, total=False):
-    """The columns a state write may set, with their types (mypy checks every caller)."""
-
-    state: RowState
-    session_id: str
-    steps: int
-    work_tokens: int
-    input_tokens: int
-    last_message: str
-    outcome_kind: OutcomeKind
-    summary: str
-    actions: list[Action]
-    started_at: datetime
-    deadline_at: datetime
-    finished_at: datetime
-    delivered_at: datetime | None
-    keep_until: datetime | None
-
-
-WRITABLE = frozenset(RowChanges.__annotations__)
+__all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "row_table"]
 
 
 class RowGone(LookupError):
@@ -95,7 +84,7 @@ class HelperStore:
         """Insert the admitted row (generation 1). False if the same admission was already written.
 
         A follow-up's earlier row is linked (and delivered, if it was unreported) in the same transaction."""
-        values = _to_columns(row)
+        values = to_columns(row)
         async with self.engine.begin() as connection:
             try:
                 await connection.execute(insert(row_table).values(**values))
@@ -103,7 +92,7 @@ class HelperStore:
                 pass
             else:
                 if followed_up is not None:
-                    await connection.execute(_link_follow_up(row, followed_up))
+                    await connection.execute(link_follow_up(row, followed_up))
                 return True
         existing = await self.get(row.owner, row.helper_id)
         if existing is not None and existing.seq == row.seq:
@@ -114,17 +103,8 @@ class HelperStore:
     async def write_state(
         self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
     ) -> bool:
-        unknown = set(changes) - WRITABLE
-        if unknown:  # only an untyped caller gets here
-            raise ValueError(f"not writable: {sorted(unknown)}")
-        values = {name: _column_value(value) for name, value in changes.items()}
-        statement = (
-            update(row_table)
-            .where(*_admission_of(owner, helper_id, seq), row_table.c.generation <= generation)
-            .values(**values, generation=generation, updated_at=_now())
-        )
         async with self.engine.begin() as connection:
-            result = await connection.execute(statement)
+            result = await connection.execute(state_update(owner, helper_id, seq, generation, changes))
             return bool(result.rowcount)
 
     @store_write(BY_ACTIVITY)
@@ -133,21 +113,11 @@ class HelperStore:
     ) -> HelperRow | None:
         """Mark the admission's row running and answer with it as written, in one statement (UPDATE …
         RETURNING); None when the write did not apply (the row is gone, or a newer generation wrote it)."""
-        statement = (
-            update(row_table)
-            .where(*_admission_of(owner, helper_id, seq), row_table.c.generation <= generation)
-            .values(
-                state=RowState.RUNNING.value,
-                started_at=_utc(started_at),
-                deadline_at=_utc(deadline_at),
-                generation=generation,
-                updated_at=_now(),
-            )
-            .returning(*row_table.c)
-        )
+        changes: RowChanges = {"state": RowState.RUNNING, "started_at": started_at, "deadline_at": deadline_at}
+        statement = state_update(owner, helper_id, seq, generation, changes).returning(*row_table.c)
         async with self.engine.begin() as connection:
             record = (await connection.execute(statement)).mappings().first()
-        return None if record is None else _to_row(record)
+        return None if record is None else to_row(record)
 
     @store_write("progress", counts_conflicts=True)
     async def write_progress(
@@ -157,14 +127,14 @@ class HelperStore:
             "steps": usage.steps,
             "work_tokens": usage.work_tokens,
             "input_tokens": usage.input_tokens,
-            "updated_at": _now(),
+            "updated_at": now(),
         }
         if last_message is not None:
             values["last_message"] = last_message
         statement = (
             update(row_table)
             .where(
-                *_admission_of(owner, helper_id, seq),
+                *admission_of(owner, helper_id, seq),
                 row_table.c.generation == generation,
                 row_table.c.state == RowState.RUNNING.value,
             )
@@ -199,18 +169,10 @@ class HelperStore:
     ) -> bool:
         """The finalizer's write: the row (as `write_state`, with its outcome kind and finish time) and, if it
         applied, the usage line, in one transaction. A retried finalization adds no second line."""
-        unknown = set(changes) - WRITABLE
-        if unknown:
-            raise ValueError(f"not writable: {sorted(unknown)}")
         kind, finished_at = changes.get("outcome_kind"), changes.get("finished_at")
         if kind is None or finished_at is None:
             raise ValueError("an outcome is written with its outcome_kind and finished_at")
-        values = {name: _column_value(value) for name, value in changes.items()}
-        statement = (
-            update(row_table)
-            .where(*_admission_of(row.owner, row.helper_id, row.seq), row_table.c.generation <= generation)
-            .values(**values, generation=generation, updated_at=_now())
-        )
+        statement = state_update(row.owner, row.helper_id, row.seq, generation, changes)
         async with self.engine.begin() as connection:
             result = await connection.execute(statement)
             if not result.rowcount:
@@ -236,10 +198,10 @@ class HelperStore:
             "steps": usage.steps,
             "work_tokens": usage.work_tokens,
             "input_tokens": usage.input_tokens,
-            "started_at": _utc(row.started_at) if row.started_at else None,
-            "finished_at": _utc(finished_at),
+            "started_at": utc(row.started_at) if row.started_at else None,
+            "finished_at": utc(finished_at),
         }
-        return _insert_or_skip(self.engine.dialect.name, usage_table, values)
+        return insert_or_skip(self.engine.dialect.name, usage_table, values)
 
     @store_write("chat_event")
     async def record_event(
@@ -261,10 +223,10 @@ class HelperStore:
             "attempts": attempts,
             "receipt_id": receipt_id,
             "last_error": last_error,
-            "updated_at": _now(),
+            "updated_at": now(),
         }
         async with self.engine.begin() as connection:
-            await connection.execute(_upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
+            await connection.execute(upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
 
     @store_write("chat_event")
     async def set_event_state(self, owner: str, key: str, state: str) -> None:
@@ -272,7 +234,7 @@ class HelperStore:
         table = events_table
         async with self.engine.begin() as connection:
             await connection.execute(
-                update(table).where(table.c.owner == owner, table.c.key == key).values(state=state, updated_at=_now())
+                update(table).where(table.c.owner == owner, table.c.key == key).values(state=state, updated_at=now())
             )
 
     @store_write("park")
@@ -282,7 +244,7 @@ class HelperStore:
             await connection.execute(delete(table).where(table.c.session_id == session_id))
             await connection.execute(
                 insert(table).values(
-                    session_id=session_id, owner=owner, helper_id=helper_id, error=error, parked_at=_now()
+                    session_id=session_id, owner=owner, helper_id=helper_id, error=error, parked_at=now()
                 )
             )
 
@@ -293,7 +255,7 @@ class HelperStore:
             with contextlib.suppress(IntegrityError):
                 await connection.execute(
                     insert(kept_table).values(
-                        session_id=session_id, owner=owner, helper_id=helper_id, seq=seq, kept_at=_now()
+                        session_id=session_id, owner=owner, helper_id=helper_id, seq=seq, kept_at=now()
                     )
                 )
 
@@ -307,13 +269,13 @@ class HelperStore:
         statement = select(kept_table).order_by(kept_table.c.kept_at).limit(limit)
         async with self.engine.connect() as connection:
             result = await connection.execute(statement)
-            return [_to_kept(record) for record in result.mappings()]
+            return [to_kept(record) for record in result.mappings()]
 
     async def kept_session_of(self, owner: str, helper_id: str) -> KeptSession | None:
         statement = select(kept_table).where(kept_table.c.owner == owner, kept_table.c.helper_id == helper_id)
         async with self.engine.connect() as connection:
             record = (await connection.execute(statement)).mappings().first()
-        return None if record is None else _to_kept(record)
+        return None if record is None else to_kept(record)
 
     # --- reads (the starter, Iva) ------------------------------------------------------------------
 
@@ -323,7 +285,7 @@ class HelperStore:
                 select(row_table).where(row_table.c.owner == owner, row_table.c.helper_id == helper_id)
             )
             record = result.mappings().first()
-        return None if record is None else _to_row(record)
+        return None if record is None else to_row(record)
 
     async def admitted(self, owner: str, helper_id: str, seq: int) -> HelperRow:
         """The row of exactly this admission, or `RowGone`."""
@@ -338,7 +300,7 @@ class HelperStore:
             statement = statement.where(row_table.c.state.in_([s.value for s in states]))
         async with self.engine.connect() as connection:
             result = await connection.execute(statement)
-            return [_to_row(record) for record in result.mappings()]
+            return [to_row(record) for record in result.mappings()]
 
     async def ahead(self, owner: str, seq: int) -> int:
         """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""
@@ -352,113 +314,21 @@ class HelperStore:
         table = usage_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
-            return [UsageLine.model_validate(_plain(record)) for record in result.mappings()]
+            return [UsageLine.model_validate(plain(record)) for record in result.mappings()]
 
     async def events(self, owner: str) -> list[ChatEvent]:
         table = events_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
-            return [ChatEvent.model_validate(_plain(record)) for record in result.mappings()]
+            return [ChatEvent.model_validate(plain(record)) for record in result.mappings()]
 
     async def parked(self, owner: str) -> list[ParkedSession]:
         table = parked_table
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).where(table.c.owner == owner))
-            return [ParkedSession.model_validate(_plain(record)) for record in result.mappings()]
+            return [ParkedSession.model_validate(plain(record)) for record in result.mappings()]
 
     async def result_dirs(self) -> set[str]:
         async with self.engine.connect() as connection:
             result = await connection.execute(select(row_table.c.result_dir))
             return {str(d) for d in result.scalars()}
-
-
-def _link_follow_up(row: HelperRow, earlier: FollowedUp) -> Update:
-    return (
-        update(row_table)
-        .where(*_admission_of(row.owner, earlier.helper_id, earlier.seq), row_table.c.generation <= earlier.generation)
-        .values(
-            followed_up_by=row.helper_id,
-            state=earlier.state.value,
-            delivered_at=_column_value(earlier.delivered_at),
-            keep_until=_column_value(earlier.keep_until),
-            generation=earlier.generation,
-            updated_at=_now(),
-        )
-    )
-
-
-def _admission_of(owner: str, helper_id: str, seq: int) -> tuple[ColumnElement[bool], ...]:
-    """The WHERE clause naming one admission of one row."""
-    return (row_table.c.owner == owner, row_table.c.helper_id == helper_id, row_table.c.seq == seq)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _utc(moment: datetime) -> datetime:
-    # SQLite keeps the clock time and drops the offset: store every moment as UTC.
-    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes; everything this store writes is UTC.
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
-
-
-def _column_value(value: Any) -> Any:
-    if isinstance(value, RowState | OutcomeKind):
-        return value.value
-    if isinstance(value, datetime):
-        return _utc(value)
-    if isinstance(value, list):
-        return [item.model_dump(mode="json") if isinstance(item, Action) else item for item in value]
-    return value
-
-
-def _to_columns(row: HelperRow) -> dict[str, Any]:
-    values = {name: _column_value(value) for name, value in row.model_dump(mode="python").items()}
-    values["state"] = row.state.value
-    values["outcome_kind"] = row.outcome_kind.value if row.outcome_kind else None
-    values["limits"] = row.limits.model_dump()
-    values["actions"] = [a.model_dump(mode="json") for a in row.actions]
-    values["boundary"] = list(row.boundary)
-    return values
-
-
-def _plain(record: Any) -> dict[str, Any]:
-    return {name: _aware(value) if isinstance(value, datetime) else value for name, value in dict(record).items()}
-
-
-def _to_kept(record: Any) -> KeptSession:
-    return KeptSession.model_validate({**_plain(record), "kept_at": _aware(record["kept_at"])})
-
-
-def _to_row(record: Any) -> HelperRow:
-    data = dict(record)
-    for name in ("admitted_at", "started_at", "deadline_at", "finished_at", "delivered_at", "keep_until", "updated_at"):
-        data[name] = _aware(data[name])
-    data["limits"] = Limits(**data["limits"])
-    return HelperRow.model_validate(data)
-
-
-def _dialect_insert(dialect: str, table: Table) -> sqlite_insert.Insert | postgresql_insert.Insert:
-    if dialect == "postgresql":
-        return postgresql_insert.insert(table)
-    return sqlite_insert.insert(table)
-
-
-def _insert_or_skip(dialect: str, table: Table, values: dict[str, Any]) -> Insert:
-    """INSERT … ON CONFLICT DO NOTHING (SQLite and PostgreSQL)."""
-    return _dialect_insert(dialect, table).values(**values).on_conflict_do_nothing()
-
-
-def _upsert(dialect: str, table: Table, values: dict[str, Any], key: str) -> Insert:
-    """INSERT … ON CONFLICT (key) DO UPDATE with the same values: one statement instead of an update that may
-    find nothing and an insert after it."""
-    statement = _dialect_insert(dialect, table).values(**values)
-    return statement.on_conflict_do_update(
-        index_elements=[key], set_={name: statement.excluded[name] for name in values if name != key}
-    )

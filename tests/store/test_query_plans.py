@@ -14,8 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain.rows import RowState
 from store.database import SchemaNotCurrent, check_schema, create_engine, migrate
-from store.helper_store import HelperStore, _to_columns
+from store.helper_store import HelperStore
 from store.schema import HelperRowRecord
+from store.statements import to_columns
 from tests.conftest import POSTGRES_URL
 from tests.helpers import fresh_postgres_database
 from tests.store.test_helper_store import row, store  # noqa: F401  (the SQLite / PostgreSQL fixture)
@@ -118,7 +119,7 @@ async def test_a_first_release_store_migrates_with_its_rows(backend: str, tmp_pa
         # The row as the first release wrote it: only the columns of 0001.
         first_release_columns = {
             name: value
-            for name, value in _to_columns(row("h1", seq=1, state=RowState.UNREPORTED)).items()
+            for name, value in to_columns(row("h1", seq=1, state=RowState.UNREPORTED)).items()
             if name not in ("follow_up_of", "followed_up_by")
         }
         async with engine.begin() as connection:

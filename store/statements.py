@@ -1,0 +1,155 @@
+"""How the store's rows map to columns, and the statements it sends, on SQLite and PostgreSQL alike.
+
+`store.helper_store.HelperStore` runs them; this module only builds them (no connection, no I/O).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypedDict, cast
+
+from sqlalchemy import ColumnElement, Insert, Table, Update, update
+from sqlalchemy.dialects import postgresql as postgresql_insert
+from sqlalchemy.dialects import sqlite as sqlite_insert
+
+from contracts.core_api import Action
+from domain.activity_io import FollowedUp
+from domain.limits import Limits
+from domain.outcome import OutcomeKind
+from domain.rows import HelperRow, RowState
+from store.records import KeptSession
+from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
+
+row_table = cast(Table, HelperRowRecord.__table__)
+usage_table = cast(Table, UsageRecord.__table__)
+events_table = cast(Table, ChatEventRecordRow.__table__)
+parked_table = cast(Table, ParkedSessionRecord.__table__)
+kept_table = cast(Table, KeptSessionRecord.__table__)
+
+
+class RowChanges(TypedDict, total=False):
+    """The columns a state write may set, with their types (mypy checks every caller)."""
+
+    state: RowState
+    session_id: str
+    steps: int
+    work_tokens: int
+    input_tokens: int
+    last_message: str
+    outcome_kind: OutcomeKind
+    summary: str
+    actions: list[Action]
+    started_at: datetime
+    deadline_at: datetime
+    finished_at: datetime
+    delivered_at: datetime | None
+    keep_until: datetime | None
+
+
+WRITABLE = frozenset(RowChanges.__annotations__)
+
+
+def state_update(owner: str, helper_id: str, seq: int, generation: int, changes: Mapping[str, Any]) -> Update:
+    """A guarded state write of one admission's row: applied while the stored generation is not newer."""
+    unknown = set(changes) - WRITABLE
+    if unknown:  # only an untyped caller gets here
+        raise ValueError(f"not writable: {sorted(unknown)}")
+    values = {name: column_value(value) for name, value in changes.items()}
+    return (
+        update(row_table)
+        .where(*admission_of(owner, helper_id, seq), row_table.c.generation <= generation)
+        .values(**values, generation=generation, updated_at=now())
+    )
+
+
+def link_follow_up(row: HelperRow, earlier: FollowedUp) -> Update:
+    return (
+        update(row_table)
+        .where(*admission_of(row.owner, earlier.helper_id, earlier.seq), row_table.c.generation <= earlier.generation)
+        .values(
+            followed_up_by=row.helper_id,
+            state=earlier.state.value,
+            delivered_at=column_value(earlier.delivered_at),
+            keep_until=column_value(earlier.keep_until),
+            generation=earlier.generation,
+            updated_at=now(),
+        )
+    )
+
+
+def admission_of(owner: str, helper_id: str, seq: int) -> tuple[ColumnElement[bool], ...]:
+    """The WHERE clause naming one admission of one row."""
+    return (row_table.c.owner == owner, row_table.c.helper_id == helper_id, row_table.c.seq == seq)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def utc(moment: datetime) -> datetime:
+    # SQLite keeps the clock time and drops the offset: store every moment as UTC.
+    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def aware(moment: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; everything this store writes is UTC.
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def column_value(value: Any) -> Any:
+    if isinstance(value, RowState | OutcomeKind):
+        return value.value
+    if isinstance(value, datetime):
+        return utc(value)
+    if isinstance(value, list):
+        return [item.model_dump(mode="json") if isinstance(item, Action) else item for item in value]
+    return value
+
+
+def to_columns(row: HelperRow) -> dict[str, Any]:
+    values = {name: column_value(value) for name, value in row.model_dump(mode="python").items()}
+    values["state"] = row.state.value
+    values["outcome_kind"] = row.outcome_kind.value if row.outcome_kind else None
+    values["limits"] = row.limits.model_dump()
+    values["actions"] = [a.model_dump(mode="json") for a in row.actions]
+    values["boundary"] = list(row.boundary)
+    return values
+
+
+def plain(record: Any) -> dict[str, Any]:
+    return {name: aware(value) if isinstance(value, datetime) else value for name, value in dict(record).items()}
+
+
+def to_kept(record: Any) -> KeptSession:
+    return KeptSession.model_validate({**plain(record), "kept_at": aware(record["kept_at"])})
+
+
+def to_row(record: Any) -> HelperRow:
+    data = dict(record)
+    for name in ("admitted_at", "started_at", "deadline_at", "finished_at", "delivered_at", "keep_until", "updated_at"):
+        data[name] = aware(data[name])
+    data["limits"] = Limits(**data["limits"])
+    return HelperRow.model_validate(data)
+
+
+def dialect_insert(dialect: str, table: Table) -> sqlite_insert.Insert | postgresql_insert.Insert:
+    if dialect == "postgresql":
+        return postgresql_insert.insert(table)
+    return sqlite_insert.insert(table)
+
+
+def insert_or_skip(dialect: str, table: Table, values: dict[str, Any]) -> Insert:
+    """INSERT … ON CONFLICT DO NOTHING (SQLite and PostgreSQL)."""
+    return dialect_insert(dialect, table).values(**values).on_conflict_do_nothing()
+
+
+def upsert(dialect: str, table: Table, values: dict[str, Any], key: str) -> Insert:
+    """INSERT … ON CONFLICT (key) DO UPDATE with the same values: one statement instead of an update that may
+    find nothing and an insert after it."""
+    statement = dialect_insert(dialect, table).values(**values)
+    return statement.on_conflict_do_update(
+        index_elements=[key], set_={name: statement.excluded[name] for name in values if name != key}
+    )
