@@ -67,15 +67,8 @@ def core_call(check_ms: int, *, give_up_after: timedelta | None = None, cancella
 
 def cleanup_call(check_ms: int) -> LocalActivityOptions:
     """The reset after the outcome, as a local activity in the task that finalized it: one core call bounded
-    like any other; `reset_session` itself parks the session after its third failed attempt."""
-    return {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
-        "retry_policy": RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=30),
-            non_retryable_error_types=[ErrorType.CORE_REJECTED],
-        ),
-    }
+    and retried like any other; `reset_session` itself parks the session after its third failed attempt."""
+    return core_call(check_ms)
 
 
 # Finding a session whose create was never answered: after the outcome, without the hard ceiling's time
