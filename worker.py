@@ -70,8 +70,8 @@ WORKFLOW_RUNNER = SandboxedWorkflowRunner(
 def workflow_runner(settings: Settings) -> WorkflowRunner:
     """The sandbox, unless HELPER_WORKFLOW_SANDBOX=false. Without it the worker skips the sandbox's cost on every
     payload it encodes or decodes (about a fifth of a quick helper's worker CPU, bench.helper_rate) and loses
-    its guard against a non-deterministic call in workflow code; the tests and the replay histories run every
-    workflow under the full default sandbox either way."""
+    its guard against a non-deterministic call in workflow code; the tests' workers keep the sandbox, and the
+    replay tests and tests/unit/test_worker_sandbox.py put every workflow through the full default sandbox."""
     return WORKFLOW_RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
 
 
