@@ -26,7 +26,7 @@ from temporalio.worker import (
     WorkerDeploymentVersion,
     WorkflowRunner,
 )
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.admission import AdmissionActivities
 from activities.chat import ChatActivities
@@ -45,6 +45,7 @@ from observability.store_gauges import StoreGauges
 from protocol.connection import connect_for
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
+from worker_sandbox import sandbox_runner
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.goal_check import GoalCheckWorkflow
 from workflows.helper import HelperWorkflow
@@ -62,9 +63,7 @@ WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow, GoalCheckWorkflow, SweepWorkfl
 # tests/unit/test_worker_sandbox.py run the same workflows under the full default sandbox, which still catches
 # a non-deterministic call in workflow code.
 DETERMINISTIC_LAYERS = ("workflows", "domain", "protocol", "contracts", "config")
-WORKFLOW_RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules(*DETERMINISTIC_LAYERS)
-)
+WORKFLOW_RUNNER = sandbox_runner(SandboxRestrictions.default.with_passthrough_modules(*DETERMINISTIC_LAYERS))
 
 
 def workflow_runner(settings: Settings) -> WorkflowRunner:

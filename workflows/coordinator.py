@@ -15,7 +15,7 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.coordinator_delivery import CoordinatorDelivery, refused
     from workflows.coordinator_follow_ups import CoordinatorFollowUps
     from workflows.coordinator_slots import CoordinatorSlots
+    from workflows.failures import CALL_FAILED, cause_of, failed_for_good
 
 # Coordinators recorded before this change replay without the withdrawn event's store write.
 WITHDRAWN_EVENTS_PATCH = "record-withdrawn-events"
@@ -201,17 +202,18 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
                 ),
                 **options.ADMISSION_WRITE,
             )
-        except ActivityError as error:
+        except CALL_FAILED as error:
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
-            with contextlib.suppress(ActivityError):
+            with contextlib.suppress(*CALL_FAILED):
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows, self._removal([entry]), **options.ADMISSION_WRITE
                 )
             undo_admission(self.book, request.helper_id, evicted, earlier_before)
             await self._hand_out_slots()
+            why = cause_of(error) if failed_for_good(error) else "the store or the server did not answer; try again"
             raise ApplicationError(
-                f"helper {request.helper_id} was not admitted: the store or the server did not answer; try again",
+                f"helper {request.helper_id} was not admitted: {why}",
                 type=ErrorType.ADMISSION_FAILED,
                 non_retryable=True,
             ) from None

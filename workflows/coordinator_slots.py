@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.rows import RowState
     from protocol.senders import grant_slot
     from workflows import options
+    from workflows.failures import CALL_FAILED
 
 # A slot signal that finds no workflow looks at the helper's row before the slot passes on.
 REGRANT_FROM_ROW_PATCH = "regrant-from-row"
@@ -68,7 +69,7 @@ class CoordinatorSlots:
                 RegrantHelper(owner=self.book.owner, helper_id=helper_id, seq=entry.seq, policy=self.book.policy),
                 **options.ADMISSION_WRITE,
             )
-        except ActivityError as error:
+        except CALL_FAILED as error:
             workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
             return None
         if regranted is Regranted.STARTED:
@@ -85,5 +86,5 @@ class CoordinatorSlots:
                 CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
                 **options.STORE_WRITE,
             )
-        except ActivityError as error:
+        except CALL_FAILED as error:
             workflow.logger.error("could not close the row of %s: %s", entry.helper_id, error)

@@ -49,16 +49,25 @@ with workflow.unsafe.imports_passed_through():
     from protocol.names import HELPER_STATE
     from protocol.senders import tell_closed
     from workflows import options
-    from workflows.helper_ending import HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding, _cause
+    from workflows.failures import CALL_FAILED, cause_of, failed_for_good
+    from workflows.helper_ending import HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding
     from workflows.helper_v1 import HelperRunV1
 
 # Helpers started before the ending table run the first release's code (workflows/helper_v1.py).
 ENDING_TABLE_PATCH = "helper-ending-v2"
+# The session is opened by a local activity in the task that starts running (histories recorded before open it
+# with an activity, one task more).
+OPEN_IN_TASK_PATCH = "helper-open-in-task"
 # Each patch a new run takes costs a marker and an upsert of TemporalChangeVersion (a visibility write): a run
-# started by this code records this one marker instead of one per patch it takes. Runs recorded before it
-# replay with their own markers. A later patch is checked on its own, not added to this set.
-EVERY_EARLIER_PATCH = "helper-patches-2026-12"
-PATCHES_IN_ONE_MARKER = frozenset({ENDING_TABLE_PATCH, RESULT_SAYS_WHY, HAND_BACK_IN_ONE_TASK_PATCH})
+# records one marker that stands for every patch it takes, the newest first; runs recorded before replay with
+# the marker (or markers) they recorded. A later patch gets a new marker here, covering the earlier ones.
+ONE_MARKER_PATCHES: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "helper-patches-2026-12-open",
+        frozenset({ENDING_TABLE_PATCH, RESULT_SAYS_WHY, HAND_BACK_IN_ONE_TASK_PATCH, OPEN_IN_TASK_PATCH}),
+    ),
+    ("helper-patches-2026-12", frozenset({ENDING_TABLE_PATCH, RESULT_SAYS_WHY, HAND_BACK_IN_ONE_TASK_PATCH})),
+)
 
 
 _Task = TypeVar("_Task", bound=asyncio.Future[Any])
@@ -89,7 +98,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         self._cancel: asyncio.Task[CancelResult] | None = None
         self._row_closing: asyncio.Task[None] | None = None
         self._started: list[asyncio.Future[Any]] = []
-        self._one_marker = False  # set first thing in `run`: this run records EVERY_EARLIER_PATCH
+        self._covered: frozenset[str] = frozenset()  # set first thing in `run`: the patches its one marker stands for
 
     @workflow.signal(name=SLOT_GRANTED)
     def slot_granted(self, token: Token | None = None) -> None:
@@ -121,7 +130,9 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
 
     @workflow.run
     async def run(self, start: HelperStart) -> HelperResult | str:
-        self._one_marker = workflow.patched(EVERY_EARLIER_PATCH)
+        self._covered = next(
+            (covered for marker, covered in ONE_MARKER_PATCHES if workflow.patched(marker)), frozenset()
+        )
         if not self._patched(ENDING_TABLE_PATCH):
             return await self._run_v1(start)
         workflow.set_current_details(f"waiting for a running slot · {start.title}")
@@ -162,21 +173,18 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             f"running · deadline {deadline_at:%H:%M:%S} UTC · hard ceiling {hard_at:%H:%M:%S} UTC · {start.title}"
         )
         self.generation += 1
-        self._opening = self._track(
-            workflow.start_activity_method(
-                SessionActivities.open_session,
-                OpenSession(
-                    row=self._row_key(),
-                    idempotency_key=self._idempotency_key(),
-                    limits=limits,
-                    started_at=started_at,
-                    deadline_at=deadline_at,
-                    check_ms=start.check_ms,
-                ),
-                summary="create the core session (idempotent key)",
-                **options.core_call(start.check_ms, cancellable=True),
-            )
+        opening = OpenSession(
+            row=self._row_key(),
+            idempotency_key=self._idempotency_key(),
+            limits=limits,
+            started_at=started_at,
+            deadline_at=deadline_at,
+            check_ms=start.check_ms,
         )
+        if self._patched(OPEN_IN_TASK_PATCH):
+            self._opening = self._track(asyncio.ensure_future(self._open(opening)))
+        else:
+            self._opening = self._track(self._open_activity(opening))
         try:
             while True:
                 await workflow.wait_condition(
@@ -273,6 +281,30 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             stopping_for_authorization=self.stopping_for_authorization,
         )
 
+    async def _open(self, opening: OpenSession) -> OpenedSession:
+        """The first attempt as a local activity, in the task that started running: no task and no activity
+        task of its own for the usual quick create. A create that fails or outlasts one attempt goes on as an
+        activity, retried until the hard ceiling, under the same key (a second create returns the same session)."""
+        try:
+            return await workflow.execute_local_activity_method(
+                SessionActivities.open_session, opening, **options.first_open(self.start.check_ms)
+            )
+        except CALL_FAILED as error:
+            if failed_for_good(error):
+                raise
+            workflow.logger.info(
+                "first open of %s failed, retried as an activity: %s", self.start.helper_id, cause_of(error)
+            )
+        return await self._open_activity(opening)
+
+    def _open_activity(self, opening: OpenSession) -> asyncio.Task[OpenedSession]:
+        return workflow.start_activity_method(
+            SessionActivities.open_session,
+            opening,
+            summary="create the core session (idempotent key)",
+            **options.core_call(self.start.check_ms, cancellable=True),
+        )
+
     # --- taking results -------------------------------------------------------------------------------
 
     async def _take_opening(self) -> OpenedSession | None:
@@ -280,9 +312,9 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         assert opening is not None
         try:
             return await opening
-        except ActivityError as error:
+        except CALL_FAILED as error:  # the first attempt is a local activity
             # Refused by the core, or the row is gone: no session was made.
-            workflow.logger.warning("open of %s failed: %s", self.start.helper_id, _cause(error))
+            workflow.logger.warning("open of %s failed: %s", self.start.helper_id, cause_of(error))
             return None
 
     async def _take_follow(self) -> FollowResult:
@@ -291,7 +323,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         try:
             return await follow
         except ActivityError as error:
-            return FollowResult(verdict=Verdict.CORE_FAILED, error=_cause(error))
+            return FollowResult(verdict=Verdict.CORE_FAILED, error=cause_of(error))
 
     async def _take_cancel(self) -> CancelResult:
         cancel, self._cancel = self._cancel, None
@@ -299,7 +331,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         try:
             return await cancel
         except ActivityError as error:
-            return CancelResult(stopped=False, reachable=False, detail=_cause(error))
+            return CancelResult(stopped=False, reachable=False, detail=cause_of(error))
 
     async def _take_finish(self) -> None:
         finish, self._finish = self._finish, None
@@ -308,7 +340,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             await finish
         except ActivityError as error:
             # The follow goes on; if the core never finishes, the hard ceiling still holds (R15).
-            workflow.logger.warning("finish-now for %s failed: %s", self.start.helper_id, _cause(error))
+            workflow.logger.warning("finish-now for %s failed: %s", self.start.helper_id, cause_of(error))
 
     # --- effects ----------------------------------------------------------------------------------------
 
@@ -348,7 +380,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
     # --- small helpers ---------------------------------------------------------------------------------
 
     def _patched(self, patch_id: str) -> bool:
-        if self._one_marker and patch_id in PATCHES_IN_ONE_MARKER:
+        if patch_id in self._covered:
             return True
         return workflow.patched(patch_id)
 

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.names import HELPER_OUTCOME, HELPER_STATE
     from protocol.senders import tell_finished
     from workflows import options
+    from workflows.failures import CALL_FAILED, cause_of
 
 # After the outcome, cancelled activities get this long to confirm, so the workflow never completes while
 # one of their results is on its way (that would fail the completing task with UnhandledCommand).
@@ -156,8 +157,8 @@ class HelperEnding:
                 self._session_ref().model_copy(update={"outcome_kind": kind}),
                 **options.cleanup_call(self.start.check_ms),
             )
-        except ActivityError as error:
-            workflow.logger.warning("reset of session %s refused: %s", self.session_id, _cause(error))
+        except CALL_FAILED as error:
+            workflow.logger.warning("reset of session %s refused: %s", self.session_id, cause_of(error))
             return False
 
     async def _recover_lost_session(self) -> None:
@@ -173,7 +174,7 @@ class HelperEnding:
                 "could not learn whether %s has a session (key %s): %s",
                 self.start.helper_id,
                 self._idempotency_key(),
-                _cause(error),
+                cause_of(error),
             )
             return
         if recovered.session_id is not None:
@@ -206,10 +207,3 @@ class HelperEnding:
             # Only an operator can remove a coordinator; the outcome is final and in the store anyway,
             # and the slot lease of a new coordinator cannot include this helper.
             workflow.logger.error("could not tell the coordinator of %s: %s", self.start.owner, error)
-
-
-def _cause(error: ActivityError) -> str:
-    cause = error.cause
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause or error)

@@ -65,6 +65,17 @@ def core_call(check_ms: int, *, give_up_after: timedelta | None = None, cancella
     return options
 
 
+def first_open(check_ms: int) -> LocalActivityOptions:
+    """The open's first attempt, as a local activity: one attempt, bounded like a core call; the helper's task
+    waits for it (the task heartbeats while it runs), and a failure goes on as the open activity."""
+    options: LocalActivityOptions = {
+        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "retry_policy": RetryPolicy(maximum_attempts=1),
+        "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    }
+    return options
+
+
 def cleanup_call(check_ms: int) -> LocalActivityOptions:
     """The reset after the outcome, as a local activity in the task that finalized it: one core call bounded
     and retried like any other; `reset_session` itself parks the session after its third failed attempt."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import WorkflowEnvironment
@@ -58,6 +59,8 @@ class Script:
     follow: list[FollowResult | None] = field(default_factory=list)  # None: the window ends, retried later
     open_fails: bool = False  # the core refuses the create
     open_hangs: bool = False  # the create is never answered
+    open_down: int = 0  # the first creates find the core down (retried), then it answers
+    reset_refused: bool = False  # the core refuses the reset for good
     cancel_stops: bool = True
     calls: list[tuple[str, Any]] = field(default_factory=list)
     finals: list[Finalize] = field(default_factory=list)
@@ -80,6 +83,8 @@ async def open_session(request: OpenSession) -> OpenedSession:
         raise ApplicationError("core refused (400): unknown model", type=ErrorType.CORE_REJECTED, non_retryable=True)
     if script().open_hangs:
         raise ApplicationError("no answer", type=ErrorType.CORE_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN)
+    if script().names().count("open") <= script().open_down:
+        raise ApplicationError("core down", type=ErrorType.CORE_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN)
     return OpenedSession(session_id="s-1", created=True)
 
 
@@ -112,6 +117,8 @@ async def cancel_session(ref: SessionRef) -> CancelResult:
 @activity.defn(name="reset_session")
 async def reset_session(ref: SessionRef) -> bool:
     script().calls.append(("reset", ref))
+    if script().reset_refused:
+        raise ApplicationError("core refused (409): session busy", type=ErrorType.CORE_REJECTED, non_retryable=True)
     return True
 
 
@@ -243,6 +250,39 @@ async def test_completed(run: Run) -> None:
     assert script().names() == ["open", "follow", "finalize", "reset"]
 
 
+async def test_a_quick_helper_opens_in_its_first_task_and_ends_in_its_second(run: Run) -> None:
+    """R9, R44: the open's first attempt is a local activity in the task that starts running, so a quick helper
+    costs two workflow tasks and one activity task (the follow) instead of three and two."""
+    script().follow = [terminal(SessionStatus.COMPLETED)]
+    kind, _, _ = await _outcome(run)
+    events, scheduled = await _history(run)
+    assert kind == OutcomeKind.COMPLETED
+    assert events.count("WORKFLOW_TASK_COMPLETED") == 2
+    assert scheduled == ["follow_session"]
+
+
+async def test_a_first_open_that_finds_the_core_down_goes_on_as_an_activity(run: Run) -> None:
+    """R9, R25: the local attempt fails; the open goes on as an activity, retried, under the same key."""
+    script().open_down = 2
+    script().follow = [terminal(SessionStatus.COMPLETED)]
+    kind, _, told = await _outcome(run)
+    opens = [request for name, request in script().calls if name == "open"]
+    assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
+    assert len(opens) == 3 and len({request.idempotency_key for request in opens}) == 1
+    _, scheduled = await _history(run)
+    assert scheduled == ["open_session", "follow_session"]
+
+
+async def test_a_reset_the_core_refuses_leaves_the_outcome_and_the_slot(run: Run) -> None:
+    """R20: the reset is cleanup: a core that refuses it for good changes neither the outcome nor the notice,
+    and the workflow still completes (a local activity's refusal arrives unwrapped, see workflows.failures)."""
+    script().reset_refused = True
+    script().follow = [terminal(SessionStatus.COMPLETED)]
+    kind, _, told = await _outcome(run)
+    assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
+    assert script().names() == ["open", "follow", "finalize", "reset"]
+
+
 async def test_question(run: Run) -> None:
     """R16: a question ends the helper with an outcome that carries it."""
     script().follow = [FollowResult(verdict=Verdict.QUESTION, question="Which venue?")]
@@ -338,3 +378,15 @@ def _started_at() -> datetime:
     opened = next(request for name, request in script().calls if name == "open")
     started: datetime = opened.started_at
     return started.astimezone(UTC)
+
+
+async def _history(run: Run) -> tuple[list[str], list[str]]:
+    """The helper's event types, and the activity tasks it scheduled (local activities are markers)."""
+    history = await run.env.client.get_workflow_handle(helper_workflow_id(run.owner, "h1")).fetch_history()
+    events = [EventType.Name(event.event_type).removeprefix("EVENT_TYPE_") for event in history.events]
+    scheduled = [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    return events, scheduled
