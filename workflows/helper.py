@@ -13,7 +13,7 @@ the row) runs as a task beside the timers, the loop waits for the first trigger,
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -92,7 +92,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         self.open_unanswered = False  # the create may have made a session whose id never came back (R38)
         self.last_result: FollowResult | None = None
         self.authorization_result: FollowResult | None = None
-        self._opening: asyncio.Task[OpenedSession] | None = None
+        self._opening: asyncio.Future[OpenedSession] | None = None
         self._follow_task: asyncio.Task[FollowResult] | None = None
         self._finish: asyncio.Task[bool] | None = None
         self._cancel: asyncio.Task[CancelResult] | None = None
@@ -159,13 +159,9 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         started_at = workflow.now()
         deadline_at = started_at + timedelta(milliseconds=limits.deadline_ms)
         hard_at = started_at + timedelta(milliseconds=limits.hard_ceiling_ms)
-        # Durable timers: they fire after worker and server restarts too (R15, R25).
-        deadline = asyncio.ensure_future(
-            workflow.sleep(timedelta(milliseconds=limits.deadline_ms), summary="deadline: ask for a partial outcome")
-        )
-        hard = asyncio.ensure_future(
-            workflow.sleep(timedelta(milliseconds=limits.hard_ceiling_ms), summary="hard ceiling: deadline + grace")
-        )
+        open_in_task = self._patched(OPEN_IN_TASK_PATCH)
+        if not open_in_task:  # as histories recorded before: the timers first, then the open activity
+            deadline, hard = self._timers(started_at, deadline_at, hard_at)
         if self.state is not RowState.RUNNING:  # a helper that started with its slot already shows running
             workflow.upsert_search_attributes([HELPER_STATE.value_set(RowState.RUNNING.value)])
         self.state = RowState.RUNNING
@@ -181,8 +177,11 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             deadline_at=deadline_at,
             check_ms=start.check_ms,
         )
-        if self._patched(OPEN_IN_TASK_PATCH):
-            self._opening = self._track(asyncio.ensure_future(self._open(opening)))
+        if open_in_task:
+            self._opening = self._track(await self._open_in_task(opening))
+            # The open's first attempt held this task for part of the time (workflow.now() has moved on with it):
+            # the timers get what is left, so the deadline and the hard ceiling stay where they were set.
+            deadline, hard = self._timers(workflow.now(), deadline_at, hard_at)
         else:
             self._opening = self._track(self._open_activity(opening))
         try:
@@ -281,21 +280,40 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             stopping_for_authorization=self.stopping_for_authorization,
         )
 
-    async def _open(self, opening: OpenSession) -> OpenedSession:
-        """The first attempt as a local activity, in the task that started running: no task and no activity
-        task of its own for the usual quick create. A create that fails or outlasts one attempt goes on as an
-        activity, retried until the hard ceiling, under the same key (a second create returns the same session)."""
+    def _timers(
+        self, now: datetime, deadline_at: datetime, hard_at: datetime
+    ) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
+        """Durable timers to the deadline and the hard ceiling: they fire after worker and server restarts too
+        (R15, R25)."""
+        least = timedelta(milliseconds=1)  # a moment already passed fires at once
+        deadline = asyncio.ensure_future(
+            workflow.sleep(max(deadline_at - now, least), summary="deadline: ask for a partial outcome")
+        )
+        hard = asyncio.ensure_future(
+            workflow.sleep(max(hard_at - now, least), summary="hard ceiling: deadline + grace")
+        )
+        return deadline, hard
+
+    async def _open_in_task(self, opening: OpenSession) -> asyncio.Future[OpenedSession]:
+        """The open's first attempt, as a local activity in this task: no workflow task and no activity task of
+        its own for the usual quick create. It is bounded (`options.first_open`); a create that fails or
+        outlasts it goes on as an activity, retried until the hard ceiling, under the same key (a second create
+        returns the same session). Returns the open, answered or under way."""
+        answered: asyncio.Future[OpenedSession] = asyncio.get_running_loop().create_future()
         try:
-            return await workflow.execute_local_activity_method(
-                SessionActivities.open_session, opening, **options.first_open(self.start.check_ms)
+            answered.set_result(
+                await workflow.execute_local_activity_method(
+                    SessionActivities.open_session, opening, **options.first_open(self.start.check_ms)
+                )
             )
         except CALL_FAILED as error:
-            if failed_for_good(error):
-                raise
-            workflow.logger.info(
-                "first open of %s failed, retried as an activity: %s", self.start.helper_id, cause_of(error)
-            )
-        return await self._open_activity(opening)
+            if not failed_for_good(error):
+                workflow.logger.info(
+                    "first open of %s failed, going on as an activity: %s", self.start.helper_id, cause_of(error)
+                )
+                return self._open_activity(opening)
+            answered.set_exception(error)
+        return answered
 
     def _open_activity(self, opening: OpenSession) -> asyncio.Task[OpenedSession]:
         return workflow.start_activity_method(
