@@ -61,6 +61,7 @@ class Script:
     open_hangs: bool = False  # the create is never answered
     open_down: int = 0  # the first creates find the core down (retried), then it answers
     reset_refused: bool = False  # the core refuses the reset for good
+    open_delay_s: float = 0.0  # the first create takes this long (real time: it holds the workflow task)
     cancel_stops: bool = True
     calls: list[tuple[str, Any]] = field(default_factory=list)
     finals: list[Finalize] = field(default_factory=list)
@@ -79,6 +80,8 @@ def script() -> Script:
 @activity.defn(name="open_session")
 async def open_session(request: OpenSession) -> OpenedSession:
     script().calls.append(("open", request))
+    if script().open_delay_s and script().names().count("open") == 1:
+        await asyncio.sleep(script().open_delay_s)
     if script().open_fails:
         raise ApplicationError("core refused (400): unknown model", type=ErrorType.CORE_REJECTED, non_retryable=True)
     if script().open_hangs:
@@ -326,6 +329,16 @@ async def test_a_refused_create_fails_without_a_session(run: Run) -> None:
     assert kind == OutcomeKind.FAILED and "refused the task" in final.explanation
     assert "recover" not in script().names() and "reset" not in script().names()
     assert told == ["finished:failed"]
+
+
+async def test_a_slow_first_open_does_not_move_the_hard_ceiling(run: Run) -> None:
+    """R15: the open's first attempt holds the helper's first task for 3 s; the ceiling's timer starts after it
+    with what is left, so the helper still ends at deadline + grace from when it started running, not later."""
+    script().open_delay_s = 3.0
+    kind, final, _ = await _outcome(run)
+    ran = final.finished_at - _started_at()
+    assert kind == OutcomeKind.PARTIAL
+    assert timedelta(seconds=90) <= ran < timedelta(seconds=91), ran
 
 
 async def test_hard_ceiling_while_the_core_never_finishes(run: Run) -> None:
