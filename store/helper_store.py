@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from sqlalchemy import Insert, delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,8 +26,8 @@ from store.database import check_schema, create_engine, migrate
 from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
 from store.statements import (
     WRITABLE,
+    Prepared,
     RowChanges,
-    admission_of,
     events_table,
     insert_or_skip,
     kept_table,
@@ -35,6 +35,8 @@ from store.statements import (
     now,
     parked_table,
     plain,
+    progress_update,
+    row_insert,
     row_table,
     state_update,
     to_columns,
@@ -87,7 +89,7 @@ class HelperStore:
         values = to_columns(row)
         async with self.engine.begin() as connection:
             try:
-                await connection.execute(insert(row_table).values(**values))
+                await connection.execute(*row_insert(row_table, values))
             except IntegrityError:
                 pass
             else:
@@ -104,7 +106,7 @@ class HelperStore:
         self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
     ) -> bool:
         async with self.engine.begin() as connection:
-            result = await connection.execute(state_update(owner, helper_id, seq, generation, changes))
+            result = await connection.execute(*state_update(owner, helper_id, seq, generation, changes))
             return bool(result.rowcount)
 
     @store_write(BY_ACTIVITY)
@@ -114,9 +116,9 @@ class HelperStore:
         """Mark the admission's row running and answer with it as written, in one statement (UPDATE …
         RETURNING); None when the write did not apply (the row is gone, or a newer generation wrote it)."""
         changes: RowChanges = {"state": RowState.RUNNING, "started_at": started_at, "deadline_at": deadline_at}
-        statement = state_update(owner, helper_id, seq, generation, changes).returning(*row_table.c)
+        statement = state_update(owner, helper_id, seq, generation, changes, returning=True)
         async with self.engine.begin() as connection:
-            record = (await connection.execute(statement)).mappings().first()
+            record = (await connection.execute(*statement)).mappings().first()
         return None if record is None else to_row(record)
 
     @store_write("progress", counts_conflicts=True)
@@ -131,17 +133,8 @@ class HelperStore:
         }
         if last_message is not None:
             values["last_message"] = last_message
-        statement = (
-            update(row_table)
-            .where(
-                *admission_of(owner, helper_id, seq),
-                row_table.c.generation == generation,
-                row_table.c.state == RowState.RUNNING.value,
-            )
-            .values(**values)
-        )
         async with self.engine.begin() as connection:
-            result = await connection.execute(statement)
+            result = await connection.execute(*progress_update(owner, helper_id, seq, generation, values))
             return bool(result.rowcount)
 
     @store_write("remove")
@@ -174,18 +167,18 @@ class HelperStore:
             raise ValueError("an outcome is written with its outcome_kind and finished_at")
         statement = state_update(row.owner, row.helper_id, row.seq, generation, changes)
         async with self.engine.begin() as connection:
-            result = await connection.execute(statement)
+            result = await connection.execute(*statement)
             if not result.rowcount:
                 return False
-            await connection.execute(self._usage_line(row, kind, usage, finished_at))
+            await connection.execute(*self._usage_line(row, kind, usage, finished_at))
             return True
 
     @store_write("usage")
     async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
         async with self.engine.begin() as connection:
-            await connection.execute(self._usage_line(row, kind, usage, finished_at))
+            await connection.execute(*self._usage_line(row, kind, usage, finished_at))
 
-    def _usage_line(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> Insert:
+    def _usage_line(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> Prepared:
         """Usage is recorded once per admission: a second line for it is ignored, not an error (an error would
         end a PostgreSQL transaction, and with it the row write beside it)."""
         values = {
@@ -226,7 +219,7 @@ class HelperStore:
             "updated_at": now(),
         }
         async with self.engine.begin() as connection:
-            await connection.execute(upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
+            await connection.execute(*upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
 
     @store_write("chat_event")
     async def set_event_state(self, owner: str, key: str, state: str) -> None:
