@@ -180,27 +180,34 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         if open_in_task:
             self._opening = self._track(await self._open_in_task(opening))
             # The open's first attempt held this task for part of the time (workflow.now() has moved on with it):
-            # the timers get what is left, so the deadline and the hard ceiling stay where they were set.
-            deadline, hard = self._timers(workflow.now(), deadline_at, hard_at)
+            # the deadline's timer gets what is left of it. The hard ceiling's timer starts when the deadline
+            # passes (one timer for most helpers, which end before it), also for what is left of it.
+            deadline = self._timer(deadline_at, "deadline: ask for a partial outcome")
+            hard = asyncio.get_running_loop().create_future()
         else:
             self._opening = self._track(self._open_activity(opening))
+        timers = {"deadline": deadline, "hard": hard}  # the hard ceiling's may start later
         try:
             while True:
                 await workflow.wait_condition(
-                    lambda: self._finish_answered() or self._next_trigger(deadline, hard) is not None
+                    lambda: (
+                        self._finish_answered() or self._next_trigger(timers["deadline"], timers["hard"]) is not None
+                    )
                 )
                 if self._finish_answered():
                     await self._take_finish()
                     continue
-                trigger = self._next_trigger(deadline, hard)
+                trigger = self._next_trigger(deadline, timers["hard"])
                 assert trigger is not None
                 step = await self._decide(trigger, deadline)
                 if step.end is not None:
                     return await self._end(step.end)
+                if trigger is Trigger.DEADLINE and open_in_task:
+                    timers["hard"] = self._timer(hard_at, "hard ceiling: deadline + grace")
                 self._apply(step)
         finally:
-            deadline.cancel()
-            hard.cancel()
+            for timer in timers.values():
+                timer.cancel()
 
     def _next_trigger(self, deadline: asyncio.Future[None], hard: asyncio.Future[None]) -> Trigger | None:
         # An answer already here wins over the ceiling: a core that finished is reported as finished.
@@ -283,16 +290,19 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
     def _timers(
         self, now: datetime, deadline_at: datetime, hard_at: datetime
     ) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
-        """Durable timers to the deadline and the hard ceiling: they fire after worker and server restarts too
-        (R15, R25)."""
-        least = timedelta(milliseconds=1)  # a moment already passed fires at once
+        """Both timers at once, as histories recorded before the open moved into the first task."""
         deadline = asyncio.ensure_future(
-            workflow.sleep(max(deadline_at - now, least), summary="deadline: ask for a partial outcome")
+            workflow.sleep(deadline_at - now, summary="deadline: ask for a partial outcome")
         )
-        hard = asyncio.ensure_future(
-            workflow.sleep(max(hard_at - now, least), summary="hard ceiling: deadline + grace")
-        )
+        hard = asyncio.ensure_future(workflow.sleep(hard_at - now, summary="hard ceiling: deadline + grace"))
         return deadline, hard
+
+    def _timer(self, at: datetime, summary: str) -> asyncio.Future[None]:
+        """A durable timer to `at`: it fires after worker and server restarts too (R15, R25); a moment already
+        passed fires at once."""
+        return asyncio.ensure_future(
+            workflow.sleep(max(at - workflow.now(), timedelta(milliseconds=1)), summary=summary)
+        )
 
     async def _open_in_task(self, opening: OpenSession) -> asyncio.Future[OpenedSession]:
         """The open's first attempt, as a local activity in this task: no workflow task and no activity task of
