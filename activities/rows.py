@@ -67,7 +67,10 @@ class RowActivities:
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:
         """Remove rows, then their directories. A directory that resists is logged and left for the orphan
         sweep; the row removal still succeeds (R29)."""
-        stored = await self.store.remove_rows(removal.owner, removal.helper_ids)
+        # Only the rows of these admissions: after a lost admission the same id may hold another's row.
+        stored = await self.store.remove_rows(
+            removal.owner, removal.helper_ids, {row.helper_id: row.seq for row in removal.rows}
+        )
         directories = {Path(d) for d in stored}
         directories |= {self.results.path_for(removal.owner, row.helper_id, row.seq) for row in removal.rows}
         # Deleting a tree is blocking file I/O: off the worker's event loop, like every other result write.

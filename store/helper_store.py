@@ -9,11 +9,11 @@ learns it lost without changing anything.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -138,18 +138,25 @@ class HelperStore:
             return bool(result.rowcount)
 
     @store_write("remove")
-    async def remove_rows(self, owner: str, helper_ids: Sequence[str]) -> list[str]:
-        """Delete rows; returns the result directories they pointed at."""
+    async def remove_rows(
+        self, owner: str, helper_ids: Sequence[str], seqs: Mapping[str, int] | None = None
+    ) -> list[str]:
+        """Delete rows; returns the result directories they pointed at. With `seqs` (helper id -> seq), a row is
+        deleted only if it is of that admission: a row a later or lost admission wrote under the same id stays."""
         if not helper_ids:
             return []
+        named: ColumnElement[bool] = row_table.c.helper_id.in_(helper_ids)
+        if seqs is not None:
+            named = or_(
+                *(
+                    and_(row_table.c.helper_id == helper_id, row_table.c.seq == seqs[helper_id])
+                    for helper_id in helper_ids
+                )
+            )
         async with self.engine.begin() as connection:
-            found = await connection.execute(
-                select(row_table.c.result_dir).where(row_table.c.owner == owner, row_table.c.helper_id.in_(helper_ids))
-            )
+            found = await connection.execute(select(row_table.c.result_dir).where(row_table.c.owner == owner, named))
             directories = [str(d) for d in found.scalars()]
-            await connection.execute(
-                delete(row_table).where(row_table.c.owner == owner, row_table.c.helper_id.in_(helper_ids))
-            )
+            await connection.execute(delete(row_table).where(row_table.c.owner == owner, named))
         return directories
 
     @store_write(BY_ACTIVITY, counts_conflicts=True)

@@ -318,6 +318,16 @@ async def test_remove_rows_returns_the_result_directories(store: HelperStore) ->
     assert await store.remove_rows("anna", ["h1"]) == [], "removing twice is harmless"
 
 
+async def test_removing_an_admission_leaves_a_row_another_admission_wrote(store: HelperStore) -> None:
+    """R5, R29: after a lost admission the same id holds that admission's row (seq 8); cleaning up a later one
+    (seq 9) must not delete it, or the lost admission's helper and the next would both run (found by the soak)."""
+    assert await store.insert_admitted(row("h1", 8))
+    assert await store.remove_rows("anna", ["h1"], {"h1": 9}) == []
+    assert (await store.get("anna", "h1")) == row("h1", 8)
+    assert await store.remove_rows("anna", ["h1"], {"h1": 8}) == ["/results/anna/h1.8"]
+    assert await store.get("anna", "h1") is None
+
+
 async def test_result_dirs_lists_every_row(store: HelperStore) -> None:
     """R29: the orphan sweep knows every directory a row points at."""
     assert await store.result_dirs() == set()
