@@ -13,7 +13,7 @@ the row) runs as a task beside the timers, the loop waits for the first trigger,
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -49,15 +49,13 @@ with workflow.unsafe.imports_passed_through():
     from protocol.names import HELPER_STATE
     from protocol.senders import tell_closed
     from workflows import options
-    from workflows.failures import CALL_FAILED, cause_of, failed_for_good
+    from workflows.failures import CALL_FAILED, cause_of
     from workflows.helper_ending import HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding
+    from workflows.helper_opening import DEADLINE_SUMMARY, HARD_CEILING_SUMMARY, OPEN_IN_TASK_PATCH, HelperOpening
     from workflows.helper_v1 import HelperRunV1
 
 # Helpers started before the ending table run the first release's code (workflows/helper_v1.py).
 ENDING_TABLE_PATCH = "helper-ending-v2"
-# The session is opened by a local activity in the task that starts running (histories recorded before open it
-# with an activity, one task more).
-OPEN_IN_TASK_PATCH = "helper-open-in-task"
 # Each patch a new run takes costs a marker and an upsert of TemporalChangeVersion (a visibility write): a run
 # records one marker that stands for every patch it takes, the newest first; runs recorded before replay with
 # the marker (or markers) they recorded. A later patch gets a new marker here, covering the earlier ones.
@@ -74,7 +72,7 @@ _Task = TypeVar("_Task", bound=asyncio.Future[Any])
 
 
 @workflow.defn(name=HELPER_WORKFLOW)
-class HelperWorkflow(HelperEnding, HelperRunV1):
+class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
     @workflow.init
     def __init__(self, start: HelperStart) -> None:
         self.start = start
@@ -160,8 +158,9 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
         deadline_at = started_at + timedelta(milliseconds=limits.deadline_ms)
         hard_at = started_at + timedelta(milliseconds=limits.hard_ceiling_ms)
         open_in_task = self._patched(OPEN_IN_TASK_PATCH)
-        if not open_in_task:  # as histories recorded before: the timers first, then the open activity
-            deadline, hard = self._timers(started_at, deadline_at, hard_at)
+        if not open_in_task:  # as histories recorded before: both timers first, then the open activity
+            deadline = self._timer(deadline_at, DEADLINE_SUMMARY)
+            hard = self._timer(hard_at, HARD_CEILING_SUMMARY)
         if self.state is not RowState.RUNNING:  # a helper that started with its slot already shows running
             workflow.upsert_search_attributes([HELPER_STATE.value_set(RowState.RUNNING.value)])
         self.state = RowState.RUNNING
@@ -182,7 +181,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             # The open's first attempt held this task for part of the time (workflow.now() has moved on with it):
             # the deadline's timer gets what is left of it. The hard ceiling's timer starts when the deadline
             # passes (one timer for most helpers, which end before it), also for what is left of it.
-            deadline = self._timer(deadline_at, "deadline: ask for a partial outcome")
+            deadline = self._timer(deadline_at, DEADLINE_SUMMARY)
             hard = asyncio.get_running_loop().create_future()
         else:
             self._opening = self._track(self._open_activity(opening))
@@ -203,7 +202,7 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
                 if step.end is not None:
                     return await self._end(step.end)
                 if trigger is Trigger.DEADLINE and open_in_task:
-                    timers["hard"] = self._timer(hard_at, "hard ceiling: deadline + grace")
+                    timers["hard"] = self._timer(hard_at, HARD_CEILING_SUMMARY)
                 self._apply(step)
         finally:
             for timer in timers.values():
@@ -285,52 +284,6 @@ class HelperWorkflow(HelperEnding, HelperRunV1):
             closing=self.closing,
             finish_asked=self.finish_reason,
             stopping_for_authorization=self.stopping_for_authorization,
-        )
-
-    def _timers(
-        self, now: datetime, deadline_at: datetime, hard_at: datetime
-    ) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
-        """Both timers at once, as histories recorded before the open moved into the first task."""
-        deadline = asyncio.ensure_future(
-            workflow.sleep(deadline_at - now, summary="deadline: ask for a partial outcome")
-        )
-        hard = asyncio.ensure_future(workflow.sleep(hard_at - now, summary="hard ceiling: deadline + grace"))
-        return deadline, hard
-
-    def _timer(self, at: datetime, summary: str) -> asyncio.Future[None]:
-        """A durable timer to `at`: it fires after worker and server restarts too (R15, R25); a moment already
-        passed fires at once."""
-        return asyncio.ensure_future(
-            workflow.sleep(max(at - workflow.now(), timedelta(milliseconds=1)), summary=summary)
-        )
-
-    async def _open_in_task(self, opening: OpenSession) -> asyncio.Future[OpenedSession]:
-        """The open's first attempt, as a local activity in this task: no workflow task and no activity task of
-        its own for the usual quick create. It is bounded (`options.first_open`); a create that fails or
-        outlasts it goes on as an activity, retried until the hard ceiling, under the same key (a second create
-        returns the same session). Returns the open, answered or under way."""
-        answered: asyncio.Future[OpenedSession] = asyncio.get_running_loop().create_future()
-        try:
-            answered.set_result(
-                await workflow.execute_local_activity_method(
-                    SessionActivities.open_session, opening, **options.first_open(self.start.check_ms)
-                )
-            )
-        except CALL_FAILED as error:
-            if not failed_for_good(error):
-                workflow.logger.info(
-                    "first open of %s failed, going on as an activity: %s", self.start.helper_id, cause_of(error)
-                )
-                return self._open_activity(opening)
-            answered.set_exception(error)
-        return answered
-
-    def _open_activity(self, opening: OpenSession) -> asyncio.Task[OpenedSession]:
-        return workflow.start_activity_method(
-            SessionActivities.open_session,
-            opening,
-            summary="create the core session (idempotent key)",
-            **options.core_call(self.start.check_ms, cancellable=True),
         )
 
     # --- taking results -------------------------------------------------------------------------------
