@@ -66,16 +66,24 @@ def _values(values: Mapping[str, Any]) -> dict[str, Any]:
     return {VALUE + name: value for name, value in values.items()}
 
 
+# One admission's row, named by bound parameters (`_admission_params` fills them): the WHERE of the cached writes.
+_BOUND_ADMISSION = (
+    row_table.c.owner == bindparam("key_owner"),
+    row_table.c.helper_id == bindparam("key_helper_id"),
+    row_table.c.seq == bindparam("key_seq"),
+)
+_BOUND_GENERATION: BindParameter[int] = bindparam("key_generation")
+
+
+def _admission_params(owner: str, helper_id: str, seq: int, generation: int) -> dict[str, Any]:
+    return {"key_owner": owner, "key_helper_id": helper_id, "key_seq": seq, "key_generation": generation}
+
+
 @functools.lru_cache(maxsize=128)
 def _state_update(names: tuple[str, ...], returning: bool) -> Update:
     statement = (
         update(row_table)
-        .where(
-            row_table.c.owner == bindparam("key_owner"),
-            row_table.c.helper_id == bindparam("key_helper_id"),
-            row_table.c.seq == bindparam("key_seq"),
-            row_table.c.generation <= bindparam("key_generation"),
-        )
+        .where(*_BOUND_ADMISSION, row_table.c.generation <= _BOUND_GENERATION)
         .values(_bound(row_table, (*names, "generation", "updated_at")))
     )
     return statement.returning(*row_table.c) if returning else statement
@@ -90,7 +98,7 @@ def state_update(
         raise ValueError(f"not writable: {sorted(unknown)}")
     values = {name: column_value(value) for name, value in changes.items()}
     params = _values({**values, "generation": generation, "updated_at": now()})
-    params.update(key_owner=owner, key_helper_id=helper_id, key_seq=seq, key_generation=generation)
+    params.update(_admission_params(owner, helper_id, seq, generation))
     return _state_update(tuple(sorted(changes)), returning), params
 
 
@@ -99,10 +107,8 @@ def _progress_update(names: tuple[str, ...]) -> Update:
     return (
         update(row_table)
         .where(
-            row_table.c.owner == bindparam("key_owner"),
-            row_table.c.helper_id == bindparam("key_helper_id"),
-            row_table.c.seq == bindparam("key_seq"),
-            row_table.c.generation == bindparam("key_generation"),
+            *_BOUND_ADMISSION,
+            row_table.c.generation == _BOUND_GENERATION,
             row_table.c.state == RowState.RUNNING.value,
         )
         .values(_bound(row_table, names))
@@ -112,7 +118,7 @@ def _progress_update(names: tuple[str, ...]) -> Update:
 def progress_update(owner: str, helper_id: str, seq: int, generation: int, values: Mapping[str, Any]) -> Prepared:
     """A running row's progress, written only while this generation runs it."""
     params = _values(values)
-    params.update(key_owner=owner, key_helper_id=helper_id, key_seq=seq, key_generation=generation)
+    params.update(_admission_params(owner, helper_id, seq, generation))
     return _progress_update(tuple(sorted(values))), params
 
 
