@@ -15,7 +15,7 @@ CALL_FAILED = (ActivityError, ApplicationError)
 
 def cause_of(error: ActivityError | ApplicationError) -> str:
     """The failure's own message, without the activity wrapper's."""
-    cause = error.cause if isinstance(error, ActivityError) else error
+    cause = _unwrapped(error)
     if isinstance(cause, ApplicationError):
         return cause.message
     return str(cause or error)
@@ -23,5 +23,9 @@ def cause_of(error: ActivityError | ApplicationError) -> str:
 
 def failed_for_good(error: ActivityError | ApplicationError) -> bool:
     """Failed for good (the core refused, or the row is gone): retrying cannot help."""
-    cause = error.cause if isinstance(error, ActivityError) else error
+    cause = _unwrapped(error)
     return isinstance(cause, ApplicationError) and cause.non_retryable
+
+
+def _unwrapped(error: ActivityError | ApplicationError) -> BaseException | None:
+    return error.cause if isinstance(error, ActivityError) else error
