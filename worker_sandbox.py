@@ -15,7 +15,7 @@ activation still inside it) and changes two things:
 
 It depends on the sandbox's private `_Instance` (`_run_code`, `globals_and_locals`). If a later SDK changes them,
 `sandbox_runner` falls back to the SDK's runner with a warning instead of failing, and
-tests/unit/test_worker_sandbox.py fails so the upgrade is noticed.
+tests/workflows/test_sandbox_runner.py fails so the upgrade is noticed.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ log = logging.getLogger("helper.worker")
 
 try:
     from temporalio.worker.workflow_sandbox._runner import _Instance
-except ImportError:  # pragma: no cover - an SDK without it; checked by the unit test
+except ImportError:  # pragma: no cover - an SDK without it; tests/workflows/test_sandbox_runner.py notices
     _Instance = None  # type: ignore[assignment,misc]
 
 IN_SANDBOX = "__temporal_in_sandbox"  # the name the SDK binds its in-sandbox instance to

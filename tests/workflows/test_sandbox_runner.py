@@ -102,7 +102,7 @@ async def test_payloads_are_encoded_under_the_same_contexts_as_with_the_sdk_runn
     """Same results, same number of payload batches, each under the same serialization context."""
     task_queue = f"sandbox-{uuid.uuid4().hex[:8]}"
     ours = await _run_shouting(time_env, WORKFLOW_RUNNER, task_queue)
-    await _forget(time_env, "shouting")
+    await _check_completed(time_env, "shouting")
     theirs = await _run_shouting(time_env, SandboxedWorkflowRunner(), task_queue)
     assert ours[0] == "HELLO LOCAL heard"
     assert ours == theirs
@@ -135,7 +135,7 @@ def test_the_worker_uses_the_project_runner() -> None:
     assert isinstance(WORKFLOW_RUNNER, SandboxRunner)
 
 
-async def _forget(env: WorkflowEnvironment, workflow_id: str) -> None:
-    """The second run reuses the id (so the contexts compare equal): the first one has completed already."""
+async def _check_completed(env: WorkflowEnvironment, workflow_id: str) -> None:
+    """The second run reuses the id (so the contexts compare equal): the first one must have completed."""
     description = await env.client.get_workflow_handle(workflow_id).describe()
     assert description.status is not None and description.status.name == "COMPLETED"
