@@ -59,6 +59,18 @@ async def _version_of(client: Client, workflow_id: str) -> tuple[str, int]:
     return info.versioning_info.deployment_version.build_id, info.versioning_info.behavior
 
 
+async def _recorded_version_of(client: Client, workflow_id: str) -> tuple[str, int]:
+    """`_version_of` once the server has recorded one: it does at the first completed workflow task, and a helper
+    opens its session inside that task (a local activity), so the session can exist a moment before."""
+
+    async def recorded() -> tuple[str, int] | None:
+        version = await _version_of(client, workflow_id)
+        return version if version[0] else None
+
+    found: tuple[str, int] = await eventually(recorded, timeout=20)
+    return found
+
+
 async def _task_builds(client: Client, workflow_id: str) -> set[str]:
     """The builds that completed the workflow's tasks."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
@@ -96,7 +108,7 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
                 await _set_current(client, deployment, "a")
                 await starter.start(helper_request(owner, "on-a"))
                 first: FakeSession = await eventually(lambda: core.session_of("on-a"))
-                assert await _version_of(client, helper_workflow_id(owner, "on-a")) == (
+                assert await _recorded_version_of(client, helper_workflow_id(owner, "on-a")) == (
                     "a",
                     VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
                 )
@@ -106,7 +118,7 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
                     await _set_current(client, deployment, "b")
                     await starter.start(helper_request(owner, "on-b"))
                     second: FakeSession = await eventually(lambda: core.session_of("on-b"))
-                    assert await _version_of(client, helper_workflow_id(owner, "on-b")) == (
+                    assert await _recorded_version_of(client, helper_workflow_id(owner, "on-b")) == (
                         "b",
                         VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
                     )
@@ -137,7 +149,7 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
                     await _set_current(client, deployment, "a")
                     await starter.start(helper_request(owner, "back-on-a"))
                     third: FakeSession = await eventually(lambda: core.session_of("back-on-a"))
-                    assert await _version_of(client, helper_workflow_id(owner, "back-on-a")) == (
+                    assert await _recorded_version_of(client, helper_workflow_id(owner, "back-on-a")) == (
                         "a",
                         VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
                     )
