@@ -7,6 +7,9 @@ completion would add events to the long-lived coordinator and race with its cont
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from temporalio import activity
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.common import (
@@ -22,9 +25,9 @@ from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelpe
 from domain.rows import HelperRow, RowState
 from observability import recording
 from protocol.errors import ErrorType
-from protocol.messages import HELPER_WORKFLOW, SLOT_GRANTED, Token
+from protocol.messages import CLOSE, HELPER_WORKFLOW, SLOT_GRANTED, Token
 from protocol.names import FOLLOW_UP_OF_MEMO, HELPER_OWNER, HELPER_STATE, SEQ_MEMO, helper_workflow_id
-from store.helper_store import HelperStore
+from store.helper_store import HelperStore, RowOfAnotherAdmission
 from store.results import ResultDirectories
 
 
@@ -57,10 +60,42 @@ class AdmissionActivities:
         )
         try:
             first_time = await self.store.insert_admitted(row, new.followed_up)
-            recording.admitted(first_time)
+        except RowOfAnotherAdmission as other:
+            await self._replace_unrecorded(admitted, row, other.seq)
+            first_time = True
         except ValueError as error:
             raise ApplicationError(str(error), non_retryable=True) from None
+        recording.admitted(first_time)
         await self._start_workflow(admitted, look_first=not first_time)
+
+    async def _replace_unrecorded(self, admitted: AdmitHelper, row: HelperRow, unrecorded_seq: int) -> None:
+        """The row under this id is of an admission the coordinator never recorded: its book would have answered
+        with it or refused otherwise. A worker died after writing that row, before the update completed, and the
+        owner's next admission took its seq. That row is nobody's: left, it would stay running or waiting for
+        ever and refuse this id. If its workflow never started or has ended, this admission takes the row's
+        place; if the workflow still runs (without a slot the book counts), it is asked to close first and this
+        attempt is refused, to be retried (R4, R19, R38)."""
+        workflow_id = helper_workflow_id(row.owner, row.helper_id)
+        run = await self._admission_run(workflow_id, unrecorded_seq)
+        if run is not None and run.status is WorkflowExecutionStatus.RUNNING:
+            await activity.client().get_workflow_handle(workflow_id).signal(CLOSE, Token())
+            raise ApplicationError(
+                f"an earlier admission of {row.helper_id} (#{unrecorded_seq}) was never recorded and its helper is "
+                "still running; it was asked to close",
+                type=ErrorType.PREVIOUS_RUN_ACTIVE,
+            )
+        try:
+            replaced_dir = await self.store.replace_unrecorded(row, admitted.row.followed_up, unrecorded_seq)
+        except RowOfAnotherAdmission as error:
+            raise ApplicationError(str(error)) from None  # changed meanwhile: the retry looks again
+        activity.logger.warning(
+            "%s/%s: replaced the row of admission #%s, which was never recorded",
+            row.owner,
+            row.helper_id,
+            unrecorded_seq,
+        )
+        if not await asyncio.to_thread(self.results.remove, Path(replaced_dir)):
+            activity.logger.warning("result directory %s left for the sweep", replaced_dir)
 
     async def _start_workflow(self, admitted: AdmitHelper, *, look_first: bool) -> None:
         start = admitted.start

@@ -15,7 +15,7 @@ from typing import Any, Unpack
 
 from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
@@ -47,7 +47,7 @@ from store.statements import (
     utc,
 )
 
-__all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "row_table"]
+__all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "RowOfAnotherAdmission", "row_table"]
 
 
 class RowGone(LookupError):
@@ -55,6 +55,14 @@ class RowGone(LookupError):
 
     def __init__(self, owner: str, helper_id: str, seq: int) -> None:
         super().__init__(f"row {owner}/{helper_id}#{seq} is gone")
+
+
+class RowOfAnotherAdmission(ValueError):
+    """The row under this helper id belongs to another admission (`seq`; -1 if it vanished meanwhile)."""
+
+    def __init__(self, owner: str, helper_id: str, seq: int) -> None:
+        super().__init__(f"row {owner}/{helper_id} exists with another admission (#{seq})")
+        self.seq = seq
 
 
 class HelperStore:
@@ -86,20 +94,46 @@ class HelperStore:
         """Insert the admitted row (generation 1). False if the same admission was already written.
 
         A follow-up's earlier row is linked (and delivered, if it was unreported) in the same transaction."""
-        values = to_columns(row)
         async with self.engine.begin() as connection:
             try:
-                await connection.execute(*row_insert(row_table, values))
+                await self._insert_admitted(connection, row, followed_up)
             except IntegrityError:
-                pass
+                pass  # PostgreSQL ends the transaction with the failed insert: nothing else was in it
             else:
-                if followed_up is not None:
-                    await connection.execute(link_follow_up(row, followed_up))
                 return True
         existing = await self.get(row.owner, row.helper_id)
         if existing is not None and existing.seq == row.seq:
             return False
-        raise ValueError(f"row {row.owner}/{row.helper_id} exists with another admission")
+        raise RowOfAnotherAdmission(row.owner, row.helper_id, -1 if existing is None else existing.seq)
+
+    @store_write("admit")
+    async def replace_unrecorded(self, row: HelperRow, followed_up: FollowedUp | None, unrecorded_seq: int) -> str:
+        """Put this admission's row in place of the row of an admission its coordinator never recorded (a worker
+        died between that row's write and the update's completion), in one transaction. Answers the replaced
+        row's result directory; raises `RowOfAnotherAdmission` if the row under this id is not of
+        `unrecorded_seq` (any more)."""
+        key = (
+            row_table.c.owner == row.owner,
+            row_table.c.helper_id == row.helper_id,
+            row_table.c.seq == unrecorded_seq,
+        )
+        try:
+            async with self.engine.begin() as connection:
+                replaced = await connection.execute(delete(row_table).where(*key).returning(row_table.c.result_dir))
+                result_dir = replaced.scalar()
+                if result_dir is not None:
+                    await self._insert_admitted(connection, row, followed_up)
+                    return str(result_dir)
+        except IntegrityError:
+            pass  # another admission's row appeared meanwhile: the transaction, the delete with it, is undone
+        existing = await self.get(row.owner, row.helper_id)
+        raise RowOfAnotherAdmission(row.owner, row.helper_id, -1 if existing is None else existing.seq)
+
+    @staticmethod
+    async def _insert_admitted(connection: AsyncConnection, row: HelperRow, followed_up: FollowedUp | None) -> None:
+        await connection.execute(*row_insert(row_table, to_columns(row)))
+        if followed_up is not None:
+            await connection.execute(link_follow_up(row, followed_up))
 
     @store_write(BY_ACTIVITY, counts_conflicts=True)
     async def write_state(

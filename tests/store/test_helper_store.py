@@ -23,7 +23,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from store.database import head_revision, migrate
-from store.helper_store import HelperStore
+from store.helper_store import HelperStore, RowOfAnotherAdmission
 from tests.conftest import POSTGRES_URL
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -189,6 +189,31 @@ async def test_insert_admitted_refuses_another_admission(store: HelperStore) -> 
     assert await store.get("anna", "h1") == row(seq=1)
     # The store still works after the refused write (the failed transaction was not left open).
     assert await store.insert_admitted(row("h2", seq=2))
+
+
+async def test_the_row_of_an_unrecorded_admission_is_replaced_in_one_step(store: HelperStore) -> None:
+    """R4, R19: the row of an admission its coordinator never recorded (seq 7) gives way to the admission that
+    counts; the replaced row's result directory is answered, for removal."""
+    with_dir = row(seq=7, state=RowState.RUNNING, result_dir="/results/anna/h1/7")
+    assert await store.insert_admitted(with_dir)
+    with pytest.raises(RowOfAnotherAdmission) as conflict:
+        await store.insert_admitted(row(seq=2))
+    assert conflict.value.seq == 7
+
+    assert await store.replace_unrecorded(row(seq=2), None, 7) == "/results/anna/h1/7"
+    assert await store.rows("anna") == [row(seq=2)]
+
+
+async def test_a_replacement_names_the_row_it_replaces(store: HelperStore) -> None:
+    """R19: a row of another seq than the one named (a third admission's, or one written meanwhile) stays."""
+    assert await store.insert_admitted(row(seq=3))
+    with pytest.raises(RowOfAnotherAdmission, match="#3"):
+        await store.replace_unrecorded(row(seq=2), None, 7)
+    assert await store.rows("anna") == [row(seq=3)]
+    assert await store.replace_unrecorded(row(seq=2), None, 3) == row(seq=3).result_dir
+    with pytest.raises(RowOfAnotherAdmission, match="#2"):  # replaced once: a second replacement finds #2
+        await store.replace_unrecorded(row(seq=4), None, 3)
+    assert await store.rows("anna") == [row(seq=2)]
 
 
 # --- write_state (R19) ------------------------------------------------------------------------------------
