@@ -49,6 +49,7 @@ class FollowRequest(BaseModel):
     stop_at_pauses: bool = True  # false while a cancel is meant to end a question or authorization pause
     tuning: FollowTuning
     check_ms: int | None = None  # the bound of each snapshot call, from the owner's policy
+    cursor: FollowCursor | None = None  # the open's first look, where the first attempt goes on from
 
 
 def long_poll_wait_ms(tuning: FollowTuning, check_ms: int) -> int:

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         SessionRef,
     )
     from domain.ending import Ending, Explanation, FinishReason, Phase, Situation, Step, Trigger, decide
-    from domain.follow import FollowRequest, FollowResult, Verdict
+    from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict
     from domain.outcome import OutcomeKind
     from domain.rows import RowState
     from protocol.errors import ErrorType
@@ -51,7 +51,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of
     from workflows.helper_ending import HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding
-    from workflows.helper_opening import DEADLINE_SUMMARY, HARD_CEILING_SUMMARY, OPEN_IN_TASK_PATCH, HelperOpening
+    from workflows.helper_opening import (
+        DEADLINE_SUMMARY,
+        FIRST_LOOK_PATCH,
+        HARD_CEILING_SUMMARY,
+        OPEN_IN_TASK_PATCH,
+        HelperOpening,
+    )
     from workflows.helper_v1 import HelperRunV1
 
 # Helpers started before the ending table run the first release's code (workflows/helper_v1.py).
@@ -60,6 +66,12 @@ ENDING_TABLE_PATCH = "helper-ending-v2"
 # records one marker that stands for every patch it takes, the newest first; runs recorded before replay with
 # the marker (or markers) they recorded. A later patch gets a new marker here, covering the earlier ones.
 ONE_MARKER_PATCHES: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "helper-patches-2026-12-look",
+        frozenset(
+            {ENDING_TABLE_PATCH, RESULT_SAYS_WHY, HAND_BACK_IN_ONE_TASK_PATCH, OPEN_IN_TASK_PATCH, FIRST_LOOK_PATCH}
+        ),
+    ),
     (
         "helper-patches-2026-12-open",
         frozenset({ENDING_TABLE_PATCH, RESULT_SAYS_WHY, HAND_BACK_IN_ONE_TASK_PATCH, OPEN_IN_TASK_PATCH}),
@@ -91,7 +103,8 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
         self.last_result: FollowResult | None = None
         self.authorization_result: FollowResult | None = None
         self._opening: asyncio.Future[OpenedSession] | None = None
-        self._follow_task: asyncio.Task[FollowResult] | None = None
+        self._follow_task: asyncio.Future[FollowResult] | None = None
+        self._first_look: OpenedSession | None = None  # the open's look at its session, for the first follow
         self._finish: asyncio.Task[bool] | None = None
         self._cancel: asyncio.Task[CancelResult] | None = None
         self._row_closing: asyncio.Task[None] | None = None
@@ -175,6 +188,7 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
             started_at=started_at,
             deadline_at=deadline_at,
             check_ms=start.check_ms,
+            first_look=self._first_look_of(start) if self._patched(FIRST_LOOK_PATCH) else None,
         )
         if open_in_task:
             self._opening = self._track(await self._open_in_task(opening))
@@ -241,6 +255,7 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
             if opened is None:
                 return decide(Trigger.OPEN_FAILED, situation)
             self.session_id = opened.session_id
+            self._first_look = opened
             return decide(trigger, self._situation(), deadline_passed=deadline.done())
         if trigger is Trigger.DEADLINE:
             self.deadline_seen = True
@@ -273,7 +288,7 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
                 )
             )
         if step.follow:
-            self._follow_task = self._start_follow(step.watch_work_ceiling, step.stop_at_pauses)
+            self._follow_task = self._follow_or_look(step)
 
     def _finish_answered(self) -> bool:
         return self._finish is not None and self._finish.done()
@@ -325,7 +340,20 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
 
     # --- effects ----------------------------------------------------------------------------------------
 
-    def _start_follow(self, watch_work_ceiling: bool, stop_at_pauses: bool) -> asyncio.Task[FollowResult]:
+    def _follow_or_look(self, step: Step) -> asyncio.Future[FollowResult]:
+        """The follow, or the first look's verdict when the open already saw the session end or pause, judged as
+        this follow would judge it (the first follow after the open watches the ceiling and stops at pauses)."""
+        look, self._first_look = self._first_look, None
+        cursor = look.cursor if look is not None else None
+        if look is not None and look.looked is not None and step.watch_work_ceiling and step.stop_at_pauses:
+            looked: asyncio.Future[FollowResult] = asyncio.get_running_loop().create_future()
+            looked.set_result(look.looked)
+            return looked
+        return self._start_follow(step.watch_work_ceiling, step.stop_at_pauses, cursor)
+
+    def _start_follow(
+        self, watch_work_ceiling: bool, stop_at_pauses: bool, cursor: FollowCursor | None = None
+    ) -> asyncio.Task[FollowResult]:
         assert self.session_id is not None
         start = self.start
         return self._track(
@@ -342,6 +370,7 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
                     stop_at_pauses=stop_at_pauses,
                     tuning=start.follow,
                     check_ms=start.check_ms,
+                    cursor=cursor,
                 ),
                 summary=f"follow session {self.session_id}: live steps and work tokens in the heartbeat details",
                 **options.follow(start.check_ms, start.follow, cancellable=True),

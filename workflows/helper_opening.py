@@ -10,13 +10,16 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.session import SessionActivities
-    from domain.activity_io import HelperStart, OpenedSession, OpenSession
+    from domain.activity_io import FIRST_LOOK_MAX_MS, FirstLook, HelperStart, OpenedSession, OpenSession
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good
 
 # The session is opened by a local activity in the task that starts running (histories recorded before open it
 # with an activity, one task more).
 OPEN_IN_TASK_PATCH = "helper-open-in-task"
+# The open takes a first look at its session; a session already ended needs no follow activity (histories recorded
+# before always start one).
+FIRST_LOOK_PATCH = "helper-first-look"
 DEADLINE_SUMMARY = "deadline: ask for a partial outcome"
 HARD_CEILING_SUMMARY = "hard ceiling: deadline + grace"
 
@@ -33,6 +36,15 @@ class HelperOpening:
             workflow.sleep(max(at - workflow.now(), timedelta(milliseconds=1)), summary=summary)
         )
 
+    def _first_look_of(self, start: HelperStart) -> FirstLook:
+        """What the open looks for: the first follow's verdicts, waiting at most a second for a change (a long
+        poll, where the core offers it) so that a quick session ends in this task."""
+        return FirstLook(
+            ceiling_tokens=start.limits.ceiling_tokens,
+            tuning=start.follow,
+            wait_ms=min(start.follow.wait_ms, FIRST_LOOK_MAX_MS),
+        )
+
     async def _open_in_task(self, opening: OpenSession) -> asyncio.Future[OpenedSession]:
         """The open's first attempt, as a local activity in this task: no workflow task and no activity task of
         its own for the usual quick create. It is bounded (`options.first_open`); a create that fails or
@@ -42,7 +54,9 @@ class HelperOpening:
         try:
             answered.set_result(
                 await workflow.execute_local_activity_method(
-                    SessionActivities.open_session, opening, **options.first_open(self.start.check_ms)
+                    SessionActivities.open_session,
+                    opening,
+                    **options.first_open(self.start.check_ms, opening.first_look),
                 )
             )
         except CALL_FAILED as error:
@@ -59,5 +73,5 @@ class HelperOpening:
             SessionActivities.open_session,
             opening,
             summary="create the core session (idempotent key)",
-            **options.core_call(self.start.check_ms, cancellable=True),
+            **options.core_call(self.start.check_ms, cancellable=True, looking=opening.first_look),
         )

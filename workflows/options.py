@@ -8,6 +8,7 @@ from typing import TypedDict
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
+from domain.activity_io import FirstLook, first_look_bound_ms
 from domain.limits import FollowTuning
 from protocol.errors import ErrorType
 
@@ -44,14 +45,21 @@ ADMISSION_WRITE: LocalActivityOptions = {
 }
 
 
-def core_call(check_ms: int, *, give_up_after: timedelta | None = None, cancellable: bool = False) -> ActivityOptions:
-    """One core call: HELPER_CHECK_MS bounds the HTTP call, the activity gets a little more.
+def core_call(
+    check_ms: int,
+    *,
+    give_up_after: timedelta | None = None,
+    cancellable: bool = False,
+    looking: FirstLook | None = None,
+) -> ActivityOptions:
+    """One core call: HELPER_CHECK_MS bounds the HTTP call, the activity gets a little more (and an open that
+    takes a first look at its session, the look's bound).
 
     `cancellable` calls run beside others and may be cancelled when the helper ends; the helper then waits
     for their end before it completes, so no late result meets a completing workflow task.
     """
     options: ActivityOptions = {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "start_to_close_timeout": timedelta(milliseconds=check_ms + _look_ms(looking)) + timedelta(seconds=5),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
@@ -65,11 +73,15 @@ def core_call(check_ms: int, *, give_up_after: timedelta | None = None, cancella
     return options
 
 
-def first_open(check_ms: int) -> LocalActivityOptions:
+def _look_ms(looking: FirstLook | None) -> int:
+    return 0 if looking is None else first_look_bound_ms(looking.wait_ms)
+
+
+def first_open(check_ms: int, looking: FirstLook | None = None) -> LocalActivityOptions:
     """The open's first attempt, as a local activity: one attempt, bounded like a core call; the helper's task
     waits for it (the task heartbeats while it runs), and a failure goes on as the open activity."""
     options: LocalActivityOptions = {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "start_to_close_timeout": timedelta(milliseconds=check_ms + _look_ms(looking)) + timedelta(seconds=5),
         "retry_policy": RetryPolicy(maximum_attempts=1),
         "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     }
