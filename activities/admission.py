@@ -1,8 +1,9 @@
 """The activity that makes an admission durable: the row, then the helper's workflow (R4).
 
-It runs as a local activity inside the coordinator's admission update, so the starter's answer comes only
-after both exist. The helper workflow is started with the client, not as a child: a child's start and
-completion would add events to the long-lived coordinator and race with its continue-as-new.
+It runs as an activity of the coordinator's admission update, scheduled in the task that accepts the update
+(runs recorded before: a local activity inside it), so the starter's answer comes only after both exist. The
+helper workflow is started with the client, not as a child: a child's start and completion would add events to
+the long-lived coordinator and race with its continue-as-new.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.rows import remove_rows
 from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelper, helper_start
 from domain.rows import HelperRow, RowState
 from observability import recording
@@ -38,8 +40,13 @@ class AdmissionActivities:
 
     @activity.defn(name="admit_helper")
     async def admit_helper(self, admitted: AdmitHelper) -> None:
-        """Write the admitted row at generation 1, then start the helper's workflow; both idempotent."""
+        """Remove the rows evicted for room, write the admitted row at generation 1, then start the helper's
+        workflow; each idempotent."""
         new, start = admitted.row, admitted.start
+        if admitted.evict is not None:
+            removed = await remove_rows(self.store, self.results, admitted.evict)
+            if removed.directories_left:
+                activity.logger.warning("result directories left for the sweep: %s", removed.directories_left)
         request = new.request
         row = HelperRow(
             owner=request.owner,

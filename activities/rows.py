@@ -39,6 +39,19 @@ async def admitted_row(store: HelperStore, owner: str, helper_id: str, seq: int)
         raise ApplicationError(str(gone), non_retryable=True) from None
 
 
+async def remove_rows(store: HelperStore, results: ResultDirectories, removal: RemoveRows) -> RemovedRows:
+    """Remove rows, then their directories. A directory that resists is logged and left for the orphan sweep;
+    the row removal still succeeds (R29)."""
+    # Only the rows of these admissions: after a lost admission the same id may hold another's row.
+    seqs = {row.helper_id: row.seq for row in removal.rows}
+    stored = await store.remove_rows(removal.owner, removal.helper_ids, seqs)
+    directories = {Path(d) for d in stored}
+    directories |= {results.path_for(removal.owner, row.helper_id, row.seq) for row in removal.rows}
+    # Deleting a tree is blocking file I/O: off the worker's event loop, like every other result write.
+    left = [str(d) for d in sorted(directories) if not await asyncio.to_thread(results.remove, d)]
+    return RemovedRows(removed=removal.helper_ids, directories_left=left)
+
+
 @dataclass(frozen=True)
 class WholeSession:
     snapshot: Snapshot
@@ -65,17 +78,8 @@ class RowActivities:
 
     @activity.defn(name="remove_rows")
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:
-        """Remove rows, then their directories. A directory that resists is logged and left for the orphan
-        sweep; the row removal still succeeds (R29)."""
-        # Only the rows of these admissions: after a lost admission the same id may hold another's row.
-        stored = await self.store.remove_rows(
-            removal.owner, removal.helper_ids, {row.helper_id: row.seq for row in removal.rows}
-        )
-        directories = {Path(d) for d in stored}
-        directories |= {self.results.path_for(removal.owner, row.helper_id, row.seq) for row in removal.rows}
-        # Deleting a tree is blocking file I/O: off the worker's event loop, like every other result write.
-        left = [str(d) for d in sorted(directories) if not await asyncio.to_thread(self.results.remove, d)]
-        return RemovedRows(removed=removal.helper_ids, directories_left=left)
+        """Remove rows, then their directories (R29)."""
+        return await remove_rows(self.store, self.results, removal)
 
     @activity.defn(name="sweep_orphan_directories")
     async def sweep_orphan_directories(self, older_than_s: int) -> int:

@@ -1,14 +1,14 @@
 """A test-only worker that dies in the middle of an admission: `python -m tests.crash_worker`.
 
 It builds the worker of `worker.py` (same workflows, same activities from `activities_of`, same options) with
-one change: the `admit_helper` local activity and the `offer_chat_event` activity are wrapped, and a workflow
-interceptor watches the coordinator's `admit` update, so the process can end with `os._exit(137)` (as a SIGKILL
-or an evicted pod would end it) at one of three points of an admission:
+one change: the `admit_helper` and `offer_chat_event` activities are wrapped, and a workflow interceptor watches
+the coordinator's `admit` update, so the process can end with `os._exit(137)` (as a SIGKILL or an evicted pod
+would end it) at one of three points of an admission:
 
 - `after_row`: `admit_helper` wrote the row and has not started the helper workflow;
 - `after_start`: `admit_helper` started the helper workflow and has not returned;
-- `after_return`: the local activity returned and the `admit` handler finished, but the coordinator's workflow
-  task, which records the admission, is not completed yet.
+- `after_return`: the activity returned and the `admit` handler finished, but the coordinator's workflow task,
+  which records the admission's answer, is not completed yet.
 
 and at a fourth, outside admissions: `in_offer`, when the chat offer's activity starts for an event whose first
 helper is the armed one.

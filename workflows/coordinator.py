@@ -90,6 +90,14 @@ CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
 # The run's timer is armed again only for an earlier moment (domain.book.timer_outdated); runs recorded
 # before it re-arm whenever the moment changes.
 TIMER_KEPT_WHEN_LATER_PATCH = "timer-kept-when-later"
+# An admission's decision (its seq, its slot) is committed before its row is written and its helper started:
+# the write is an activity, scheduled in the task that accepts the update, so the acceptance and the write's
+# command are recorded together or not at all, and a worker killed during the write leaves a decision that the
+# retried write carries out (idempotently). Before, the write was a local activity inside the accepting task:
+# killed with it, the decision was lost while its row and helper ran on, and the next admission could take the
+# seq and the slot (the chaos soak, seed 8: four running). A timer would commit it too, but a 1 ms timer costs
+# the starter about 0.9 s on the dev server (bench.helper_rate --parallel 1: 1.0 helpers/s against 7.6).
+DECIDED_BEFORE_WRITTEN_PATCH = "admission-decided-before-written"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
@@ -101,6 +109,7 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         self.stopping = False
         self.armed_wakeup = next_wakeup(self.book)
         self.timer_kept_when_later = False  # set first thing in `run`
+        self.writing: set[str] = set()
 
     # --- the run loop: timers for retention and leases, the outbox, continue-as-new ---------------
 
@@ -176,33 +185,41 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         entry = apply_admission(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = grant_slots(self.book, now)
         starts_now = request.helper_id in granted
+        admitting = AdmitHelper(
+            row=self._new_row(request, entry, limits, now),
+            start=helper_start(
+                policy,
+                owner=request.owner,
+                helper_id=request.helper_id,
+                seq=entry.seq,
+                goal_id=request.goal_id,
+                language=request.language,
+                model=request.model,
+                limits=limits,
+                task=request.task,
+                slot_granted=starts_now,
+            ),
+        )
+        decided_first = workflow.patched(DECIDED_BEFORE_WRITTEN_PATCH)
         try:
-            if evicted:
-                await workflow.execute_local_activity_method(
-                    RowActivities.remove_rows,
-                    self._removal([entry for entry in evicted]),
+            if decided_first:
+                self.writing.add(request.helper_id)
+                await workflow.execute_activity_method(
+                    AdmissionActivities.admit_helper,
+                    admitting.model_copy(update={"evict": self._removal(evicted) if evicted else None}),
+                    summary=f"admit {request.helper_id}: remove {len(evicted)} rows for room, write its row, start it",
                     **options.ADMISSION_WRITE,
                 )
-            await workflow.execute_local_activity_method(
-                AdmissionActivities.admit_helper,
-                AdmitHelper(
-                    row=self._new_row(request, entry, limits, now),
-                    start=helper_start(
-                        policy,
-                        owner=request.owner,
-                        helper_id=request.helper_id,
-                        seq=entry.seq,
-                        goal_id=request.goal_id,
-                        language=request.language,
-                        model=request.model,
-                        limits=limits,
-                        task=request.task,
-                        slot_granted=starts_now,
-                    ),
-                ),
-                **options.ADMISSION_WRITE,
-            )
+            else:  # as runs recorded before the patch
+                if evicted:
+                    await workflow.execute_local_activity_method(
+                        RowActivities.remove_rows, self._removal(evicted), **options.ADMISSION_WRITE
+                    )
+                await workflow.execute_local_activity_method(
+                    AdmissionActivities.admit_helper, admitting, **options.ADMISSION_WRITE
+                )
         except CALL_FAILED as error:
+            self.writing.discard(request.helper_id)
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(*CALL_FAILED):
@@ -219,7 +236,11 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
             ) from None
         # Helpers queued before this one take the slots they were just given (the new one has its own
         # in its start input).
-        await self._signal_granted([helper_id for helper_id in granted if helper_id != request.helper_id])
+        self.writing.discard(request.helper_id)
+        to_signal = [helper_id for helper_id in granted if helper_id != request.helper_id]
+        if decided_first and entry.holds_slot and not starts_now:
+            to_signal.append(request.helper_id)  # given while its row and workflow were being written
+        await self._signal_granted(to_signal)
         early = take_early_notice(self.book, request.helper_id, entry.seq)
         if early is not None:
             # Replayed after a crash, this admission's helper had already finished: its notice counts now.
@@ -230,6 +251,17 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         workflow.logger.info(
             "admitted %s/%s (%s, %s ahead)", request.owner, request.helper_id, entry.state.value, decision.ahead
         )
+        if decided_first:
+            # Where the helper is now: a slot may have come to it while its row and workflow were written (and a
+            # quick helper may even have ended; it ran, so it is answered as running).
+            waiting = request.helper_id in self.book.queue
+            return Admission(
+                owner=request.owner,
+                helper_id=request.helper_id,
+                status=RowState.WAITING if waiting else RowState.RUNNING,
+                ahead=self.book.queue.index(request.helper_id) if waiting else 0,
+                evicted=decision.evict,
+            )
         return Admission(
             owner=request.owner,
             helper_id=request.helper_id,
@@ -288,6 +320,9 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
     @workflow.update(name=CLOSE_HELPER)
     async def close(self, helper_id: str) -> CloseAnswer:
         self.messages_this_run += 1
+        # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded
+        # by the admission's own writes (options.ADMISSION_WRITE).
+        await workflow.wait_condition(lambda: helper_id not in self.writing)
         action = decide_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)

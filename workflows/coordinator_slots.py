@@ -29,6 +29,9 @@ class CoordinatorSlots:
     """The slot half of `CoordinatorWorkflow`; the attributes are the workflow's."""
 
     book: OwnerBook
+    # Helpers whose admission is committed but whose row and workflow are still being written: a slot they
+    # are given meanwhile stays theirs and goes into their start, since there is no workflow to signal yet.
+    writing: set[str]
     # Provided by `CoordinatorWorkflow`; declared here so the mixin type-checks without stubs.
     _row_key: Callable[[Entry], RowKey]
 
@@ -39,6 +42,8 @@ class CoordinatorSlots:
     async def _signal_granted(self, helper_ids: list[str]) -> None:
         gone = False
         for helper_id in helper_ids:
+            if helper_id in self.writing:
+                continue
             try:
                 await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import os
 import signal
 import sqlite3
@@ -30,6 +32,7 @@ from typing import IO, Any
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -46,6 +49,7 @@ from reference_core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.crash_worker import (
+    ADMIT_ACTIVITY,
     AFTER_RETURN,
     AFTER_ROW,
     AFTER_START,
@@ -61,11 +65,18 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = (AFTER_ROW, AFTER_START, AFTER_RETURN)
-REPEATS = 2  # crashes per point; each costs about the coordinator's 10 s workflow-task timeout
+REPEATS = 2  # crashes per point; each costs about 10 s (the admission activity's or the workflow task's timeout)
 OWNER = f"crash-{uuid.uuid4().hex[:8]}"  # one coordinator per test run, even on a shared dev server
 EARLY_NOTICE_LOG = "finished before its admission was recorded"
 WFT_TIMED_OUT = EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
 WFT_FAILED = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+WFT_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+ACTIVITY_SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+ACTIVITY_STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+UPDATE_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the marker the SDK records for a local activity's result
 # Bounds of every wait (seconds).
 CRASH_WAIT = 30.0  # armed marker -> worker exited
 ANSWER_WAIT = 90.0  # respawn -> the starter is answered, all attempts
@@ -208,6 +219,18 @@ async def _event_counts(temporal: Client, workflow_id: str, run_id: str | None =
     return Counter([int(event.event_type) async for event in handle.fetch_history_events()])
 
 
+async def _retried_attempts(temporal: Client, workflow_id: str) -> int:
+    """Attempts of the admission activity beyond the first (the server records only the last attempt's start)."""
+    events = [event async for event in temporal.get_workflow_handle(workflow_id).fetch_history_events()]
+    writes = {event.event_id for event in events if _admit_helper_scheduled(event)}
+    return sum(
+        event.activity_task_started_event_attributes.attempt - 1
+        for event in events
+        if event.event_type == ACTIVITY_STARTED
+        and event.activity_task_started_event_attributes.scheduled_event_id in writes
+    )
+
+
 async def _admit_and_finish(client: HelperClient, helper_id: str, owner: str = OWNER) -> HelperView:
     """A plain admission: it must run at once (the one slot is free) and finish."""
     admission = await _start_until_answered(client, helper_id, owner=owner)
@@ -326,10 +349,10 @@ async def _crash_stack(
 async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_once(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ):
-    """R4, R9, R19, R25: the worker dies after the row is written, after the helper workflow is started, and
-    after the admission's local activity returned (before the coordinator's task completed), twice each; every
-    helper has one run, one core session and one outcome, no workflow task fails, and the one slot is free for
-    the next helper every time."""
+    """R4, R9, R19, R25: the worker dies after the row is written, after the helper workflow is started (both in
+    the admission's activity), and after the `admit` handler returned (before the coordinator's task completed),
+    twice each; every helper has one run, one core session and one outcome, no workflow task fails, and the one
+    slot is free for the next helper every time."""
     began = time.monotonic()
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()
@@ -344,6 +367,7 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
         assert after.outcome_kind is OutcomeKind.COMPLETED
         await _check_once(client, settings, core_db, "after-all")
         coordinator = await _event_counts(client.temporal, coordinator_id(OWNER))
+        retried_writes = await _retried_attempts(client.temporal, coordinator_id(OWNER))
         alive = await worker.exit_code(0)
         assert alive is None, f"the worker exited {alive} with no marker armed"
     log = worker.log_text()
@@ -361,8 +385,11 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
         f" failed; early finished notices applied on replay: {early_notices}"
     )
     assert coordinator[WFT_FAILED] == 0, "a coordinator workflow task failed (non-determinism on replay?)"
-    # Every crash killed the coordinator's task while it ran the admission: at least one timeout each.
-    assert coordinator[WFT_TIMED_OUT] >= len(cases)
+    # A crash in the admission's activity times that activity out (it is retried); a crash after the handler
+    # returned kills the coordinator's task: at least one timeout each.
+    in_activity = [case for case in cases if case.point in (AFTER_ROW, AFTER_START)]
+    assert retried_writes >= len(in_activity), f"{retried_writes} admission writes retried"
+    assert coordinator[WFT_TIMED_OUT] >= len(cases) - len(in_activity)
     assert log.count("crash point ") == len(cases)
 
 
@@ -424,3 +451,91 @@ async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offere
         async with httpx.AsyncClient() as http:
             received = (await http.get(f"{settings.chat_url}/v1/owners/{owner}/events")).json()
         assert [event["helper_ids"] for event in received] == [["told"]]
+
+
+async def test_an_admission_killed_during_its_writes_keeps_its_slot_from_the_next_admission(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """R4, R6, R9, R38: the worker dies after the first helper's row is written (the one slot was free). While
+    it is dead a second helper asks to start. The first admission's decision was committed before its writes,
+    so the replay keeps its seq and its slot: the second waits behind it, and each helper has one run, one core
+    session and one outcome. Before, the decision lived only in the killed task: the second admission could take
+    the seq and the slot while the first one's row and helper ran on (the chaos soak, seed 8: four running, two
+    runs and two outcomes for one helper). Whether the second overtakes depends on which update the server hands
+    the respawned worker first, so the history check at the end is what fails without the patch (checked)."""
+    owner = f"order-{uuid.uuid4().hex[:8]}"
+    crash_dir = tmp_path / "crash"
+    crash_dir.mkdir()
+    core_db = tmp_path / "core.sqlite3"
+    async with _crash_stack(dev_env, tmp_path, crash_dir) as (settings, worker, client):
+        await _admit_and_finish(client, "warm-up", owner)
+        (crash_dir / AFTER_ROW).write_text("first")
+        first = helper_request(owner, "first", scripted_task("First.", steps=1, step_ms=8_000))
+        starting_first = asyncio.create_task(client.start(first))
+        assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
+        # Iva's call gives up (as a starter process does at its deadline); she asks again later.
+        starting_first.cancel()
+        await asyncio.gather(starting_first, return_exceptions=True)
+        starting_second = asyncio.create_task(_start_until_answered(client, "second", owner=owner))
+        await asyncio.sleep(1.0)  # the second admission reaches the server while no worker runs
+        worker.spawn()
+        second = await asyncio.wait_for(starting_second, ANSWER_WAIT)
+        again = await asyncio.wait_for(_start_until_answered(client, "first", owner=owner), ANSWER_WAIT)
+        assert second.status is RowState.WAITING, f"the second helper took the first one's slot: {second}"
+        assert again.existing and again.status is not RowState.WAITING, f"the first helper lost its place: {again}"
+        store = await HelperStore.connect(settings.store_url)
+        try:
+            rows = {row.helper_id: row for row in await store.rows(owner)}
+        finally:
+            await store.close()
+        assert rows["second"].seq > rows["first"].seq, {name: row.seq for name, row in rows.items()}
+        for helper_id in ("first", "second"):
+            final = functools.partial(_final_view, client, helper_id, owner)
+            view = await eventually(final, timeout=FINAL_WAIT, interval=0.1)
+            assert view.outcome_kind is OutcomeKind.COMPLETED, f"{helper_id}: {view.outcome_kind} {view.summary}"
+            closed = functools.partial(_closed_runs, client.temporal, helper_workflow_id(owner, helper_id))
+            runs = await eventually(closed, timeout=SETTLE_WAIT)
+            assert len(runs) == 1, f"{helper_id} ran {len(runs)} times"
+            with sqlite3.connect(core_db) as db:
+                (sessions,) = db.execute(
+                    "SELECT count(*) FROM sessions WHERE owner = ? AND helper_id = ?", (owner, helper_id)
+                ).fetchone()
+            assert sessions == 1, f"{helper_id} has {sessions} core sessions"
+        await _wait_slots_free(client.temporal, "second", owner)
+        await _check_decided_before_written(client.temporal, owner)
+
+
+def _admit_helper_marker(event: HistoryEvent) -> bool:
+    """A marker of `admit_helper` run as a local activity (as admissions did before the patch)."""
+    if event.event_type != MARKER or event.marker_recorded_event_attributes.marker_name != LOCAL_ACTIVITY_MARKER:
+        return False
+    data = json.loads(event.marker_recorded_event_attributes.details["data"].payloads[0].data)
+    return bool(data.get("activity_type") == ADMIT_ACTIVITY)
+
+
+def _admit_helper_scheduled(event: HistoryEvent) -> bool:
+    return (
+        event.event_type == ACTIVITY_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name == ADMIT_ACTIVITY
+    )
+
+
+async def _check_decided_before_written(temporal: Client, owner: str) -> None:
+    """No admission wrote inside the task that accepted it (a local activity there): each new admission's write is
+    an activity, scheduled by the task that accepted it (recorded with the acceptance, or not at all), so what was
+    decided is in the history before anything is written."""
+    events = [event async for event in temporal.get_workflow_handle(coordinator_id(owner)).fetch_history_events()]
+    assert not [e.event_id for e in events if _admit_helper_marker(e)], "an admission wrote in its accepting task"
+    accepted = {e.event_id: i for i, e in enumerate(events) if e.event_type == UPDATE_ACCEPTED}
+    checked = 0
+    for i, event in enumerate(events):
+        if event.event_type != UPDATE_COMPLETED:
+            continue
+        start = accepted[event.workflow_execution_update_completed_event_attributes.accepted_event_id]
+        writes = [j for j in range(start + 1, i) if _admit_helper_scheduled(events[j])]
+        if not writes:
+            continue  # an admission of a helper already admitted writes nothing
+        tasks_between = [e for e in events[start + 1 : writes[0]] if e.event_type == WFT_COMPLETED]
+        assert not tasks_between, f"admission accepted at event {events[start].event_id} wrote in a later task"
+        checked += 1
+    assert checked >= 3, f"only {checked} admissions in the coordinator's history"
