@@ -134,3 +134,11 @@ CHAT_OFFER: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(maximum_attempts=1),  # the outbox loop owns retries and their backoff
 }
+
+# An offer's first attempt runs in the coordinator's task, which it holds (and the owner's next admission with
+# it): a second at most, far more than an idle chat takes to answer; a slower chat gets the offer again at once
+# from an activity (CHAT_OFFER), under the event's key, so a repeat is harmless (R26).
+CHAT_OFFER_IN_TASK: LocalActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=1),
+    "retry_policy": RetryPolicy(maximum_attempts=1),
+}
