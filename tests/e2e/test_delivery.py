@@ -11,8 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from protocol.errors import HelperRefused
+from protocol.names import coordinator_id
 from reference_chat.server import running_chat
 from reference_core.script import scripted_task
 from reference_core.server import running_core
@@ -56,6 +58,26 @@ async def test_a_failing_chat_gets_the_event_once_it_is_back(stack: Stack, mode:
     received = await stack.chat_events()
     assert [event["helper_ids"] for event in received] == [["note"]]
     assert received[0]["key"] == delivered[-1].key
+
+
+async def _offer_activities(stack: Stack) -> list[str]:
+    """The coordinator's scheduled activities that offered a chat event."""
+    handle = stack.env.client.get_workflow_handle(coordinator_id(stack.owner))
+    return [
+        name
+        for event in (await handle.fetch_history()).events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and (name := event.activity_task_scheduled_event_attributes.activity_type.name) == "offer_chat_event"
+    ]
+
+
+async def test_an_idle_chat_is_offered_the_event_in_the_coordinators_task(stack: Stack):
+    """R26: an idle chat answers the offer's first attempt (a local activity, a second at most): the event is
+    delivered, with the chat's receipt, and no offer activity was scheduled."""
+    await stack.client.start(helper_request(stack.owner, "quick", scripted_task("Quick.", steps=1, step_ms=20)))
+    delivered = await eventually(functools.partial(_event_state, stack, "delivered"), timeout=30)
+    assert delivered[-1].receipt_id and delivered[-1].helper_ids == ["quick"]
+    assert await _offer_activities(stack) == []
 
 
 async def test_a_turn_that_never_answered_lets_the_outcome_be_told_again(stack: Stack):

@@ -1,7 +1,8 @@
 """A chat that answers slowly holds up no admission (R26, R43).
 
-The coordinator offers a system event from an activity, outside its workflow task, so the owner's requests
-never wait for the chat. As a local activity (tried for its lower cost per helper) the offer held the
+An offer's first attempt runs in the coordinator's workflow task, bounded at a second; a chat that takes longer
+is asked again from an activity, outside the task, so the owner's requests never wait for the chat beyond that
+second. As an unbounded local activity (tried once for its lower cost per helper) the offer held the
 coordinator's task: an admission made while a hanging chat was asked whether it was idle waited 16 s, the whole
 hang; with the default HELPER_CHECK_MS of 15 s an offer may take up to 35 s, more than the starter's 30 s.
 """
@@ -17,8 +18,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from protocol.names import coordinator_id
 from reference_core.script import scripted_task
 from reference_core.server import running_core
 from tests.e2e.conftest import Stack, _stack
@@ -107,8 +110,17 @@ async def test_an_admission_does_not_wait_for_an_offer_to_a_hanging_chat(
         waited = time.monotonic() - started
         assert admission.helper_id == "second"
         assert waited < ADMISSION_BOUND_S, f"the admission waited {waited:.1f} s for the offer"
-        # The offer itself still ends: the chat gets the event once it answers.
+        # The offer itself still ends: its first attempt (in the coordinator's task) gave up after a second, and
+        # the activity that asked again gets the chat's answer and sends the event.
         await eventually(lambda: _events(chat), timeout=CHAT_HANG_S + 15)
+        history = await stack.env.client.get_workflow_handle(coordinator_id(stack.owner)).fetch_history()
+        offers = [
+            event
+            for event in history.events
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name == "offer_chat_event"
+        ]
+        assert offers, "the slow chat's offer did not go on as an activity"
 
 
 async def _events(chat: SlowChat) -> list[dict[str, Any]] | None:
