@@ -36,6 +36,7 @@ from store.statements import (
     parked_table,
     plain,
     progress_update,
+    row_by_key,
     row_insert,
     row_table,
     state_update,
@@ -315,10 +316,7 @@ class HelperStore:
 
     async def get(self, owner: str, helper_id: str) -> HelperRow | None:
         async with self.engine.connect() as connection:
-            result = await connection.execute(
-                select(row_table).where(row_table.c.owner == owner, row_table.c.helper_id == helper_id)
-            )
-            record = result.mappings().first()
+            record = (await connection.execute(*row_by_key(owner, helper_id))).mappings().first()
         return None if record is None else to_row(record)
 
     async def admitted(self, owner: str, helper_id: str, seq: int) -> HelperRow:

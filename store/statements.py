@@ -10,7 +10,19 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict, cast
 
-from sqlalchemy import BindParameter, ColumnElement, Executable, Insert, Table, Update, bindparam, insert, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Executable,
+    Insert,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql as postgresql_insert
 from sqlalchemy.dialects import sqlite as sqlite_insert
 
@@ -129,6 +141,16 @@ def _insert(table: Table, names: tuple[str, ...]) -> Insert:
 
 def row_insert(table: Table, values: Mapping[str, Any]) -> Prepared:
     return _insert(table, tuple(sorted(values))), _values(values)
+
+
+# One row by its key: the finalizer's read, the open's fallback and `show` (built once, like the writes).
+_ROW_BY_KEY: Select[Any] = select(row_table).where(
+    row_table.c.owner == bindparam("key_owner"), row_table.c.helper_id == bindparam("key_helper_id")
+)
+
+
+def row_by_key(owner: str, helper_id: str) -> Prepared:
+    return _ROW_BY_KEY, {"key_owner": owner, "key_helper_id": helper_id}
 
 
 def link_follow_up(row: HelperRow, earlier: FollowedUp) -> Update:
