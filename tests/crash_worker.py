@@ -10,8 +10,8 @@ would end it) at one of three points of an admission:
 - `after_return`: the activity returned and the `admit` handler finished, but the coordinator's workflow task,
   which records the admission's answer, is not completed yet.
 
-and at a fourth, outside admissions: `in_offer`, when the chat offer's activity starts for an event whose first
-helper is the armed one.
+and at a fourth, outside admissions: `in_offer`, when a chat offer (its first attempt in the coordinator's task,
+or the activity after it) starts for an event whose first helper is the armed one.
 
 A point is armed by a marker file in `$HELPER_CRASH_DIR` named after it and holding the helper id it applies to.
 The admission that reaches the point deletes the marker before it exits, so the respawned worker runs normally.

@@ -424,18 +424,21 @@ async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reache
 async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offered_again(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    """R26: the worker dies as the chat offer's activity starts. The activity's one attempt times out (30 s)
-    and the offer counts as uncertain: the outbox offers the event again after its backoff, and the chat gets
-    it once, with the store recording it delivered. Before, the timeout's error ended the coordinator's outbox:
-    no event was offered again for that owner until the run continued as new (and then failed on the error)."""
+    """R26: the worker dies as the chat offer starts. Its first attempt runs in the coordinator's task, which
+    dies with it (and may take the admission's answer along: the starter is answered once the task is retried);
+    the retried task offers the event again, and the chat gets it once, with the store recording it delivered.
+    (With the offer as an activity, its one attempt timed out and the outcome was uncertain, offered again after
+    the backoff; before that, the timeout's error ended the coordinator's outbox.)"""
     owner = f"offer-{uuid.uuid4().hex[:8]}"
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()
     async with _crash_stack(dev_env, tmp_path, crash_dir) as (settings, worker, client):
         (crash_dir / IN_OFFER).write_text("told")
-        await client.start(helper_request(owner, "told", scripted_task("Told.", steps=1, step_ms=50)))
+        # The quick helper can finish, and the offer kill the worker, before the admission is answered.
+        starting = asyncio.create_task(_start_until_answered(client, "told", owner=owner))
         assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
         worker.spawn()
+        assert (await asyncio.wait_for(starting, ANSWER_WAIT)).helper_id == "told"
 
         store = await HelperStore.connect(settings.store_url)
 
