@@ -18,15 +18,12 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
     from domain.activity_io import (
         AdmitHelper,
         CoordinatorWrite,
-        RemoveRows,
         RowKey,
-        RowToRemove,
         WithdrawnEvent,
         helper_start,
     )
@@ -72,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from protocol.senders import ask_to_close
     from workflows import options
+    from workflows.coordinator_admission import DECIDED_BEFORE_WRITTEN_PATCH, CoordinatorAdmission
     from workflows.coordinator_delivery import CoordinatorDelivery, refused
     from workflows.coordinator_follow_ups import CoordinatorFollowUps
     from workflows.coordinator_slots import CoordinatorSlots
@@ -90,18 +88,10 @@ CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
 # The run's timer is armed again only for an earlier moment (domain.book.timer_outdated); runs recorded
 # before it re-arm whenever the moment changes.
 TIMER_KEPT_WHEN_LATER_PATCH = "timer-kept-when-later"
-# An admission's decision (its seq, its slot) is committed before its row is written and its helper started:
-# the write is an activity, scheduled in the task that accepts the update, so the acceptance and the write's
-# command are recorded together or not at all, and a worker killed during the write leaves a decision that the
-# retried write carries out (idempotently). Before, the write was a local activity inside the accepting task:
-# killed with it, the decision was lost while its row and helper ran on, and the next admission could take the
-# seq and the slot (the chaos soak, seed 8: four running). A timer would commit it too, but a 1 ms timer costs
-# the starter about 0.9 s on the dev server (bench.helper_rate --parallel 1: 1.0 helpers/s against 7.6).
-DECIDED_BEFORE_WRITTEN_PATCH = "admission-decided-before-written"
 
 
 @workflow.defn(name=COORDINATOR_WORKFLOW)
-class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, CoordinatorSlots):
+class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, CoordinatorFollowUps, CoordinatorSlots):
     @workflow.init
     def __init__(self, start: CoordinatorStart) -> None:
         self.book = start.book or OwnerBook(owner=start.owner, policy=start.policy)
@@ -202,22 +192,7 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         )
         decided_first = workflow.patched(DECIDED_BEFORE_WRITTEN_PATCH)
         try:
-            if decided_first:
-                self.writing.add(request.helper_id)
-                await workflow.execute_activity_method(
-                    AdmissionActivities.admit_helper,
-                    admitting.model_copy(update={"evict": self._removal(evicted) if evicted else None}),
-                    summary=f"admit {request.helper_id}: remove {len(evicted)} rows for room, write its row, start it",
-                    **options.ADMISSION_WRITE,
-                )
-            else:  # as runs recorded before the patch
-                if evicted:
-                    await workflow.execute_local_activity_method(
-                        RowActivities.remove_rows, self._removal(evicted), **options.ADMISSION_WRITE
-                    )
-                await workflow.execute_local_activity_method(
-                    AdmissionActivities.admit_helper, admitting, **options.ADMISSION_WRITE
-                )
+            await self._write_admission(admitting, evicted, decided_first)
         except CALL_FAILED as error:
             self.writing.discard(request.helper_id)
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
@@ -394,9 +369,6 @@ class CoordinatorWorkflow(CoordinatorDelivery, CoordinatorFollowUps, Coordinator
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
         remove_entries(self.book, removed.removed)
-
-    def _removal(self, entries: list[Entry]) -> RemoveRows:
-        return RemoveRows(owner=self.book.owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
 
     # --- queries ------------------------------------------------------------------------------------
 

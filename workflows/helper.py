@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         SessionRef,
     )
     from domain.ending import Ending, Explanation, FinishReason, Phase, Situation, Step, Trigger, decide
-    from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict
+    from domain.follow import FollowResult, Verdict
     from domain.outcome import OutcomeKind
     from domain.rows import RowState
     from protocol.errors import ErrorType
@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of
     from workflows.helper_ending import HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding
+    from workflows.helper_following import HelperFollowing
     from workflows.helper_opening import (
         DEADLINE_SUMMARY,
         FIRST_LOOK_PATCH,
@@ -84,7 +85,7 @@ _Task = TypeVar("_Task", bound=asyncio.Future[Any])
 
 
 @workflow.defn(name=HELPER_WORKFLOW)
-class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
+class HelperWorkflow(HelperOpening, HelperFollowing, HelperEnding, HelperRunV1):
     @workflow.init
     def __init__(self, start: HelperStart) -> None:
         self.start = start
@@ -339,43 +340,6 @@ class HelperWorkflow(HelperOpening, HelperEnding, HelperRunV1):
             workflow.logger.warning("finish-now for %s failed: %s", self.start.helper_id, cause_of(error))
 
     # --- effects ----------------------------------------------------------------------------------------
-
-    def _follow_or_look(self, step: Step) -> asyncio.Future[FollowResult]:
-        """The follow, or the first look's verdict when the open already saw the session end or pause, judged as
-        this follow would judge it (the first follow after the open watches the ceiling and stops at pauses)."""
-        look, self._first_look = self._first_look, None
-        cursor = look.cursor if look is not None else None
-        if look is not None and look.looked is not None and step.watch_work_ceiling and step.stop_at_pauses:
-            looked: asyncio.Future[FollowResult] = asyncio.get_running_loop().create_future()
-            looked.set_result(look.looked)
-            return looked
-        return self._start_follow(step.watch_work_ceiling, step.stop_at_pauses, cursor)
-
-    def _start_follow(
-        self, watch_work_ceiling: bool, stop_at_pauses: bool, cursor: FollowCursor | None = None
-    ) -> asyncio.Task[FollowResult]:
-        assert self.session_id is not None
-        start = self.start
-        return self._track(
-            workflow.start_activity_method(
-                SessionActivities.follow_session,
-                FollowRequest(
-                    owner=start.owner,
-                    helper_id=start.helper_id,
-                    seq=start.seq,
-                    session_id=self.session_id,
-                    generation=self.generation,
-                    ceiling_tokens=start.limits.ceiling_tokens,
-                    watch_work_ceiling=watch_work_ceiling,
-                    stop_at_pauses=stop_at_pauses,
-                    tuning=start.follow,
-                    check_ms=start.check_ms,
-                    cursor=cursor,
-                ),
-                summary=f"follow session {self.session_id}: live steps and work tokens in the heartbeat details",
-                **options.follow(start.check_ms, start.follow, cancellable=True),
-            )
-        )
 
     async def _close_row(self) -> None:
         """Close the row at once (R21), then let the coordinator answer the owner's close."""
