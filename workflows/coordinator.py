@@ -194,7 +194,6 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         try:
             await self._write_admission(admitting, evicted, decided_first)
         except CALL_FAILED as error:
-            self.writing.discard(request.helper_id)
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(*CALL_FAILED):
@@ -211,7 +210,6 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
             ) from None
         # Helpers queued before this one take the slots they were just given (the new one has its own
         # in its start input).
-        self.writing.discard(request.helper_id)
         to_signal = [helper_id for helper_id in granted if helper_id != request.helper_id]
         if decided_first and entry.holds_slot and not starts_now:
             to_signal.append(request.helper_id)  # given while its row and workflow were being written

@@ -31,16 +31,20 @@ class CoordinatorAdmission:
     writing: set[str]
 
     async def _write_admission(self, admitting: AdmitHelper, evicted: list[Entry], decided_first: bool) -> None:
-        """Carry out a decided admission; raises what the write raised (the caller undoes the decision)."""
+        """Carry out a decided admission; raises what the write raised (the caller undoes the decision). The helper
+        is in `writing` for as long as the write runs, whatever its end."""
         helper_id = admitting.start.helper_id
         if decided_first:
             self.writing.add(helper_id)
-            await workflow.execute_activity_method(
-                AdmissionActivities.admit_helper,
-                admitting.model_copy(update={"evict": self._removal(evicted) if evicted else None}),
-                summary=f"admit {helper_id}: remove {len(evicted)} rows for room, write its row, start it",
-                **options.ADMISSION_WRITE,
-            )
+            try:
+                await workflow.execute_activity_method(
+                    AdmissionActivities.admit_helper,
+                    admitting.model_copy(update={"evict": self._removal(evicted) if evicted else None}),
+                    summary=f"admit {helper_id}: remove {len(evicted)} rows for room, write its row, start it",
+                    **options.ADMISSION_WRITE,
+                )
+            finally:
+                self.writing.discard(helper_id)
             return
         # As runs recorded before the patch: local activities inside the task that accepted the update.
         if evicted:

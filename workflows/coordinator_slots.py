@@ -30,7 +30,7 @@ class CoordinatorSlots:
 
     book: OwnerBook
     # Helpers whose admission is committed but whose row and workflow are still being written: a slot they
-    # are given meanwhile stays theirs and goes into their start, since there is no workflow to signal yet.
+    # are given meanwhile stays theirs and is signalled once the write is done (there is no workflow yet).
     writing: set[str]
     # Provided by `CoordinatorWorkflow`; declared here so the mixin type-checks without stubs.
     _row_key: Callable[[Entry], RowKey]
