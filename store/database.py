@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
+# SQLite waits this long for another writer's lock before it gives up (the driver's timeout and busy_timeout).
+SQLITE_TIMEOUT_S = 30
+
+
 def create_engine(url: str) -> AsyncEngine:
     """An async engine; SQLite gets WAL and a busy timeout so readers never block the workers' writes."""
     parsed = make_url(url)
@@ -28,18 +32,23 @@ def create_engine(url: str) -> AsyncEngine:
         database = parsed.database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
-
-        @event.listens_for(engine.sync_engine, "connect")
-        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
+        engine = create_async_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_S})
+        set_sqlite_pragmas(engine.sync_engine)
         return engine
     return create_async_engine(url, pool_pre_ping=True)
+
+
+def set_sqlite_pragmas(engine: Engine) -> None:
+    """WAL (readers never wait for a writer), the busy timeout, and synchronous=NORMAL (no fsync per commit; in
+    WAL mode the database stays consistent, and only a power cut can take back the last commits)."""
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_TIMEOUT_S * 1000}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
 
 
 def _upgrade(connection: Connection, revision: str) -> None:

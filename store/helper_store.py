@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
@@ -47,6 +48,7 @@ from store.statements import (
     usage_table,
     utc,
 )
+from store.transactions import Transactions
 
 __all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "RowOfAnotherAdmission", "row_table"]
 
@@ -69,6 +71,8 @@ class RowOfAnotherAdmission(ValueError):
 class HelperStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # The workers' writes and the one-row read; the other reads run on `engine` directly.
+        self.transactions = Transactions(engine)
 
     @classmethod
     async def connect(cls, url: str, *, run_migrations: bool = False) -> HelperStore:
@@ -86,6 +90,7 @@ class HelperStore:
         return cls(engine)
 
     async def close(self) -> None:
+        await self.transactions.close()
         await self.engine.dispose()
 
     # --- writes (activities only) -----------------------------------------------------------------
@@ -95,13 +100,16 @@ class HelperStore:
         """Insert the admitted row (generation 1). False if the same admission was already written.
 
         A follow-up's earlier row is linked (and delivered, if it was unreported) in the same transaction."""
-        async with self.engine.begin() as connection:
+
+        def insert(connection: Connection) -> bool:
             try:
-                await self._insert_admitted(connection, row, followed_up)
+                self._insert_admitted(connection, row, followed_up)
             except IntegrityError:
-                pass  # PostgreSQL ends the transaction with the failed insert: nothing else was in it
-            else:
-                return True
+                return False  # PostgreSQL ends the transaction with the failed insert: nothing else was in it
+            return True
+
+        if await self.transactions.write(insert):
+            return True
         existing = await self.get(row.owner, row.helper_id)
         if existing is not None and existing.seq == row.seq:
             return False
@@ -118,31 +126,36 @@ class HelperStore:
             row_table.c.helper_id == row.helper_id,
             row_table.c.seq == unrecorded_seq,
         )
+
+        def replace(connection: Connection) -> str | None:
+            replaced = connection.execute(delete(row_table).where(*key).returning(row_table.c.result_dir))
+            result_dir = replaced.scalar()
+            if result_dir is None:
+                return None
+            self._insert_admitted(connection, row, followed_up)
+            return str(result_dir)
+
         try:
-            async with self.engine.begin() as connection:
-                replaced = await connection.execute(delete(row_table).where(*key).returning(row_table.c.result_dir))
-                result_dir = replaced.scalar()
-                if result_dir is not None:
-                    await self._insert_admitted(connection, row, followed_up)
-                    return str(result_dir)
+            replaced_dir = await self.transactions.write(replace)
+            if replaced_dir is not None:
+                return replaced_dir
         except IntegrityError:
             pass  # another admission's row appeared meanwhile: the transaction, the delete with it, is undone
         existing = await self.get(row.owner, row.helper_id)
         raise RowOfAnotherAdmission(row.owner, row.helper_id, -1 if existing is None else existing.seq)
 
     @staticmethod
-    async def _insert_admitted(connection: AsyncConnection, row: HelperRow, followed_up: FollowedUp | None) -> None:
-        await connection.execute(*row_insert(row_table, to_columns(row)))
+    def _insert_admitted(connection: Connection, row: HelperRow, followed_up: FollowedUp | None) -> None:
+        connection.execute(*row_insert(row_table, to_columns(row)))
         if followed_up is not None:
-            await connection.execute(link_follow_up(row, followed_up))
+            connection.execute(link_follow_up(row, followed_up))
 
     @store_write(BY_ACTIVITY, counts_conflicts=True)
     async def write_state(
         self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
     ) -> bool:
-        async with self.engine.begin() as connection:
-            result = await connection.execute(*state_update(owner, helper_id, seq, generation, changes))
-            return bool(result.rowcount)
+        statement = state_update(owner, helper_id, seq, generation, changes)
+        return await self.transactions.write(lambda connection: bool(connection.execute(*statement).rowcount))
 
     @store_write(BY_ACTIVITY)
     async def start_running(
@@ -152,9 +165,12 @@ class HelperStore:
         RETURNING); None when the write did not apply (the row is gone, or a newer generation wrote it)."""
         changes: RowChanges = {"state": RowState.RUNNING, "started_at": started_at, "deadline_at": deadline_at}
         statement = state_update(owner, helper_id, seq, generation, changes, returning=True)
-        async with self.engine.begin() as connection:
-            record = (await connection.execute(*statement)).mappings().first()
-        return None if record is None else to_row(record)
+
+        def start(connection: Connection) -> HelperRow | None:
+            record = connection.execute(*statement).mappings().first()
+            return None if record is None else to_row(record)
+
+        return await self.transactions.write(start)
 
     @store_write("progress", counts_conflicts=True)
     async def write_progress(
@@ -168,9 +184,8 @@ class HelperStore:
         }
         if last_message is not None:
             values["last_message"] = last_message
-        async with self.engine.begin() as connection:
-            result = await connection.execute(*progress_update(owner, helper_id, seq, generation, values))
-            return bool(result.rowcount)
+        statement = progress_update(owner, helper_id, seq, generation, values)
+        return await self.transactions.write(lambda connection: bool(connection.execute(*statement).rowcount))
 
     @store_write("remove")
     async def remove_rows(
@@ -188,11 +203,14 @@ class HelperStore:
                     for helper_id in helper_ids
                 )
             )
-        async with self.engine.begin() as connection:
-            found = await connection.execute(select(row_table.c.result_dir).where(row_table.c.owner == owner, named))
+
+        def remove(connection: Connection) -> list[str]:
+            found = connection.execute(select(row_table.c.result_dir).where(row_table.c.owner == owner, named))
             directories = [str(d) for d in found.scalars()]
-            await connection.execute(delete(row_table).where(row_table.c.owner == owner, named))
-        return directories
+            connection.execute(delete(row_table).where(row_table.c.owner == owner, named))
+            return directories
+
+        return await self.transactions.write(remove)
 
     @store_write(BY_ACTIVITY, counts_conflicts=True)
     async def write_outcome(
@@ -208,17 +226,20 @@ class HelperStore:
         if kind is None or finished_at is None:
             raise ValueError("an outcome is written with its outcome_kind and finished_at")
         statement = state_update(row.owner, row.helper_id, row.seq, generation, changes)
-        async with self.engine.begin() as connection:
-            result = await connection.execute(*statement)
-            if not result.rowcount:
+        usage_line = self._usage_line(row, kind, usage, finished_at)
+
+        def write(connection: Connection) -> bool:
+            if not connection.execute(*statement).rowcount:
                 return False
-            await connection.execute(*self._usage_line(row, kind, usage, finished_at))
+            connection.execute(*usage_line)
             return True
+
+        return await self.transactions.write(write)
 
     @store_write("usage")
     async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
-        async with self.engine.begin() as connection:
-            await connection.execute(*self._usage_line(row, kind, usage, finished_at))
+        usage_line = self._usage_line(row, kind, usage, finished_at)
+        await self.transactions.write(lambda connection: connection.execute(*usage_line))
 
     def _usage_line(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> Prepared:
         """Usage is recorded once per admission: a second line for it is ignored, not an error (an error would
@@ -260,44 +281,49 @@ class HelperStore:
             "last_error": last_error,
             "updated_at": now(),
         }
-        async with self.engine.begin() as connection:
-            await connection.execute(*upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
+        statement = upsert(self.engine.dialect.name, table, {"key": key, **values}, "key")
+        await self.transactions.write(lambda connection: connection.execute(*statement))
 
     @store_write("chat_event")
     async def set_event_state(self, owner: str, key: str, state: str) -> None:
         """Change a chat event's state only (a withdrawn event keeps its attempts and last error)."""
         table = events_table
-        async with self.engine.begin() as connection:
-            await connection.execute(
-                update(table).where(table.c.owner == owner, table.c.key == key).values(state=state, updated_at=now())
-            )
+        named = (table.c.owner == owner, table.c.key == key)
+        statement = update(table).where(*named).values(state=state, updated_at=now())
+        await self.transactions.write(lambda connection: connection.execute(statement))
 
     @store_write("park")
     async def record_parked(self, owner: str, helper_id: str, session_id: str, error: str) -> None:
         table = parked_table
-        async with self.engine.begin() as connection:
-            await connection.execute(delete(table).where(table.c.session_id == session_id))
-            await connection.execute(
+
+        def park(connection: Connection) -> None:
+            connection.execute(delete(table).where(table.c.session_id == session_id))
+            connection.execute(
                 insert(table).values(
                     session_id=session_id, owner=owner, helper_id=helper_id, error=error, parked_at=now()
                 )
             )
 
+        await self.transactions.write(park)
+
     @store_write("keep")
     async def keep_session(self, owner: str, helper_id: str, seq: int, session_id: str) -> None:
         """List a session kept for a follow-up; keeping it again (a retried activity) changes nothing."""
-        async with self.engine.begin() as connection:
+
+        def keep(connection: Connection) -> None:
             with contextlib.suppress(IntegrityError):
-                await connection.execute(
+                connection.execute(
                     insert(kept_table).values(
                         session_id=session_id, owner=owner, helper_id=helper_id, seq=seq, kept_at=now()
                     )
                 )
 
+        await self.transactions.write(keep)
+
     @store_write("keep")
     async def forget_kept(self, session_id: str) -> None:
-        async with self.engine.begin() as connection:
-            await connection.execute(delete(kept_table).where(kept_table.c.session_id == session_id))
+        statement = delete(kept_table).where(kept_table.c.session_id == session_id)
+        await self.transactions.write(lambda connection: connection.execute(statement))
 
     async def kept_sessions(self, limit: int = 1_000) -> list[KeptSession]:
         """The oldest kept sessions first, at most `limit` (one sweep's share)."""
@@ -315,9 +341,13 @@ class HelperStore:
     # --- reads (the starter, Iva) ------------------------------------------------------------------
 
     async def get(self, owner: str, helper_id: str) -> HelperRow | None:
-        async with self.engine.connect() as connection:
-            record = (await connection.execute(*row_by_key(owner, helper_id))).mappings().first()
-        return None if record is None else to_row(record)
+        statement = row_by_key(owner, helper_id)
+
+        def read(connection: Connection) -> HelperRow | None:
+            record = connection.execute(*statement).mappings().first()
+            return None if record is None else to_row(record)
+
+        return await self.transactions.read(read)
 
     async def admitted(self, owner: str, helper_id: str, seq: int) -> HelperRow:
         """The row of exactly this admission, or `RowGone`."""
