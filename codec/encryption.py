@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -130,12 +130,21 @@ class _RefusedPlaintextConverter(EncodingPayloadConverter):
 
 
 class RuntimePayloadConverter(PydanticPayloadConverter):
-    """Pydantic models as JSON, plus the refused-plaintext marker the codec writes."""
+    """Pydantic models as JSON, plus the refused-plaintext marker the codec writes.
+
+    The SDK builds a payload converter for every workflow activation and every new workflow run; the encoding
+    converters are stateless but for the JSON one's cache of pydantic type adapters, so they are built once
+    and shared: a new instance costs nothing, and each run finds the adapters already built."""
+
+    _shared: ClassVar[dict[bytes, EncodingPayloadConverter] | None] = None
 
     def __init__(self) -> None:
-        super().__init__()
-        refused = _RefusedPlaintextConverter()
-        self.converters = {**self.converters, refused.encoding.encode(): refused}
+        shared = RuntimePayloadConverter._shared
+        if shared is None:
+            super().__init__()
+            refused = _RefusedPlaintextConverter()
+            shared = RuntimePayloadConverter._shared = {**self.converters, refused.encoding.encode(): refused}
+        self.converters = shared
 
 
 def codec_from(keys: str | None, key_id: str | None, *, allow_plaintext: bool = False) -> EncryptionCodec | None:
