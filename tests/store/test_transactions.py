@@ -4,7 +4,9 @@ at all, and what it wrote is what the other reads see (R27)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -42,17 +44,21 @@ def _insert_then_fail(connection: Connection) -> None:
     raise RuntimeError("the work failed after its first statement")
 
 
+async def _a_raising_transaction_writes_nothing(transactions: Transactions) -> None:
+    await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
+    with pytest.raises(RuntimeError, match="after its first statement"):
+        await transactions.write(_insert_then_fail)
+    count = await transactions.read(lambda connection: connection.execute(text("SELECT count(*) FROM t")))
+    assert count.scalar_one() == 0
+
+
 @pytest.mark.parametrize("where", ["file", "memory"])
 async def test_a_transaction_that_raises_writes_nothing(tmp_path: Path, where: str) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}" if where == "file" else "sqlite+aiosqlite://"
     engine = create_engine(url)
     transactions = Transactions(engine)
     try:
-        await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
-        with pytest.raises(RuntimeError, match="after its first statement"):
-            await transactions.write(_insert_then_fail)
-        count = await transactions.read(lambda connection: connection.execute(text("SELECT count(*) FROM t")))
-        assert count.scalar_one() == 0
+        await _a_raising_transaction_writes_nothing(transactions)
     finally:
         await transactions.close()
         await engine.dispose()
@@ -75,11 +81,30 @@ async def test_postgresql_transactions_run_on_the_async_engine() -> None:
         transactions = Transactions(engine)
         try:
             assert await transactions.write(_thread_name) == threading.current_thread().name
-            await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
-            with pytest.raises(RuntimeError):
-                await transactions.write(_insert_then_fail)
-            count = await transactions.read(lambda connection: connection.execute(text("SELECT count(*) FROM t")))
-            assert count.scalar_one() == 0
+            await _a_raising_transaction_writes_nothing(transactions)
         finally:
             await transactions.close()
             await engine.dispose()
+
+
+async def test_a_write_cancelled_on_the_stores_thread_still_ends_and_frees_its_connection(tmp_path: Path) -> None:
+    """A caller that stops waiting (an activity cancelled, a bound passed) does not stop the transaction: it
+    commits on the store's thread, and the next write gets a connection (every write is guarded, so a retry of
+    one that did commit changes nothing)."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}")
+    transactions = Transactions(engine)
+
+    def slow_insert(connection: Connection) -> None:
+        connection.execute(text("INSERT INTO t VALUES (1)"))
+        time.sleep(0.3)
+
+    try:
+        await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(transactions.write(slow_insert), timeout=0.05)
+        await transactions.write(lambda connection: connection.execute(text("INSERT INTO t VALUES (2)")))
+        count = await transactions.read(lambda connection: connection.execute(text("SELECT count(*) FROM t")))
+        assert count.scalar_one() == 2
+    finally:
+        await transactions.close()
+        await engine.dispose()
