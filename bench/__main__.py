@@ -39,6 +39,13 @@ BENCHES = (
         ("--sizes", "1000x20", "--postgres", POSTGRES_URL),
         "unreported and list among many owners, SQLite and PostgreSQL (R43)",
     ),
+    Bench(
+        "store_thread",
+        "bench.store_thread",
+        ("--postgres", POSTGRES_URL),
+        ("--writes", "500"),
+        "a store write: the store's thread against aiosqlite (SQLite), run_sync (PostgreSQL)",
+    ),
     Bench("helper_rate", "bench.helper_rate", (), ("--helpers", "100"), "helpers per second, CPU per helper"),
     Bench(
         "helper_rate_no_sandbox",
