@@ -86,6 +86,8 @@ def _templates(dialect: str) -> list[dict[str, Any]]:
                 "keep_until": None,
                 "generation": 1,
                 "updated_at": moment,
+                "follow_up_of": None,
+                "followed_up_by": None,
             }
         )
     return templates
