@@ -49,27 +49,30 @@ async def _timed(writes: int, ways: tuple[Write, Write]) -> list[tuple[float, fl
     return [(1000 * cpu / writes, 1000 * wall / writes) for cpu, wall in spent]
 
 
-async def _both_ways(store: HelperStore, writes: int) -> list[tuple[float, float]]:
-    await running(store)  # admitted, then started at generation 2: each write below applies
+async def _both_ways(url: str, writes: int) -> list[tuple[float, float]]:
+    """A migrated store at `url`: per write, the store's way, then the same statement awaited on the async engine."""
+    store = await HelperStore.connect(url, run_migrations=True)
+    try:
+        await running(store)  # admitted, then started at generation 2: each write below applies
 
-    async def through_the_store(number: int) -> object:
-        return await store.write_progress("anna", "h1", 1, 2, Usage(steps=number), "working")
+        async def through_the_store(number: int) -> object:
+            return await store.write_progress("anna", "h1", 1, 2, Usage(steps=number), "working")
 
-    async def through_aiosqlite(number: int) -> object:
-        statement = progress_update("anna", "h1", 1, 2, {"steps": number, "last_message": "working"})
-        async with store.engine.begin() as connection:
-            return (await connection.execute(*statement)).rowcount
+        async def awaited_statement(number: int) -> object:
+            statement = progress_update("anna", "h1", 1, 2, {"steps": number, "last_message": "working"})
+            async with store.engine.begin() as connection:
+                return (await connection.execute(*statement)).rowcount
 
-    return await _timed(writes, (through_the_store, through_aiosqlite))
+        return await _timed(writes, (through_the_store, awaited_statement))
+    finally:
+        await store.close()
 
 
 async def measure(writes: int, postgres: str | None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
-        store = await HelperStore.connect(f"sqlite+aiosqlite:///{Path(scratch) / 's.sqlite3'}", run_migrations=True)
-        try:
-            [(cpu, wall), (base_cpu, base_wall)] = await _both_ways(store, writes)
-        finally:
-            await store.close()
+        [(cpu, wall), (base_cpu, base_wall)] = await _both_ways(
+            f"sqlite+aiosqlite:///{Path(scratch) / 's.sqlite3'}", writes
+        )
     print(
         f"store write (progress, SQLite, {writes} writes): project {cpu:.3f} ms CPU, {wall:.3f} ms wall | "
         f"baseline (aiosqlite) {base_cpu:.3f} ms CPU, {base_wall:.3f} ms wall | ratio ×{cpu / base_cpu:.2f}",
@@ -79,11 +82,7 @@ async def measure(writes: int, postgres: str | None) -> None:
         from tests.helpers import fresh_postgres_database
 
         async with fresh_postgres_database(postgres) as url:
-            store = await HelperStore.connect(url, run_migrations=True)
-            try:
-                [(cpu, wall), (base_cpu, base_wall)] = await _both_ways(store, writes)
-            finally:
-                await store.close()
+            [(cpu, wall), (base_cpu, base_wall)] = await _both_ways(url, writes)
         print(
             f"store write (progress, PostgreSQL, asyncpg): run_sync {cpu:.3f} ms CPU, {wall:.3f} ms wall | "
             f"awaited statements {base_cpu:.3f} ms CPU, {base_wall:.3f} ms wall  (for information)",

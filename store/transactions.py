@@ -1,10 +1,11 @@
-"""Where the store's hot statements run: one transaction as one plain function of a connection.
+"""Where the store's writes and its one-row read run: one transaction as one plain function of a connection.
 
 PostgreSQL runs it on the async engine (asyncpg, `run_sync`), as every other statement. A SQLite file runs it on a
 synchronous engine of its own, on one thread that the store keeps: through aiosqlite each DB-API call is a hop
-from the event loop to the driver's thread and back (about ten per transaction, 1.5 ms of CPU on the project's
-machine), on the store's thread the whole transaction is one hop (0.25 ms; `python -m bench.store_thread`). One
-thread is enough for SQLite, which takes one writer at a time anyway; WAL lets readers elsewhere go on meanwhile.
+from the event loop to the driver's thread and back (about ten per transaction, 1.1 ms of CPU per progress write
+on the project's machine), on the store's thread the whole transaction is one hop (0.4 ms; `python -m
+bench.store_thread`). One thread is enough for SQLite, which takes one writer at a time anyway; WAL lets readers
+elsewhere go on meanwhile.
 """
 
 from __future__ import annotations
