@@ -183,8 +183,9 @@ async def serve(settings: Settings) -> None:
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
-    # One INFO line per core call (two a second per followed helper) drowns everything else; failures are
-    # logged by the activities themselves.
+    # The worker's clients (aiohttp) log no line per call; httpx would log one at INFO for each call of the
+    # reference core's OpenAI-compatible model where it runs in this process. Failures are logged where they
+    # happen.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 

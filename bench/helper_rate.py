@@ -313,7 +313,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("fsync of result files", ("fsync",)),
     ("encryption (codec)", ("codec/encryption", "cryptography/")),
     ("store (SQLAlchemy, aiosqlite)", ("sqlalchemy/", "aiosqlite/", "sqlite3/", "store/helper_store")),
-    ("HTTP (httpx, httpcore)", ("httpx/", "httpcore/", "h11/", "anyio/")),
+    ("HTTP (aiohttp; httpx before)", ("aiohttp/", "yarl/", "multidict/", "httpx/", "httpcore/", "h11/", "anyio/")),
     ("workflow sandbox", ("workflow_sandbox/",)),
     (
         "data converter, pydantic",

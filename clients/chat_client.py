@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-import httpx
-from pydantic import ValidationError
+import asyncio
+from typing import Any
+from urllib.parse import quote
 
+import aiohttp
+from pydantic import ValidationError
+from yarl import URL
+
+from clients.http import KEEPALIVE_S, env_proxy
 from contracts.chat_api import EventReceipt, IdleAnswer, SystemEvent
+
+# Only the start of a refusal is quoted; a receipt is a few hundred bytes, so nothing larger is read.
+ANSWER_MAX_BYTES = 64 * 1024
 
 
 class ChatError(Exception):
@@ -16,37 +25,86 @@ class ChatUncertain(ChatError):
     """The event may or may not have been taken: the request left, but no valid receipt came back."""
 
 
+class _NotSent(Exception):
+    """The request never reached the chat: no connection could be made in time."""
+
+
 class ChatClient:
-    def __init__(self, base_url: str, timeout_ms: int, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=httpx.Timeout(timeout_ms / 1000), transport=transport
-        )
+    def __init__(self, base_url: str, timeout_ms: int) -> None:
+        self._base = base_url.rstrip("/")
+        self._timeout_s = timeout_ms / 1000
+        self._http: aiohttp.ClientSession | None = None  # made in the running loop, at the first call
+        self._proxy = env_proxy(self._base)
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S),
+                # Connecting has half the call's bound: a chat not reached by then was surely not sent the event.
+                # A timeout later, even while still connecting, counts as uncertain (the key makes a repeat
+                # harmless). The whole call is bounded in `_ask`.
+                timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout_s / 2),
+            )
+        return self._http
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
 
     async def is_idle(self, owner: str) -> bool:
         try:
-            response = await self._http.get(f"/v1/owners/{owner}/idle")
-            response.raise_for_status()
-            return IdleAnswer.model_validate_json(response.content).idle
-        except (httpx.HTTPError, ValidationError) as error:
-            raise ChatError(f"idle check failed: {type(error).__name__}: {error}") from None
+            status, body = await self._ask("GET", f"/v1/owners/{quote(owner, safe='')}/idle")
+            if not 200 <= status < 300:
+                raise ChatError(f"idle check failed: chat answered {status}: {_start(body)}")
+            return IdleAnswer.model_validate_json(body).idle
+        except (_NotSent, aiohttp.ClientError, OSError, ValidationError) as error:
+            raise ChatError(f"idle check failed: {_named(error)}") from None
 
     async def send_event(self, owner: str, event: SystemEvent) -> EventReceipt:
         try:
-            response = await self._http.post(f"/v1/owners/{owner}/events", json=event.model_dump(mode="json"))
-        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
-            raise ChatError(f"event not sent: {type(error).__name__}: {error}") from None
-        except httpx.HTTPError as error:
+            status, body = await self._ask(
+                "POST", f"/v1/owners/{quote(owner, safe='')}/events", json=event.model_dump(mode="json")
+            )
+        except _NotSent as error:
+            raise ChatError(f"event not sent: {error}") from None
+        except (aiohttp.ClientError, OSError) as error:
             # The request may have reached the chat: only the key makes a repeat harmless.
-            raise ChatUncertain(f"event outcome unknown: {type(error).__name__}: {error}") from None
-        if response.status_code >= 500:
+            raise ChatUncertain(f"event outcome unknown: {_named(error)}") from None
+        if status >= 500:
             # The chat may have taken the event before failing to answer: only the key makes a repeat safe.
-            raise ChatUncertain(f"chat answered {response.status_code}: {response.text[:200]}")
-        if response.status_code >= 400:
-            raise ChatError(f"chat refused the event: {response.status_code} {response.text[:200]}")
+            raise ChatUncertain(f"chat answered {status}: {_start(body)}")
+        if status >= 400:
+            raise ChatError(f"chat refused the event: {status} {_start(body)}")
         try:
-            return EventReceipt.model_validate_json(response.content)
+            return EventReceipt.model_validate_json(body)
         except ValidationError as error:
             raise ChatUncertain(f"chat answered without a valid receipt: {error.errors()[0].get('msg')}") from None
+
+    async def _ask(self, method: str, path: str, json: Any = None) -> tuple[int, bytes]:
+        """The status and the body's first ANSWER_MAX_BYTES, within the timeout as a whole."""
+        try:
+            async with (
+                asyncio.timeout(self._timeout_s),
+                self._session().request(
+                    method, URL(self._base + path, encoded=True), json=json, allow_redirects=False, proxy=self._proxy
+                ) as response,
+            ):
+                body = bytearray()
+                while len(body) < ANSWER_MAX_BYTES:
+                    chunk = await response.content.read(ANSWER_MAX_BYTES - len(body))
+                    if not chunk:
+                        break
+                    body += chunk
+                return response.status, bytes(body)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+            raise _NotSent(_named(error)) from None
+        except TimeoutError:
+            raise aiohttp.ServerTimeoutError(f"no answer within {self._timeout_s:g} s") from None
+
+
+def _named(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _start(body: bytes) -> str:
+    return body[:200].decode("utf-8", errors="replace")

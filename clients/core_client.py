@@ -18,13 +18,15 @@ import asyncio
 import json as jsonlib
 import ssl
 import time
-import zlib
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import httpx
+import aiohttp
+from aiohttp.http_exceptions import ContentEncodingError
 from pydantic import BaseModel, ValidationError
+from yarl import URL
 
+from clients.http import KEEPALIVE_S, env_proxy
 from contracts.core_api import (
     CancelAnswer,
     CoreCapabilities,
@@ -46,10 +48,6 @@ Answer = TypeVar("Answer", bound=BaseModel)
 CORE_ANSWER_MAX_BYTES = 16 * 1024 * 1024
 # Of an error answer (4xx, 5xx) only the Problem's message is used, so only its start is read.
 ERROR_BODY_MAX_BYTES = 64 * 1024
-# Connections kept open between calls: a worker follows up to HELPER_MAX_CONCURRENT_ACTIVITIES (200) helpers.
-KEEPALIVE_CONNECTIONS = 1_000
-# Connection pools the calls are spread over (see CoreClient).
-POOLS = 8
 # Excerpts of what the core sent (a Problem's message, an id, a body) are cut to this in messages.
 EXCERPT_MAX_CHARS = 200
 # How long the core's capabilities are trusted before they are asked again.
@@ -82,28 +80,32 @@ class SessionNotFound(CoreError):
 
 
 class CoreClient:
-    def __init__(self, base_url: str, check_ms: int, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    """The core's session API over aiohttp: about a sixth of httpx's CPU per call on the worker's loop
+    (bench.helper_rate: five calls per quick helper)."""
+
+    def __init__(self, base_url: str, check_ms: int) -> None:
         self.check_seconds = check_ms / 1000
-        # Each running helper's follow holds one connection through its long polls (R44); httpx's default
-        # pool of 100 would make the 101st wait and time out. The worker's activity slots bound them. Calls
-        # are spread over a few pools by path (so one session keeps its connection): httpcore scans a pool's
-        # every connection for every request, which with 250 held at once cost more CPU than the calls.
-        # One TLS context for all of them: each costs tens of milliseconds to build (it loads the CA bundle).
-        tls = ssl.create_default_context()
-        self._pools = [
-            httpx.AsyncClient(
-                base_url=base_url.rstrip("/"),
-                timeout=httpx.Timeout(self.check_seconds),
-                transport=transport,
-                verify=tls,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS // POOLS),
-            )
-            for _ in range(1 if transport is not None else POOLS)
-        ]
+        self._base = base_url.rstrip("/")
+        self._http: aiohttp.ClientSession | None = None  # made in the running loop, at the first call
+        self._proxy = env_proxy(self._base)
         self._capabilities: tuple[float, CoreCapabilities] | None = None
 
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            # No limit on connections: each running helper's follow holds one through its long polls (R44), and
+            # the worker's activity slots bound how many calls run at once. One TLS context for all of them: each
+            # costs tens of milliseconds to build (it loads the CA bundle). The whole call's bound is `_call`'s.
+            tls = ssl.create_default_context()
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ssl=tls, keepalive_timeout=KEEPALIVE_S),
+                timeout=aiohttp.ClientTimeout(total=None),
+                raise_for_status=False,
+            )
+        return self._http
+
     async def aclose(self) -> None:
-        await asyncio.gather(*(pool.aclose() for pool in self._pools))
+        if self._http is not None:
+            await self._http.close()
 
     # Every call is bounded by HELPER_CHECK_MS (R10) unless the caller gives `timeout_s`: a cleanup without
     # time pressure (after the outcome is final) may allow a few check intervals.
@@ -168,9 +170,6 @@ class CoreClient:
         self._capabilities = (now, offered)
         return offered
 
-    def _pool(self, path: str) -> httpx.AsyncClient:
-        return self._pools[zlib.crc32(path.encode()) % len(self._pools)]
-
     async def _call(
         self,
         method: str,
@@ -182,33 +181,37 @@ class CoreClient:
     ) -> Answer:
         where = f"{method} {path}"
         seconds = self.check_seconds if timeout_s is None else timeout_s
+        # The path is quoted already (`_session_path`): taken as it is, so a quoted "/" stays quoted.
+        url = URL(self._base + path, encoded=True)
         try:
-            # httpx bounds each phase; this bounds the whole call, so a trickling answer cannot exceed it.
+            # One bound for the whole call, body included, so a trickling answer cannot exceed it.
             async with (
                 core_span(method, path),  # outermost: the span records a timeout too; a no-op unless tracing
                 asyncio.timeout(seconds),
-                self._pool(path).stream(
-                    method, path, json=json, params=params, timeout=httpx.Timeout(seconds)
+                self._session().request(
+                    method, url, json=json, params=params, allow_redirects=False, proxy=self._proxy
                 ) as response,
             ):
-                if response.is_success:
+                status, reason = response.status, response.reason or ""
+                if 200 <= status < 300:
                     body = await _read_capped(response, CORE_ANSWER_MAX_BYTES, where)
                 else:
                     body = await _read_start(response, ERROR_BODY_MAX_BYTES)
         except TimeoutError:
             raise CoreUnavailable(f"{where}: no answer within {seconds:g} s") from None
-        except httpx.DecodingError as error:
-            raise CoreProtocolError(f"{where}: the answer's encoding is broken ({_excerpt(str(error))})") from None
-        except httpx.HTTPError as error:
+        except aiohttp.ClientPayloadError as error:
+            if isinstance(error.__cause__, ContentEncodingError):
+                raise CoreProtocolError(f"{where}: the answer's encoding is broken ({_excerpt(str(error))})") from None
+            raise CoreUnavailable(f"{where}: the answer was cut off ({_excerpt(str(error))})") from None
+        except (aiohttp.ClientError, OSError) as error:
             raise CoreUnavailable(f"{where}: {type(error).__name__}: {_excerpt(str(error))}") from None
-        status = response.status_code
         if status == 404:
-            raise SessionNotFound(f"{where}: {_problem_message(body, response.reason_phrase)}")
+            raise SessionNotFound(f"{where}: {_problem_message(body, reason)}")
         if status >= 500:
-            raise CoreUnavailable(f"{where}: {status} {_problem_message(body, response.reason_phrase)}")
+            raise CoreUnavailable(f"{where}: {status} {_problem_message(body, reason)}")
         if status >= 400:
-            raise CoreRejected(status, _problem_message(body, response.reason_phrase))
-        if not response.is_success:
+            raise CoreRejected(status, _problem_message(body, reason))
+        if not 200 <= status < 300:
             raise CoreProtocolError(f"{where}: unexpected status {status}")
         try:
             return answer.model_validate_json(body)
@@ -235,24 +238,24 @@ def _same_session(method: str, path: str, session_id: str, snapshot: Snapshot) -
     return snapshot
 
 
-async def _read_capped(response: httpx.Response, cap: int, where: str) -> bytes:
+async def _read_capped(response: aiohttp.ClientResponse, cap: int, where: str) -> bytes:
     """The whole body, or CoreProtocolError as soon as it is known to exceed `cap` bytes (R37)."""
     too_large = CoreProtocolError(f"{where}: answer larger than {cap} bytes")
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
+    declared = response.content_length
+    if declared is not None and declared > cap:
         raise too_large
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.content.iter_any():
         body += chunk
         if len(body) > cap:
             raise too_large
     return bytes(body)
 
 
-async def _read_start(response: httpx.Response, cap: int) -> bytes:
-    """The first `cap` bytes of the body; the rest is not read (the connection is closed with the stream)."""
+async def _read_start(response: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The first `cap` bytes of the body; the rest is not read (the connection is closed with the response)."""
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.content.iter_any():
         body += chunk
         if len(body) >= cap:
             break

@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any, Final, ParamSpec, TypeVar
 
-import httpx
-
 from domain.book.state import EventState, RefusalCode
 from domain.outcome import OutcomeKind
 from observability.metrics import (
@@ -130,9 +128,11 @@ def core_error_kind(error: BaseException) -> str:
     if isinstance(error, CoreUnavailable):
         # The client raises from None, but the transport's own error stays the context.
         cause = error.__context__
-        if isinstance(cause, TimeoutError | httpx.TimeoutException):
+        if isinstance(cause, TimeoutError):
             return "timeout"
-        return "connect" if isinstance(cause, httpx.HTTPError) else "status"
+        import aiohttp  # here, not at import: the starter imports this module, and only the worker calls the core
+
+        return "connect" if isinstance(cause, aiohttp.ClientError | OSError) else "status"
     from clients.core_client import CoreError
 
     return "status" if isinstance(error, CoreError) else OTHER

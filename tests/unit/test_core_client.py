@@ -1,12 +1,13 @@
 """The core client distrusts the core's answers (R37) and never waits longer than HELPER_CHECK_MS (R10).
 
-No servers: `httpx.MockTransport` plays each answer a core can give, and the hostile fake core runs
-in-process behind `httpx.ASGITransport`.
+Each answer a core can give is played by a real HTTP server on loopback (`tests.fakes.answering_server`,
+the answer stated as an `httpx.Response`), and the hostile fake core is served by uvicorn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -38,6 +39,7 @@ from contracts.core_api import (
     SessionStatus,
     Snapshot,
 )
+from tests.fakes.answering_server import serving_answers
 from tests.fakes.fake_core import CONTROL_NOISE, FakeCore, FakeSession, serving_fake_core
 
 SESSION = "s-1"
@@ -65,16 +67,21 @@ def step(**fields: Any) -> dict[str, Any]:
     return {"index": 1, "input_tokens": 1_000, "cached_input_tokens": 0, "output_tokens": 100, **fields}
 
 
+async def streamed(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
 def answering(*args: Any, **kwargs: Any) -> Handler:
     return lambda request: httpx.Response(*args, **kwargs)
 
 
 async def ask(handler: Handler, call: Call = lambda core: core.snapshot(SESSION), check_ms: int = CHECK_MS) -> Any:
-    client = CoreClient("http://core.test", check_ms, transport=httpx.MockTransport(handler))
-    try:
-        return await call(client)
-    finally:
-        await client.aclose()
+    async with serving_answers(handler) as url:
+        client = CoreClient(url, check_ms)
+        try:
+            return await call(client)
+        finally:
+            await client.aclose()
 
 
 async def refused_with(
@@ -138,7 +145,8 @@ ANSWERS: list[tuple[str, Handler, type[CoreError]]] = [
     ("redirect", answering(302, headers={"location": "http://elsewhere.test/"}), CoreProtocolError),
     (
         "broken gzip",
-        answering(200, headers={"content-encoding": "gzip"}, content=b"not gzip at all"),
+        # Streamed, so httpx does not try to decode it while the answer is stated.
+        lambda request: httpx.Response(200, headers={"content-encoding": "gzip"}, content=streamed(b"not gzip at all")),
         CoreProtocolError,
     ),
     ("404", answering(404, json={"code": "session_not_found", "message": "no session s-1"}), SessionNotFound),
@@ -161,12 +169,22 @@ async def test_each_kind_of_bad_answer_raises_its_error(handler: Handler, expect
 
 
 async def test_a_transport_error_is_unavailable() -> None:
-    """R10: a connection refused or reset is CoreUnavailable: the core may come back."""
+    """R10: a connection refused, or one closed before the answer, is CoreUnavailable: the core may come back."""
+    async with serving_answers(answering(200)) as url:
+        pass  # the port is free again: nothing listens there
+    client = CoreClient(url, CHECK_MS)
+    try:
+        with pytest.raises(CoreUnavailable):
+            await client.snapshot(SESSION)
+    finally:
+        await client.aclose()
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
+    async def cut_off() -> AsyncIterator[bytes]:
+        yield b'{"session_id": "s-1", '
+        raise ConnectionResetError("the core went away")
 
-    assert type(await refused_with(handler)) is CoreUnavailable
+    error = await refused_with(lambda request: httpx.Response(200, content=cut_off()))
+    assert type(error) is CoreUnavailable
 
 
 async def test_a_snapshot_of_another_session_names_both_ids() -> None:
@@ -261,6 +279,7 @@ async def test_an_endless_answer_is_cut_at_the_cap_not_buffered() -> None:
         while True:
             read += len(chunk)
             yield chunk
+            await asyncio.sleep(0.001)  # paced, so what was produced is about what was read
 
     error = await refused_with(lambda request: httpx.Response(200, content=endless()))
     assert type(error) is CoreProtocolError
@@ -268,17 +287,20 @@ async def test_an_endless_answer_is_cut_at_the_cap_not_buffered() -> None:
 
 
 async def test_a_declared_oversized_answer_is_refused_before_reading_it() -> None:
-    """R37: a Content-Length beyond the cap is refused without reading a byte of the body."""
-    read = 0
+    """R37: a Content-Length beyond the cap is refused at the headers: the client does not wait for a body
+    that would come (here: never) and would be too large."""
 
-    async def never_read() -> AsyncIterator[bytes]:
-        nonlocal read
-        read += 1
-        yield b"{}"
+    async def never_sent() -> AsyncIterator[bytes]:
+        yield b"{"
+        await asyncio.sleep(30)
 
     headers = {"content-length": str(CORE_ANSWER_MAX_BYTES + 1)}
-    error = await refused_with(lambda request: httpx.Response(200, headers=headers, content=never_read()))
-    assert type(error) is CoreProtocolError and read == 0
+    started = time.monotonic()
+    error = await refused_with(
+        lambda request: httpx.Response(200, headers=headers, content=never_sent()), check_ms=10_000
+    )
+    assert type(error) is CoreProtocolError and "answer larger than" in str(error)
+    assert time.monotonic() - started < 2.0
 
 
 async def test_an_endless_error_page_is_read_only_at_its_start() -> None:
@@ -291,6 +313,7 @@ async def test_an_endless_error_page_is_read_only_at_its_start() -> None:
         while True:
             read += 4096
             yield b"<p>\x00overloaded</p>" * 256
+            await asyncio.sleep(0.001)  # paced, so what was produced is about what was read
 
     error = await refused_with(lambda request: httpx.Response(503, content=endless_page()))
     assert type(error) is CoreUnavailable
@@ -399,17 +422,20 @@ async def test_malformed_create_cancel_and_reset_answers_are_protocol_errors(nam
 # The hostile fake core, in-process: each of its misbehaviours, as the client sees it.
 
 
-def fake_core_client(core: FakeCore, check_ms: int = 500) -> CoreClient:
-    return CoreClient("http://fake.test", check_ms, transport=httpx.ASGITransport(app=core.app()))
+@contextlib.asynccontextmanager
+async def fake_core_client(core: FakeCore, check_ms: int = 500) -> AsyncIterator[CoreClient]:
+    async with serving_fake_core(core) as url:
+        client = CoreClient(url, check_ms)
+        try:
+            yield client
+        finally:
+            await client.aclose()
 
 
 async def fake_with_session(**knobs: Any) -> tuple[FakeCore, FakeSession]:
     core = FakeCore()
-    client = fake_core_client(core)
-    try:
+    async with fake_core_client(core) as client:
         await client.create(REQUEST)
-    finally:
-        await client.aclose()
     session = core.only_session()
     session.add_step(1_000, 100, "found the Q3 report in the finance folder")
     session.question = "Mail it to Bob or to Ann?"
@@ -443,12 +469,9 @@ async def test_each_misbehaviour_of_the_fake_core_raises_its_error(
     foreign session, an overflowing counter, an oversized body) is a CoreProtocolError, a hang or a 5xx
     CoreUnavailable, a forgotten session SessionNotFound."""
     core, session = await fake_with_session(misbehave=misbehaviour)
-    client = fake_core_client(core, check_ms=300)
-    try:
+    async with fake_core_client(core, check_ms=300) as client:
         with pytest.raises(CoreError) as raised:
             await client.snapshot(session.session_id)
-    finally:
-        await client.aclose()
     assert type(raised.value) is expected
     assert_short_and_clean(raised.value)
     assert core.snapshot_calls == 1
@@ -459,12 +482,9 @@ async def test_misbehaviours_within_the_contract_reach_the_caller_cleaned(misbeh
     """R37, R36: 10,000 actions and a 5 MB message are valid answers (bounding them is the caller's job);
     control characters are stripped, so the caller sees exactly the session's own texts."""
     core, session = await fake_with_session(misbehave=misbehaviour)
-    client = fake_core_client(core)
-    try:
+    async with fake_core_client(core) as client:
         snapshot = await client.snapshot(session.session_id)
-    finally:
-        await client.aclose()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=core.app()), base_url="http://fake.test") as raw:
+    async with serving_fake_core(core) as url, httpx.AsyncClient(base_url=url) as raw:
         sent = (await raw.get(f"/v1/sessions/{session.session_id}")).json()
     assert snapshot.session_id == session.session_id
     if misbehaviour == "huge_actions":
@@ -480,8 +500,7 @@ async def test_the_fake_core_misbehaves_only_where_told() -> None:
     """R37: with `misbehave_on={"snapshot"}` snapshots are oversized while create, finish and cancel answer
     normally; create misbehaves only when named."""
     core, session = await fake_with_session(misbehave="oversized_body", misbehave_on={"snapshot"})
-    client = fake_core_client(core)
-    try:
+    async with fake_core_client(core) as client:
         with pytest.raises(CoreProtocolError, match="answer larger than"):
             await client.snapshot(session.session_id)
         assert (await client.create(REQUEST)).created is False
@@ -492,8 +511,6 @@ async def test_the_fake_core_misbehaves_only_where_told() -> None:
         with pytest.raises(CoreUnavailable):
             await client.create(REQUEST)
         assert (await client.snapshot(session.session_id)).status is SessionStatus.PARTIAL
-    finally:
-        await client.aclose()
     assert (core.create_calls, core.snapshot_calls, core.finish_calls, core.cancel_calls) == (3, 2, 1, 1)
 
 
@@ -501,8 +518,7 @@ async def test_a_slow_or_lost_answer_of_the_fake_core_still_does_the_work() -> N
     """R10, R38: a create answered after HELPER_CHECK_MS, or whose answer is lost, made its session all
     the same: the client sees CoreUnavailable, and the same key names the same session afterwards."""
     core = FakeCore(create_delay_s=5)
-    client = fake_core_client(core, check_ms=100)
-    try:
+    async with fake_core_client(core, check_ms=100) as client:
         with pytest.raises(CoreUnavailable):
             await client.create(REQUEST)
         assert core.by_key == {REQUEST.idempotency_key: "fake-1"}
@@ -515,8 +531,6 @@ async def test_a_slow_or_lost_answer_of_the_fake_core_still_does_the_work() -> N
         with pytest.raises(CoreUnavailable):
             await client.cancel("fake-1")
         assert core.sessions["fake-1"].status is SessionStatus.CANCELLED
-    finally:
-        await client.aclose()
 
 
 async def test_a_cleanup_call_may_be_given_its_own_bound() -> None:
@@ -574,7 +588,7 @@ async def test_an_absurd_version_is_a_protocol_error(version: Any) -> None:
 
 async def test_hundreds_of_long_polls_at_once_do_not_wait_for_each_other() -> None:
     """R44, R10: a worker follows up to 200 helpers, each holding a long poll; none waits for a free connection
-    (httpx's default pool of 100 would make the 101st time out as if the core were down)."""
+    (a client's default pool of 100, aiohttp's as httpx's, would make the 101st time out as if the core were down)."""
     core = FakeCore(long_poll="honest")
     for number in range(250):
         core.sessions[f"s-{number}"] = FakeSession(session_id=f"s-{number}", request=REQUEST)

@@ -5,6 +5,7 @@ registry's other contents do not matter."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from observability.store_gauges import StoreGauges
 from protocol.errors import ErrorType
 from protocol.messages import ADMIT
 from store.helper_store import HelperStore
+from tests.fakes.answering_server import serving_answers
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,15 +114,28 @@ def test_follow_attempts_count() -> None:
 # --- the core client -------------------------------------------------------------------------------------
 
 
-def _core(handler: Callable[[httpx.Request], httpx.Response]) -> CoreClient:
-    return CoreClient("http://core.test", 500, transport=httpx.MockTransport(handler))
+Handler = Callable[[httpx.Request], Any]
 
 
-def _fails(error: type[httpx.RequestError]) -> Callable[[httpx.Request], httpx.Response]:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise error("down", request=request)
+@contextlib.asynccontextmanager
+async def _core(handler: Handler | None, check_ms: int = 500) -> AsyncIterator[CoreClient]:
+    """A core client of a real HTTP server that answers with `handler`; None: nothing listens at its port."""
+    async with contextlib.AsyncExitStack() as stack:
+        if handler is None:
+            async with serving_answers(lambda request: httpx.Response(200)) as url:
+                pass  # the server stopped: its port refuses connections
+        else:
+            url = await stack.enter_async_context(serving_answers(handler))
+        core = CoreClient(url, check_ms)
+        try:
+            yield core
+        finally:
+            await core.aclose()
 
-    return handler
+
+async def _slow(request: httpx.Request) -> httpx.Response:
+    await asyncio.sleep(5)
+    return httpx.Response(200, json=SNAPSHOT)
 
 
 SNAPSHOT = {"session_id": SESSION, "status": "running", "steps": [], "input_tokens_total": 0}
@@ -129,41 +144,30 @@ SNAPSHOT = {"session_id": SESSION, "status": "running", "steps": [], "input_toke
 @pytest.mark.parametrize(
     ("handler", "kind"),
     [
-        (_fails(httpx.ReadTimeout), "timeout"),
-        (_fails(httpx.ConnectError), "connect"),
+        (_slow, "timeout"),
+        (None, "connect"),
         (lambda request: httpx.Response(503, json={"message": "restarting"}), "status"),
         (lambda request: httpx.Response(404, json={"message": "no such session"}), "status"),
         (lambda request: httpx.Response(200, text="<html>oops</html>"), "malformed"),
         (lambda request: httpx.Response(200, json={**SNAPSHOT, "session_id": "s-other"}), "malformed"),
     ],
+    ids=["slow", "refused", "503", "404", "html", "another-session"],
 )
-async def test_core_errors_count_by_endpoint_and_kind(
-    handler: Callable[[httpx.Request], httpx.Response], kind: str
-) -> None:
-    core = _core(handler)
+async def test_core_errors_count_by_endpoint_and_kind(handler: Handler | None, kind: str) -> None:
     errors = value("helper_runtime_core_errors_total", endpoint="snapshot", kind=kind)
     requests = value("helper_runtime_core_request_seconds_count", endpoint="snapshot")
-    try:
+    async with _core(handler) as core:
         with pytest.raises(CoreError):
             await core.snapshot(SESSION)
-    finally:
-        await core.aclose()
     assert value("helper_runtime_core_errors_total", endpoint="snapshot", kind=kind) - errors == 1
     assert value("helper_runtime_core_request_seconds_count", endpoint="snapshot") - requests == 1
 
 
 async def test_a_core_timeout_of_the_whole_call_counts_as_timeout() -> None:
-    async def slow(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(5)
-        return httpx.Response(200, json=SNAPSHOT)
-
-    core = CoreClient("http://core.test", 100, transport=httpx.MockTransport(slow))
     errors = value("helper_runtime_core_errors_total", endpoint="finish", kind="timeout")
-    try:
+    async with _core(_slow, check_ms=100) as core:
         with pytest.raises(CoreError):
             await core.finish(SESSION)
-    finally:
-        await core.aclose()
     assert value("helper_runtime_core_errors_total", endpoint="finish", kind="timeout") - errors == 1
 
 
@@ -179,15 +183,12 @@ async def test_a_core_timeout_of_the_whole_call_counts_as_timeout() -> None:
 async def test_each_core_endpoint_is_timed_under_its_name(
     endpoint: str, call: Callable[[CoreClient], Any], answer: dict[str, Any]
 ) -> None:
-    core = _core(lambda request: httpx.Response(200, json=answer))
     requests = value("helper_runtime_core_request_seconds_count", endpoint=endpoint)
     errors = sum(
         value("helper_runtime_core_errors_total", endpoint=endpoint, kind=k) for k in recording.CORE_ERROR_KINDS
     )
-    try:
+    async with _core(lambda request: httpx.Response(200, json=answer)) as core:
         await call(core)
-    finally:
-        await core.aclose()
     assert value("helper_runtime_core_request_seconds_count", endpoint=endpoint) - requests == 1
     assert (
         sum(value("helper_runtime_core_errors_total", endpoint=endpoint, kind=k) for k in recording.CORE_ERROR_KINDS)

@@ -17,6 +17,7 @@ from temporalio.common import VersioningBehavior
 from clients.core_client import CoreClient, CoreUnavailable
 from config.settings import Settings, SettingsError
 from observability import tracing
+from tests.fakes.answering_server import serving_answers
 from tests.unit.test_starter_imports import _imported_by, env  # noqa: F401  # `env`: the module's store fixture
 from worker import WORKFLOWS, deployment_of
 from workflows.versioned import VERSIONED_WORKFLOWS
@@ -82,13 +83,14 @@ async def test_each_core_call_is_a_client_span(in_memory: InMemorySpanExporter) 
             return httpx.Response(200, json={"models": ["scripted"]})
         return httpx.Response(503, content=json.dumps({"message": "restarting"}))
 
-    core = CoreClient("http://core.test", 1_000, transport=httpx.MockTransport(answer))
-    try:
-        assert await core.models() == ["scripted"]
-        with pytest.raises(CoreUnavailable):
-            await core.reset("s-1")
-    finally:
-        await core.aclose()
+    async with serving_answers(answer) as url:
+        core = CoreClient(url, 1_000)
+        try:
+            assert await core.models() == ["scripted"]
+            with pytest.raises(CoreUnavailable):
+                await core.reset("s-1")
+        finally:
+            await core.aclose()
     spans = in_memory.get_finished_spans()
     assert [(s.name, s.kind) for s in spans] == [("core GET", SpanKind.CLIENT), ("core POST", SpanKind.CLIENT)]
     assert spans[0].attributes is not None and spans[0].attributes["url.path"] == "/v1/models"
