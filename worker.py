@@ -30,6 +30,7 @@ from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.admission import AdmissionActivities
 from activities.chat import ChatActivities
+from activities.ending import EndingActivities
 from activities.goals import GoalActivities
 from activities.notices import tell_finished
 from activities.rows import RowActivities
@@ -91,6 +92,7 @@ def activities_of(
     admission = AdmissionActivities(store, results)
     rows = RowActivities(store, results, settings.policy.keep_ms)
     session = SessionActivities(store, core, results)
+    ending = EndingActivities(rows, session)
     chat_activities = ChatActivities(store, chat)
     goals = GoalActivities(settings)
     return [
@@ -100,6 +102,7 @@ def activities_of(
         rows.sweep_orphan_directories,
         rows.mark_closed,
         rows.finalize_outcome,
+        ending.finalize_and_hand_back,
         rows.coordinator_write,
         session.open_session,
         session.follow_session,

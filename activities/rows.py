@@ -17,7 +17,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.core_api import Action, Snapshot
-from domain.activity_io import CoordinatorWrite, Finalize, Finalized, MarkClosed, RemovedRows, RemoveRows
+from domain.activity_io import (
+    CoordinatorWrite,
+    Finalize,
+    Finalized,
+    MarkClosed,
+    RemovedRows,
+    RemoveRows,
+)
 from domain.bounds import ROW_ACTIONS_MAX, first
 from domain.follow import authorization_text
 from domain.limits import kept_until

@@ -38,6 +38,7 @@ from domain.activity_io import (
     SessionRef,
     first_look_bound_ms,
 )
+from domain.book import FOLLOWABLE_KINDS
 from domain.bounds import ROW_MESSAGE_MAX, cut
 from domain.follow import (
     FollowCursor,
@@ -61,6 +62,9 @@ log = logging.getLogger(__name__)
 
 # Cleanup calls try this often before they give up (reset parks the session, R20).
 CLEANUP_ATTEMPTS = 3
+# The ending's own try of the reset (activities/ending.py) takes at most this, well inside its local activity's
+# 30 s (workflows.options.STORE_WRITE), with the outcome's write and the notice before it.
+FIRST_RESET_MAX_S = 5.0
 
 
 def _retry_or_refuse(error: CoreError) -> ApplicationError:
@@ -261,14 +265,8 @@ class SessionActivities:
         """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes.
 
         A session a follow-up may continue is kept instead, on a core that can continue it (issue 14)."""
-        if await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id, ref.outcome_kind):
-            return True
         try:
-            answer = await self.core.reset(ref.session_id, timeout_s=_seconds(ref.check_ms))
-            if not answer.reset:
-                raise CoreUnavailable(f"the core did not reset session {ref.session_id}")
-        except SessionNotFound:
-            return True
+            await self._reset(ref)
         except CoreError as error:
             if activity.info().attempt < CLEANUP_ATTEMPTS:
                 raise _retry_or_refuse(error) from None
@@ -276,6 +274,32 @@ class SessionActivities:
             await self.store.record_parked(ref.owner, ref.helper_id, ref.session_id, str(error))
             return False
         return True
+
+    async def reset_once(self, ref: SessionRef) -> bool:
+        """One try of `reset_session`'s work, for the ending's local activity: False (never raised) when the core
+        failed it, and `reset_session` then retries and parks as always. Bounded at FIRST_RESET_MAX_S, so a core
+        that hangs cannot make the ending's activity time out and repeat. An outcome a follow-up may continue
+        is left to `reset_session`: whether its session is kept asks the core twice more."""
+        if ref.outcome_kind is None or ref.outcome_kind in FOLLOWABLE_KINDS:
+            return False
+        bound = min(_seconds(ref.check_ms) or self.core.check_seconds, FIRST_RESET_MAX_S)
+        try:
+            await self._reset(ref, bound)
+        except CoreError as error:
+            log.info("first reset of session %s failed, retried by reset_session: %s", ref.session_id, error)
+            return False
+        return True
+
+    async def _reset(self, ref: SessionRef, timeout_s: float | None = None) -> None:
+        """Reset the session, or keep it for a follow-up; an unknown session is reset already. Raises CoreError."""
+        if await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id, ref.outcome_kind):
+            return
+        try:
+            answer = await self.core.reset(ref.session_id, timeout_s=timeout_s or _seconds(ref.check_ms))
+        except SessionNotFound:
+            return
+        if not answer.reset:
+            raise CoreUnavailable(f"the core did not reset session {ref.session_id}")
 
     @activity.defn(name="reset_kept_sessions")
     async def reset_kept_sessions(self) -> int:

@@ -263,6 +263,20 @@ class Finalized(BaseModel):
     result_dir: str
 
 
+class HandBack(BaseModel):
+    """A helper's ending in one local activity: write the outcome, send the finished notice, then try the
+    session's reset once (R8, R18-R20)."""
+
+    final: Finalize
+    notice: FinishedNotice
+    reset: SessionRef | None = Field(default=None, description="The session to reset once the notice is sent.")
+
+
+class HandedBack(BaseModel):
+    finalized: Finalized
+    reset: bool = Field(description="The reset's first try succeeded; otherwise reset_session retries it.")
+
+
 class CoordinatorWrite(BaseModel):
     """A row write by the coordinator after the helper handed the row back (delivered, closed)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import socket
 import time
@@ -69,6 +70,19 @@ async def skip_time(env: Any, duration: timedelta, chunk: timedelta = timedelta(
         step = min(chunk, remaining)
         await env.sleep(step)
         remaining -= step
+
+
+def local_activity_name(event: Any) -> str | None:
+    """The activity type of a local activity's marker; None for any other event."""
+    if not event.HasField("marker_recorded_event_attributes"):
+        return None
+    attributes = event.marker_recorded_event_attributes
+    if attributes.marker_name != "core_local_activity":
+        return None
+    for payload in attributes.details["data"].payloads:
+        with contextlib.suppress(ValueError):
+            return str(json.loads(payload.data).get("activity_type"))
+    return None
 
 
 async def history_events(client: Any, workflow_id: str) -> list[Any]:

@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.senders import tell_closed
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of
-    from workflows.helper_ending import HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding
+    from workflows.helper_ending import FINALIZE_AND_HAND_BACK_PATCH, HAND_BACK_IN_ONE_TASK_PATCH, HelperEnding
     from workflows.helper_following import HelperFollowing
     from workflows.helper_opening import (
         DEADLINE_SUMMARY,
@@ -67,6 +67,19 @@ ENDING_TABLE_PATCH = "helper-ending-v2"
 # records one marker that stands for every patch it takes, the newest first; runs recorded before replay with
 # the marker (or markers) they recorded. A later patch gets a new marker here, covering the earlier ones.
 ONE_MARKER_PATCHES: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "helper-patches-2026-12-hand-back",
+        frozenset(
+            {
+                ENDING_TABLE_PATCH,
+                RESULT_SAYS_WHY,
+                HAND_BACK_IN_ONE_TASK_PATCH,
+                OPEN_IN_TASK_PATCH,
+                FIRST_LOOK_PATCH,
+                FINALIZE_AND_HAND_BACK_PATCH,
+            }
+        ),
+    ),
     (
         "helper-patches-2026-12-look",
         frozenset(

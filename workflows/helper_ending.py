@@ -12,10 +12,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ending import EndingActivities
     from activities.notices import tell_finished as tell_finished_activity
     from activities.rows import RowActivities
     from activities.session import SessionActivities
-    from domain.activity_io import Finalize, HelperStart, RecoverSession, RowKey, SessionRef, TellFinished
+    from domain.activity_io import Finalize, HandBack, HelperStart, RecoverSession, RowKey, SessionRef, TellFinished
     from domain.book import FinishedNotice
     from domain.ending import Ending
     from domain.ending_texts import explain
@@ -35,6 +36,10 @@ DETAILS_REASON_MAX = 600
 # The notice and the reset run as local activities, so the helper completes in the task that finalized it
 # (histories recorded before run them as a signal command and an activity, one or two tasks more).
 HAND_BACK_IN_ONE_TASK_PATCH = "hand-back-in-one-task"
+# The outcome's write, the notice and the reset's first try are one local activity (activities/ending.py: two
+# activations and markers fewer per helper); histories recorded before run them as three (and a helper that
+# must find a lost session still does, R38).
+FINALIZE_AND_HAND_BACK_PATCH = "finalize-and-hand-back"
 
 
 class HelperEnding:
@@ -106,7 +111,24 @@ class HelperEnding:
                 else None
             ),
         )
-        await workflow.execute_local_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
+        notice = FinishedNotice(
+            helper_id=start.helper_id, seq=start.seq, kind=kind, generation=self.generation, finished_at=finished_at
+        )
+        # The notice goes with the write, unless a lost session must be found between the two (R38).
+        in_one = not self.open_unanswered and self._patched(FINALIZE_AND_HAND_BACK_PATCH)
+        reset_done = False
+        if in_one:
+            hand_back = HandBack(
+                final=final,
+                notice=notice,
+                reset=self._session_ref().model_copy(update={"outcome_kind": kind}) if self.session_id else None,
+            )
+            handed = await workflow.execute_local_activity_method(
+                EndingActivities.finalize_and_hand_back, hand_back, **options.STORE_WRITE
+            )
+            reset_done = handed.reset
+        else:
+            await workflow.execute_local_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
         self.outcome = kind
         self.explanation = explanation
         self.state = state
@@ -114,13 +136,14 @@ class HelperEnding:
         # The reason at the top of the helper's page, without opening its events.
         reason = f": {explanation[:DETAILS_REASON_MAX]}" if explanation else ""
         workflow.set_current_details(f"**{kind.value}**{reason}\n\n{start.title}")
+        if in_one:
+            if self.session_id is not None and not reset_done:
+                await self._reset(kind)  # the cleanup's retries, or a session a follow-up may continue (R20)
+            return kind
         if self.open_unanswered:
             # The create was never answered, so a session may run under our key: find it and stop it before
             # the slot passes on, so an owner never has more running sessions than slots (R38).
             await self._recover_lost_session()
-        notice = FinishedNotice(
-            helper_id=start.helper_id, seq=start.seq, kind=kind, generation=self.generation, finished_at=finished_at
-        )
         # The notice frees the slot at once; the reset is cleanup and runs beside it (R20).
         if self._patched(HAND_BACK_IN_ONE_TASK_PATCH):
             await self._hand_back(notice, kind)

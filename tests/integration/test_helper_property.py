@@ -10,7 +10,7 @@ interrupted), resets that fail, and sometimes a second helper of the same owner 
 slot. The REAL helper workflow runs it, on the real worker (`worker.running_worker`), on the time-skipping
 server, against the programmable fake core (`tests/fakes/fake_core.py`), and each example must show:
 
-1. the helper finalizes exactly once (R19): one `finalize_outcome` marker in its history, the workflow
+1. the helper finalizes exactly once (R19): one finalizer's marker in its history, the workflow
    completed with that kind, and the row's outcome, once seen, never changes (sampled while it runs);
 2. the outcome is final no later than the hard ceiling plus one check interval after the helper started
    (R35; the row's times are the server's, so this holds while time skips);
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -73,7 +72,7 @@ from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.conftest import TEST_SERVER, register_search_attributes
 from tests.fakes.fake_core import CONTROL_NOISE, FOREIGN_OUTCOME, FakeCore, FakeSession, serving_fake_core
-from tests.helpers import helper_request, settings_for
+from tests.helpers import helper_request, local_activity_name, settings_for
 from worker import running_worker
 
 T = TypeVar("T")
@@ -113,7 +112,8 @@ UNEXPECTED = (
     "UnicodeEncodeError",
     "PayloadSizeError",
 )
-STORE_WRITERS = frozenset({"finalize_outcome", "mark_closed", "coordinator_write", "remove_rows"})
+FINALIZERS = frozenset({"finalize_outcome", "finalize_and_hand_back"})  # the latter also sends the notice
+STORE_WRITERS = FINALIZERS | {"mark_closed", "coordinator_write", "remove_rows"}
 WATCHED_LOGGERS = ("activities", "store", "temporalio.activity", "temporalio.worker", "worker", "helper")
 
 ENDINGS = ("completed", "partial", "failed", "question", "authorization", "cancelled", "interrupted")
@@ -725,7 +725,7 @@ class Driver:
             elif status is WorkflowExecutionStatus.COMPLETED:
                 seen.results[helper_id] = HelperResult.model_validate(await handle.result())
             events = [event async for event in handle.fetch_history_events()]
-            seen.finalize_markers[helper_id] = sum(1 for e in events if _local_activity(e) == "finalize_outcome")
+            seen.finalize_markers[helper_id] = sum(1 for e in events if local_activity_name(e) in FINALIZERS)
             seen.largest_event[helper_id] = max((event.ByteSize() for event in events), default=0)
             seen.sessions[helper_id] = [
                 s for s in core.made.values() if s.request.owner == self.owner and s.request.helper_id == helper_id
@@ -746,18 +746,6 @@ class Driver:
                 seen.bad_logs.append(text)
             else:
                 seen.warnings.append(text)
-
-
-def _local_activity(event: Any) -> str | None:
-    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
-        return None
-    attributes = event.marker_recorded_event_attributes
-    if attributes.marker_name != "core_local_activity":
-        return None
-    for payload in attributes.details["data"].payloads:
-        with contextlib.suppress(ValueError):
-            return str(json.loads(payload.data).get("activity_type"))
-    return None
 
 
 def _task_failures(events: list[Any]) -> list[str]:
@@ -820,7 +808,7 @@ def _check(scenario: Scenario, seen: Observed) -> None:
         elif status == "COMPLETED" and seen.results[helper_id].outcome is not row.outcome_kind:
             problems.append(f"{helper_id}: result {seen.results[helper_id]!r} but the row says {row.outcome_kind}")
         if seen.finalize_markers[helper_id] != 1:
-            problems.append(f"{helper_id}: {seen.finalize_markers[helper_id]} finalize_outcome markers")
+            problems.append(f"{helper_id}: {seen.finalize_markers[helper_id]} finalizer markers")
         # 2. final no later than the hard ceiling plus one check interval after the start (R35).
         if row.started_at is not None:
             assert row.finished_at is not None

@@ -84,14 +84,21 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
         async with running_worker(env.client, settings):
             client = HelperClient(settings, store, env.client)
             send = {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
+            # The wave holds until the fourth admission is refused: a quick wave could end first and let it in.
+            held = {"hold_until": "wave-refused"}
             wave = {
                 "completed": (
-                    scripted_task("Mail Bob.", steps=2, step_ms=50, tool_calls=[send]),
+                    scripted_task("Mail Bob.", steps=2, step_ms=50, tool_calls=[send], **held),
                     ("send_mail to bob@example.com",),
                 ),
-                "question": (scripted_task("Venue?", steps=1, step_ms=50, end="question", question="Taxi?"), ()),
+                "question": (
+                    scripted_task("Venue?", steps=1, step_ms=50, end="question", question="Taxi?", **held),
+                    (),
+                ),
                 "authorization": (
-                    scripted_task("Pay.", steps=1, step_ms=50, end="authorization", authorization="pay invoice"),
+                    scripted_task(
+                        "Pay.", steps=1, step_ms=50, end="authorization", authorization="pay invoice", **held
+                    ),
                     (),
                 ),
             }
@@ -99,6 +106,8 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
                 await client.start(helper_request(OWNER, helper_id, task, boundary=boundary))
             with contextlib.suppress(HelperRefused):
                 await client.start(helper_request(OWNER, "refused"))
+            async with httpx.AsyncClient() as http:
+                await http.post(f"{core_url}/v1/demo/latches/wave-refused/release")
             for helper_id in wave:
                 await eventually(functools.partial(_final, client, helper_id), timeout=30)
             # A follow-up continues the question's kept session (issue 14).

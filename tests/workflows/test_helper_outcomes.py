@@ -28,6 +28,8 @@ from domain.activity_io import (
     CancelResult,
     Finalize,
     Finalized,
+    HandBack,
+    HandedBack,
     HelperStart,
     MarkClosed,
     OpenedSession,
@@ -35,6 +37,7 @@ from domain.activity_io import (
     RecoveredSession,
     RecoverSession,
     SessionRef,
+    TellFinished,
 )
 from domain.book import FinishedNotice
 from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict
@@ -148,6 +151,18 @@ async def finalize_outcome(final: Finalize) -> Finalized:
     return Finalized(applied=True, summary=final.explanation[:100], result_dir="/tmp/x")
 
 
+@activity.defn(name="finalize_and_hand_back")
+async def finalize_and_hand_back(hand_back: HandBack) -> HandedBack:
+    """The write and the reset's first try recorded as above, with the real notice to the recording coordinator
+    between them; a refused reset is left to reset_session, as the real activity leaves a failed one."""
+    finalized = await finalize_outcome(hand_back.final)
+    await tell_finished(TellFinished(owner=hand_back.final.row.owner, notice=hand_back.notice))
+    if hand_back.reset is None or script().reset_refused:
+        return HandedBack(finalized=finalized, reset=False)
+    script().calls.append(("reset", hand_back.reset))
+    return HandedBack(finalized=finalized, reset=True)
+
+
 @workflow.defn(name="RecordingCoordinator")
 class RecordingCoordinator:
     """Stands in for the coordinator: it records what the helper tells it."""
@@ -192,6 +207,7 @@ async def run(time_env: WorkflowEnvironment) -> AsyncIterator[Run]:
         recover_session,
         mark_closed,
         finalize_outcome,
+        finalize_and_hand_back,
         tell_finished,  # the real one: it signals the recording coordinator below
     ]
     async with Worker(
