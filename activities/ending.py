@@ -26,6 +26,10 @@ class EndingActivities:
     @activity.defn(name="finalize_and_hand_back")
     async def finalize_and_hand_back(self, hand_back: HandBack) -> HandedBack:
         finalized = await self.rows.finalize_outcome(hand_back.final)
-        await tell_finished(TellFinished(owner=hand_back.final.row.owner, notice=hand_back.notice))
-        reset = hand_back.reset is not None and await self.session.reset_once(hand_back.reset)
+        notice, ref = hand_back.notice, hand_back.reset
+        if finalized.already is not None:  # the outcome written first is the one the coordinator hears of
+            notice = notice.model_copy(update={"kind": finalized.already.kind})
+            ref = ref.model_copy(update={"outcome_kind": finalized.already.kind}) if ref is not None else None
+        await tell_finished(TellFinished(owner=hand_back.final.row.owner, notice=notice))
+        reset = ref is not None and await self.session.reset_once(ref)
         return HandedBack(finalized=finalized, reset=reset)

@@ -24,6 +24,7 @@ from domain.activity_io import (
     MarkClosed,
     RemovedRows,
     RemoveRows,
+    WrittenOutcome,
 )
 from domain.bounds import ROW_ACTIONS_MAX, first
 from domain.follow import authorization_text
@@ -109,6 +110,8 @@ class RowActivities:
         """The one finalizer's write: full text to the result directory, then the row (R18, R19)."""
         key = final.row
         row = await admitted_row(self.store, key.owner, key.helper_id, key.seq)
+        if row.outcome_kind is not None:
+            return await self._already_final(row)
         usage = final.usage or Usage(steps=row.steps, work_tokens=row.work_tokens, input_tokens=row.input_tokens)
         directory = Path(row.result_dir)
         whole = await asyncio.to_thread(self._whole_session, directory, final)
@@ -177,6 +180,25 @@ class RowActivities:
                 "stale finalization of %s/%s at generation %s ignored", key.owner, key.helper_id, key.generation
             )
         return Finalized(applied=applied, summary=summary, result_dir=str(directory))
+
+    async def _already_final(self, row: HelperRow) -> Finalized:
+        """The row has its outcome: this finalization runs again, because a workflow task that ran its local
+        activities was lost (the worker died before completing it) and its retry runs them anew, or because the
+        activity's own retry follows an attempt that wrote. The first outcome stays, files and row (R19): the
+        retry may see another world (a session the first run reset is gone), and the owner may have read it."""
+        assert row.outcome_kind is not None
+        recorded = await asyncio.to_thread(self.results.read_outcome, Path(row.result_dir)) or {}
+        explanation = recorded.get("explanation")
+        explanation = explanation if isinstance(explanation, str) else ""
+        log.info("%s/%s is final already (%s): that outcome stays", row.owner, row.helper_id, row.outcome_kind.value)
+        return Finalized(
+            applied=False,
+            summary=row.summary or "",
+            result_dir=row.result_dir,
+            already=WrittenOutcome(
+                kind=row.outcome_kind, explanation=explanation if isinstance(explanation, str) else ""
+            ),
+        )
 
     def _whole_session(self, directory: Path, final: Finalize) -> WholeSession | None:
         """The followed session's last snapshot from the result directory, if it is this helper's session."""

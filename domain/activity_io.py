@@ -257,10 +257,18 @@ class Finalize(BaseModel):
     )
 
 
+class WrittenOutcome(BaseModel):
+    """The outcome a row already had when a finalization ran again: it stays, and the workflow takes it (R19)."""
+
+    kind: OutcomeKind
+    explanation: str = ""
+
+
 class Finalized(BaseModel):
     applied: bool
     summary: str
     result_dir: str
+    already: WrittenOutcome | None = None
 
 
 class HandBack(BaseModel):

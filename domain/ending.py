@@ -61,8 +61,13 @@ class Ending:
 
     @property
     def row_state(self) -> RowState:
-        # A closed helper reports nothing (R21); every other outcome waits to be told (R26).
-        return RowState.CLOSED if self.kind is OutcomeKind.CLOSED else RowState.UNREPORTED
+        return row_state_of(self.kind)
+
+
+def row_state_of(kind: OutcomeKind) -> RowState:
+    """The row's state when its outcome is written: a closed helper reports nothing (R21); every other outcome
+    waits to be told (R26)."""
+    return RowState.CLOSED if kind is OutcomeKind.CLOSED else RowState.UNREPORTED
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ STATE_WRITES: Final = {
     "recover_session": "open",
     "mark_closed": "close",
     "finalize_outcome": "finalize",
+    "finalize_and_hand_back": "finalize",
     "coordinator_write": "coordinator",
 }
 STORE_OPERATIONS: Final = frozenset(

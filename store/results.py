@@ -64,6 +64,13 @@ class ResultDirectories:
             return None
         return loaded if isinstance(loaded, dict) else None
 
+    def read_outcome(self, directory: Path) -> dict[str, Any] | None:
+        try:
+            loaded = json.loads((directory / OUTCOME_JSON).read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return None
+        return loaded if isinstance(loaded, dict) else None
+
     def read_text(self, directory: Path) -> str | None:
         try:
             return (directory / OUTCOME_TEXT).read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.session import SessionActivities
     from domain.activity_io import Finalize, HandBack, HelperStart, RecoverSession, RowKey, SessionRef, TellFinished
     from domain.book import FinishedNotice
-    from domain.ending import Ending
+    from domain.ending import Ending, row_state_of
     from domain.ending_texts import explain
     from domain.follow import FollowResult
     from domain.limits import kept_until
@@ -126,9 +126,16 @@ class HelperEnding:
             handed = await workflow.execute_local_activity_method(
                 EndingActivities.finalize_and_hand_back, hand_back, **options.STORE_WRITE
             )
-            reset_done = handed.reset
+            finalized, reset_done = handed.finalized, handed.reset
         else:
-            await workflow.execute_local_activity_method(RowActivities.finalize_outcome, final, **options.STORE_WRITE)
+            finalized = await workflow.execute_local_activity_method(
+                RowActivities.finalize_outcome, final, **options.STORE_WRITE
+            )
+        if finalized.already is not None:
+            # This task runs again after a lost one had written the outcome: the row's outcome stays, and the
+            # workflow ends with it (R19).
+            kind, explanation = finalized.already.kind, finalized.already.explanation
+            state = row_state_of(kind)
         self.outcome = kind
         self.explanation = explanation
         self.state = state

@@ -6,18 +6,25 @@ helper's history, and what happens when the reset in it fails or hangs.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities.rows import RowActivities
 from activities.session import CLEANUP_ATTEMPTS, FIRST_RESET_MAX_S
 from contracts.core_api import SessionStatus
+from domain.activity_io import Finalize, RowKey, WrittenOutcome
+from domain.limits import Limits
 from domain.outcome import OutcomeKind
+from domain.rows import HelperRow, RowState
 from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
+from store.results import ResultDirectories
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, helper_request, history_events, local_activity_name
 from tests.integration.stack import time_stack
@@ -92,3 +99,57 @@ async def test_a_hanging_reset_holds_the_ending_no_longer_than_its_bound(time_en
         reset_session_after = time.monotonic() - started
     assert finalized_after < FIRST_RESET_MAX_S  # the outcome is written before the reset is tried
     assert reset_session_after < FIRST_RESET_MAX_S + 5  # the first try gave up at its bound
+
+
+async def test_a_finalization_run_again_keeps_the_first_outcome(tmp_path: Path) -> None:
+    """R19: a workflow task that ran its local activities is lost (the worker died before completing it), and
+    its retry runs them anew in another world: the session the first run reset is gone, so the retry decides
+    "interrupted". The row, its files and the workflow keep the first outcome, written once."""
+    store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
+    results = ResultDirectories(tmp_path / "results")
+    rows = RowActivities(store, results, keep_ms=86_400_000)
+    env = ActivityEnvironment()
+    now = datetime.now(UTC)
+    directory = results.path_for("vic", "h1", 1)
+    await store.insert_admitted(
+        HelperRow(
+            owner="vic",
+            helper_id="h1",
+            seq=1,
+            state=RowState.RUNNING,
+            task="Find the Q3 report",
+            language="en",
+            model="scripted",
+            limits=Limits(),
+            result_dir=str(directory),
+            admitted_at=now,
+            generation=2,
+            updated_at=now,
+        )
+    )
+
+    def final(kind: OutcomeKind, explanation: str) -> Finalize:
+        return Finalize(
+            row=RowKey(owner="vic", helper_id="h1", seq=1, generation=3),
+            kind=kind,
+            state=RowState.UNREPORTED,
+            language="en",
+            model="scripted",
+            explanation=explanation,
+            summary_max=1_500,
+            finished_at=now,
+        )
+
+    try:
+        first = await env.run(rows.finalize_outcome, final(OutcomeKind.COMPLETED, ""))
+        text = await asyncio.to_thread((directory / "outcome.md").read_text)
+        again = await env.run(rows.finalize_outcome, final(OutcomeKind.INTERRUPTED, "the core lost the session"))
+        row = await store.get("vic", "h1")
+        usage = await store.usage("vic")
+    finally:
+        await store.close()
+    assert first.applied and first.already is None
+    assert not again.applied and again.already == WrittenOutcome(kind=OutcomeKind.COMPLETED, explanation="")
+    assert row is not None and row.outcome_kind is OutcomeKind.COMPLETED
+    assert await asyncio.to_thread((directory / "outcome.md").read_text) == text
+    assert [line.outcome_kind for line in usage] == [OutcomeKind.COMPLETED]

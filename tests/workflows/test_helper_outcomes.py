@@ -38,6 +38,7 @@ from domain.activity_io import (
     RecoverSession,
     SessionRef,
     TellFinished,
+    WrittenOutcome,
 )
 from domain.book import FinishedNotice
 from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict
@@ -47,7 +48,7 @@ from domain.rows import RowState
 from domain.work import Usage
 from protocol.errors import ErrorType
 from protocol.messages import CLOSE, HELPER_CLOSED, HELPER_FINISHED, HelperResult, Token
-from protocol.names import coordinator_id, helper_workflow_id
+from protocol.names import HELPER_OUTCOME, coordinator_id, helper_workflow_id
 from workflows.helper import HelperWorkflow
 
 LIMITS = Limits(deadline_ms=60_000, grace_ms=30_000)
@@ -67,6 +68,7 @@ class Script:
     open_delay_s: float = 0.0  # the first create takes this long (real time: it holds the workflow task)
     cancel_stops: bool = True
     looked: FollowResult | None = None  # what the open's first look saw (a verdict), if anything
+    already: WrittenOutcome | None = None  # the row's outcome, written by an earlier run of the finalization
     look_cursor: FollowCursor | None = None
     calls: list[tuple[str, Any]] = field(default_factory=list)
     finals: list[Finalize] = field(default_factory=list)
@@ -148,6 +150,8 @@ async def mark_closed(close: MarkClosed) -> bool:
 async def finalize_outcome(final: Finalize) -> Finalized:
     script().calls.append(("finalize", final))
     script().finals.append(final)
+    if script().already is not None:
+        return Finalized(applied=False, summary="", result_dir="/tmp/x", already=script().already)
     return Finalized(applied=True, summary=final.explanation[:100], result_dir="/tmp/x")
 
 
@@ -156,7 +160,10 @@ async def finalize_and_hand_back(hand_back: HandBack) -> HandedBack:
     """The write and the reset's first try recorded as above, with the real notice to the recording coordinator
     between them; a refused reset is left to reset_session, as the real activity leaves a failed one."""
     finalized = await finalize_outcome(hand_back.final)
-    await tell_finished(TellFinished(owner=hand_back.final.row.owner, notice=hand_back.notice))
+    notice = hand_back.notice
+    if finalized.already is not None:
+        notice = notice.model_copy(update={"kind": finalized.already.kind})
+    await tell_finished(TellFinished(owner=hand_back.final.row.owner, notice=notice))
     if hand_back.reset is None or script().reset_refused:
         return HandedBack(finalized=finalized, reset=False)
     script().calls.append(("reset", hand_back.reset))
@@ -271,6 +278,24 @@ async def test_completed(run: Run) -> None:
     assert kind == OutcomeKind.COMPLETED and final.state is RowState.UNREPORTED and final.explanation == ""
     assert told == ["finished:completed"]
     assert script().names() == ["open", "follow", "finalize", "reset"]
+
+
+async def test_an_outcome_written_by_a_lost_task_is_the_one_the_workflow_ends_with(run: Run) -> None:
+    """R19: the finalization finds the row final already (a workflow task that ran it was lost, and this run
+    decided otherwise: the session it looks at was reset by the lost one): the workflow's result, its search
+    attributes and the coordinator's notice take the written outcome."""
+    script().follow = [FollowResult(verdict=Verdict.LOST, error="no session s-1")]
+    script().already = WrittenOutcome(kind=OutcomeKind.COMPLETED, explanation="")
+    handle = await run.env.client.start_workflow(
+        HelperWorkflow.run, _start(run.owner), id=helper_workflow_id(run.owner, "h1"), task_queue=run.task_queue
+    )
+    result = await asyncio.wait_for(handle.result(), RESULT_WAIT_S)
+    told = await run.env.client.get_workflow_handle(coordinator_id(run.owner)).query(RecordingCoordinator.told)
+    description = await handle.describe()
+    assert script().finals[0].kind is OutcomeKind.INTERRUPTED  # what this run decided
+    assert isinstance(result, HelperResult) and (result.outcome, result.reason) == (OutcomeKind.COMPLETED, "")
+    assert told == ["finished:completed"]
+    assert description.typed_search_attributes.get(HELPER_OUTCOME) == "completed"
 
 
 async def test_a_quick_helper_opens_in_its_first_task_and_ends_in_its_second(run: Run) -> None:
