@@ -53,7 +53,7 @@ async def serving_answers(handler: Handler) -> AsyncIterator[str]:
         await sent.write_eof()
         return sent
 
-    server = web.Server(answer)
+    server = web.Server(answer, access_log=None)  # the client under test is what a test watches
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, HOST, 0)
