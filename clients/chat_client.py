@@ -99,7 +99,7 @@ class ChatClient:
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
             raise _NotSent(_named(error)) from None
         except TimeoutError:
-            raise aiohttp.ServerTimeoutError(f"no answer within {self._timeout_s:g} s") from None
+            raise TimeoutError(f"no answer within {self._timeout_s:g} s") from None  # an OSError, as the callers catch
 
 
 def _named(error: BaseException) -> str:

@@ -121,7 +121,7 @@ class HelperEnding:
             hand_back = HandBack(
                 final=final,
                 notice=notice,
-                reset=self._session_ref().model_copy(update={"outcome_kind": kind}) if self.session_id else None,
+                reset=self._reset_ref(kind) if self.session_id else None,
             )
             handed = await workflow.execute_local_activity_method(
                 EndingActivities.finalize_and_hand_back, hand_back, **options.STORE_WRITE
@@ -160,7 +160,7 @@ class HelperEnding:
             cleanup.append(
                 workflow.execute_activity_method(
                     SessionActivities.reset_session,
-                    self._session_ref().model_copy(update={"outcome_kind": kind}),
+                    self._reset_ref(kind),
                     summary="reset the session (cleanup)",
                     **options.core_call(start.check_ms),
                 )
@@ -179,12 +179,16 @@ class HelperEnding:
             steps.append(self._reset(kind))
         await asyncio.gather(*steps)
 
+    def _reset_ref(self, kind: OutcomeKind) -> SessionRef:
+        """The session to reset, with the outcome that says whether a follow-up may keep it instead."""
+        return self._session_ref().model_copy(update={"outcome_kind": kind})
+
     async def _reset(self, kind: OutcomeKind) -> bool:
         """Cleanup (R20): a core that refuses the reset leaves the outcome as it is."""
         try:
             return await workflow.execute_local_activity_method(
                 SessionActivities.reset_session,
-                self._session_ref().model_copy(update={"outcome_kind": kind}),
+                self._reset_ref(kind),
                 **options.cleanup_call(self.start.check_ms),
             )
         except CALL_FAILED as error:
