@@ -232,7 +232,8 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
 
 
 def _read(source: Any, owners: Iterator[str], states: list[RowState] | None) -> Callable[[], Awaitable[Any]]:
-    return lambda: source.rows(next(owners), states)
+    # What `list` and `unreported` read: the views (`store.row_reads.VIEW_COLUMNS`), not whole rows.
+    return lambda: source.views(next(owners), states)
 
 
 async def _engine_select_one(store: HelperStore) -> None:

@@ -22,7 +22,7 @@ from store.row_reads import SqliteRowReader, bare_store_address, open_bare_reade
 class RowSource(Protocol):
     """What the reads need of a store: `HelperStore` (SQLAlchemy) or a bare-driver reader (`store.row_reads`)."""
 
-    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]: ...
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]: ...
 
     async def get(self, owner: str, helper_id: str) -> HelperRow | None: ...
 
@@ -45,12 +45,6 @@ class UsageReport(BaseModel):
     owner: str
     helpers: list[UsageLine]
     by_model: list[UsageTotal]
-
-
-def _ahead(row: HelperRow, waiting_seqs: list[int]) -> int | None:
-    if row.state is not RowState.WAITING:
-        return None
-    return sum(1 for seq in waiting_seqs if seq < row.seq)
 
 
 def _unopened(settings: Settings, error: BaseException) -> Unavailable:
@@ -136,9 +130,7 @@ class StoreReader:
 
     async def list_helpers(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
         check_ids(owner, [])
-        rows = await self.store.rows(owner, states)
-        waiting = [r.seq for r in rows if r.state is RowState.WAITING]
-        return [self._view(row, ahead=_ahead(row, waiting)) for row in rows]
+        return await self.store.views(owner, states)
 
     async def show(self, owner: str, helper_id: str) -> HelperView:
         check_ids(owner, [helper_id])

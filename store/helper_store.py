@@ -20,11 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, RowState
+from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
 from observability.recording import BY_ACTIVITY, store_write
 from store.database import check_schema, create_engine, migrate
 from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
+from store.row_reads import VIEW_COLUMNS, listed_views
 from store.statements import (
     WRITABLE,
     Prepared,
@@ -363,6 +364,15 @@ class HelperStore:
         async with self.engine.connect() as connection:
             result = await connection.execute(statement)
             return [to_row(record) for record in result.mappings()]
+
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        """What `list` shows of one owner's rows (in some states): `store.row_reads.VIEW_COLUMNS` only."""
+        columns = [row_table.c[name] for name in VIEW_COLUMNS]
+        statement = select(*columns).where(row_table.c.owner == owner).order_by(row_table.c.seq)
+        if states is not None:
+            statement = statement.where(row_table.c.state.in_([s.value for s in states]))
+        async with self.engine.connect() as connection:
+            return listed_views((await connection.execute(statement)).mappings())
 
     async def ahead(self, owner: str, seq: int) -> int:
         """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""

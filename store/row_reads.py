@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
-from domain.rows import HelperRow, RowState
+from domain.rows import HelperRow, HelperView, RowState
 from store.records import UsageLine
 from store.revisions import check_revision
 
@@ -70,6 +70,29 @@ USAGE_COLUMNS = (
     "input_tokens",
     "started_at",
     "finished_at",
+)
+# What a listing shows of a row (`HelperView`'s columns) and `seq`, for a waiting helper's place: `list` and
+# `unreported` read no more, so Iva's per-turn read decodes a third of the columns (R43).
+VIEW_COLUMNS = (
+    "seq",
+    "helper_id",
+    "state",
+    "goal_id",
+    "steps",
+    "work_tokens",
+    "input_tokens",
+    "model",
+    "outcome_kind",
+    "summary",
+    "admitted_at",
+    "started_at",
+    "deadline_at",
+    "finished_at",
+    "delivered_at",
+    "result_dir",
+    "actions",
+    "follow_up_of",
+    "followed_up_by",
 )
 JSON_COLUMNS = frozenset({"boundary", "limits", "actions"})
 DATETIME_COLUMNS = frozenset(
@@ -151,9 +174,11 @@ def _marks(dialect: Dialect, count: int, first: int = 1) -> list[str]:
     return ["?"] * count if dialect == "sqlite" else [f"${number}" for number in range(first, first + count)]
 
 
-def rows_query(dialect: Dialect, owner: str, states: Sequence[str] | None) -> tuple[str, list[Any]]:
+def rows_query(
+    dialect: Dialect, owner: str, states: Sequence[str] | None, columns: Sequence[str] = HELPER_ROW_COLUMNS
+) -> tuple[str, list[Any]]:
     """One owner's rows (in some states), in admission order: the owner-first index (R43)."""
-    sql = f"SELECT {', '.join(HELPER_ROW_COLUMNS)} FROM helper_rows WHERE owner = {_marks(dialect, 1)[0]}"
+    sql = f"SELECT {', '.join(columns)} FROM helper_rows WHERE owner = {_marks(dialect, 1)[0]}"
     parameters: list[Any] = [owner]
     if states is not None:
         sql += f" AND state IN ({', '.join(_marks(dialect, len(states), 2))})" if states else " AND 1 = 0"
@@ -207,6 +232,20 @@ def _decoded(record: Mapping[str, Any]) -> dict[str, Any]:
 def helper_row(record: Mapping[str, Any]) -> HelperRow:
     """A helper row as `HelperStore` decodes it."""
     return HelperRow.model_validate(_decoded(record))
+
+
+def listed_views(records: Iterable[Mapping[Any, Any]]) -> list[HelperView]:
+    """A listing from records of `VIEW_COLUMNS` (from either driver, or SQLAlchemy's), each waiting helper with its
+    place in the queue: the waiting helpers admitted before it (R4, R6)."""
+    decoded = [_decoded(record) for record in records]
+    waiting = [data["seq"] for data in decoded if data["state"] == RowState.WAITING.value]
+    views = []
+    for data in decoded:
+        seq = data.pop("seq")
+        if data["state"] == RowState.WAITING.value:
+            data["ahead"] = sum(1 for other in waiting if other < seq)
+        views.append(HelperView.model_validate(data))
+    return views
 
 
 def usage_line(record: Mapping[str, Any]) -> UsageLine:
@@ -263,6 +302,10 @@ class SqliteRowReader:
         values = None if states is None else [state.value for state in states]
         return [helper_row(record) for record in await self._records(*rows_query("sqlite", owner, values))]
 
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        values = None if states is None else [state.value for state in states]
+        return listed_views(await self._records(*rows_query("sqlite", owner, values, VIEW_COLUMNS)))
+
     async def get(self, owner: str, helper_id: str) -> HelperRow | None:
         records = await self._records(*row_query("sqlite", owner, helper_id))
         return helper_row(records[0]) if records else None
@@ -313,6 +356,10 @@ class PostgresRowReader:
     async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
         values = None if states is None else [state.value for state in states]
         return [helper_row(record) for record in await self._records(*rows_query("postgresql", owner, values))]
+
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        values = None if states is None else [state.value for state in states]
+        return listed_views(await self._records(*rows_query("postgresql", owner, values, VIEW_COLUMNS)))
 
     async def get(self, owner: str, helper_id: str) -> HelperRow | None:
         records = await self._records(*row_query("postgresql", owner, helper_id))

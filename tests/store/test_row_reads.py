@@ -21,13 +21,14 @@ from sqlalchemy.engine import make_url
 
 from contracts.core_api import Action
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, RowState
+from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
 from store.database import SchemaNotCurrent
 from store.helper_store import HelperStore, RowChanges, row_table
 from store.row_reads import (
     HELPER_ROW_COLUMNS,
     USAGE_COLUMNS,
+    VIEW_COLUMNS,
     PostgresRowReader,
     SqliteRowReader,
     ahead_query,
@@ -114,6 +115,9 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
             assert await reader.rows(owner) == await store.rows(owner)
             for states in ([RowState.UNREPORTED], [RowState.WAITING, RowState.RUNNING], []):
                 assert await reader.rows(owner, states) == await store.rows(owner, states)
+            for some in (None, [RowState.UNREPORTED], [RowState.WAITING, RowState.RUNNING], []):
+                views = await reader.views(owner, some)
+                assert views == await store.views(owner, some) == _views_of(await store.rows(owner, some))
             for helper_id in ("h1", "h3", "g1", "missing"):
                 assert await reader.get(owner, helper_id) == await store.get(owner, helper_id)
             for seq in (1, 9, 10):
@@ -122,6 +126,24 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
         listed = await reader.rows("anna")
         assert [r.seq for r in listed] == sorted(r.seq for r in listed) and len(listed) == 6
         assert all(isinstance(r, HelperRow) and r.admitted_at.tzinfo is not None for r in listed)
+        places = {view.helper_id: view.ahead for view in await reader.views("anna")}
+        assert places == {"h1": 0, "h2": None, "h3": None, "h4": None, "h5": None, "g1": 1}
+        [unreported] = await reader.views("anna", [RowState.UNREPORTED])
+        assert unreported.actions[0].whom == "bob@example.com" and unreported.finished_at == T0 + timedelta(minutes=5)
+
+
+def _views_of(rows: list[HelperRow]) -> list[HelperView]:
+    """What a listing showed when it read whole rows: each row's public part, a waiting one with its place."""
+    waiting = [r.seq for r in rows if r.state is RowState.WAITING]
+    return [
+        HelperView.model_validate(
+            {
+                **row.model_dump(exclude={"last_message"}),
+                "ahead": sum(1 for s in waiting if s < row.seq) if row.state is RowState.WAITING else None,
+            }
+        )
+        for row in rows
+    ]
 
 
 async def test_the_bare_schema_check_is_the_stores(store_url: str) -> None:
@@ -153,6 +175,9 @@ def test_the_bare_columns_are_the_tables() -> None:
     assert list(HELPER_ROW_COLUMNS) == mapped
     assert list(USAGE_COLUMNS) == [column.name for column in cast(Table, UsageRecord.__table__).columns]
     assert set(HELPER_ROW_COLUMNS) == set(HelperRow.model_fields)
+    # A listing reads what a view shows, and seq for the places in the queue.
+    shown = set(HelperView.model_fields) - {"ahead", "last_message", "full_text"}
+    assert set(VIEW_COLUMNS) == shown | {"seq"} and set(VIEW_COLUMNS) <= set(mapped)
 
 
 @pytest.mark.parametrize(
@@ -160,6 +185,7 @@ def test_the_bare_columns_are_the_tables() -> None:
     [
         ("unreported", lambda dialect: rows_query(dialect, "anna", [RowState.UNREPORTED.value])),
         ("list", lambda dialect: rows_query(dialect, "anna", None)),
+        ("unreported views", lambda dialect: rows_query(dialect, "anna", ["unreported"], VIEW_COLUMNS)),
         ("show", lambda dialect: row_query(dialect, "anna", "h3")),
         ("place in the queue", lambda dialect: ahead_query(dialect, "anna", 7)),
     ],
