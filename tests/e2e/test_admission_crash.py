@@ -66,6 +66,9 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = (AFTER_ROW, AFTER_START, AFTER_RETURN)
 REPEATS = 2  # crashes per point; each costs about 10 s (the admission activity's or the workflow task's timeout)
+# Crashes more at a point whose race (the helper finished before its admission was answered) no case met yet:
+# on a loaded machine the respawned worker can be slow enough that the killed task is retried first.
+EXTRA_FOR_THE_RACE = 2
 OWNER = f"crash-{uuid.uuid4().hex[:8]}"  # one coordinator per test run, even on a shared dev server
 EARLY_NOTICE_LOG = "finished before its admission was recorded"
 WFT_TIMED_OUT = EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
@@ -296,10 +299,6 @@ async def _crash_admission(
     case.to_final = time.monotonic() - respawned
     case.helper_task_timeouts, closed_at = await _check_once(client, settings, core_db, case.helper_id)
     case.finished_early = closed_at < case.answered_at
-    if case.point != AFTER_ROW:
-        # The race of issue 8 happened: the helper finished, and told the coordinator, before the replayed
-        # admission was recorded (the starter is answered only after that).
-        assert case.finished_early, f"{case.helper_id} closed at {closed_at}, answered at {case.answered_at}"
 
 
 def _settings(dev_env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_url: str) -> Settings:
@@ -351,18 +350,23 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
 ):
     """R4, R9, R19, R25: the worker dies after the row is written, after the helper workflow is started (both in
     the admission's activity), and after the `admit` handler returned (before the coordinator's task completed),
-    twice each; every helper has one run, one core session and one outcome, no workflow task fails, and the one
-    slot is free for the next helper every time."""
+    twice each (more while the race of issue 8 did not happen there); every helper has one run, one core session
+    and one outcome, no workflow task fails, and the one slot is free for the next helper every time."""
     began = time.monotonic()
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()
     core_db = tmp_path / "core.sqlite3"
-    cases = [Case(point, f"{point.replace('_', '-')}-{n}") for point in POINTS for n in range(1, REPEATS + 1)]
+    cases: list[Case] = []
     async with _crash_stack(dev_env, tmp_path, crash_dir) as (settings, worker, client):
         await _admit_and_finish(client, "warm-up")
         await _check_once(client, settings, core_db, "warm-up")
-        for case in cases:
-            await _crash_admission(client, worker, settings, crash_dir, core_db, case)
+        for point in POINTS:
+            for n in range(1, REPEATS + EXTRA_FOR_THE_RACE + 1):
+                if n > REPEATS and (point == AFTER_ROW or any(c.finished_early for c in cases if c.point == point)):
+                    break
+                case = Case(point, f"{point.replace('_', '-')}-{n}")
+                cases.append(case)
+                await _crash_admission(client, worker, settings, crash_dir, core_db, case)
         after = await _admit_and_finish(client, "after-all")
         assert after.outcome_kind is OutcomeKind.COMPLETED
         await _check_once(client, settings, core_db, "after-all")
@@ -385,6 +389,10 @@ async def test_a_worker_killed_at_each_step_of_an_admission_runs_each_helper_onc
         f" failed; early finished notices applied on replay: {early_notices}"
     )
     assert coordinator[WFT_FAILED] == 0, "a coordinator workflow task failed (non-determinism on replay?)"
+    for point in (AFTER_START, AFTER_RETURN):
+        # The race of issue 8 happened at this point: the helper finished, and told the coordinator, before the
+        # replayed admission was recorded (the starter is answered only after that).
+        assert any(case.finished_early for case in cases if case.point == point), f"no race at {point}"
     # A crash in the admission's activity times that activity out (it is retried); a crash after the handler
     # returned kills the coordinator's task: at least one timeout each.
     in_activity = [case for case in cases if case.point in (AFTER_ROW, AFTER_START)]
