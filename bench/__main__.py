@@ -1,11 +1,13 @@
 """Every bench in one run, then the figures beside their baselines (`make bench`).
 
-    .venv/bin/python -m bench [--quick] [--only NAME,...]
+    .venv/bin/python -m bench [--quick | --smoke] [--only NAME,...]
 
 Each bench runs as its own process (they start dev servers and workers of their own) and prints its figures;
 the lines that compare the project with a baseline (`project … | baseline … | ratio …`) are gathered at the
 end into one table. Nothing here asserts: a bench prints what it measured, on this machine, in this run.
-`--quick` runs smaller samples (a few minutes in all); the full run takes about 20 minutes.
+`--quick` runs smaller samples (a few minutes in all); the full run takes about 20 minutes. `--smoke` runs each
+bench on a few samples, only to show that it still runs end to end (`tests/e2e/test_benches.py`); its figures
+mean nothing.
 """
 
 from __future__ import annotations
@@ -26,17 +28,33 @@ class Bench:
     module: str
     arguments: tuple[str, ...]
     quick_arguments: tuple[str, ...]
+    smoke_arguments: tuple[str, ...]  # only to see it run: tests/e2e/test_benches.py
     about: str
 
 
 BENCHES = (
-    Bench("starter", "bench.starter", (), ("--runs", "10"), "helper-starter as one process per call (R43)"),
-    Bench("admission", "bench.admission", ("--samples", "200"), ("--samples", "50"), "HelperClient.start (R43)"),
+    Bench(
+        "starter",
+        "bench.starter",
+        (),
+        ("--runs", "10"),
+        ("--runs", "2"),
+        "helper-starter as one process per call (R43)",
+    ),
+    Bench(
+        "admission",
+        "bench.admission",
+        ("--samples", "200"),
+        ("--samples", "50"),
+        ("--samples", "5"),
+        "HelperClient.start (R43)",
+    ),
     Bench(
         "reads",
         "bench.reads",
         ("--sizes", "1000x20,50000x20", "--postgres", POSTGRES_URL),
         ("--sizes", "1000x20", "--postgres", POSTGRES_URL),
+        ("--sizes", "20x5", "--samples", "5", "--postgres", POSTGRES_URL),
         "unreported and list among many owners, SQLite and PostgreSQL (R43)",
     ),
     Bench(
@@ -44,14 +62,23 @@ BENCHES = (
         "bench.store_thread",
         ("--postgres", POSTGRES_URL),
         ("--writes", "500"),
+        ("--writes", "50", "--postgres", POSTGRES_URL),
         "a store write: the store's thread against aiosqlite (SQLite), run_sync (PostgreSQL)",
     ),
-    Bench("helper_rate", "bench.helper_rate", (), ("--helpers", "100"), "helpers per second, CPU per helper"),
+    Bench(
+        "helper_rate",
+        "bench.helper_rate",
+        (),
+        ("--helpers", "100"),
+        ("--helpers", "20", "--parallel", "4"),
+        "helpers per second, CPU per helper",
+    ),
     Bench(
         "helper_rate_no_sandbox",
         "bench.helper_rate",
         ("--no-sandbox",),
         ("--helpers", "100", "--no-sandbox"),
+        ("--helpers", "20", "--parallel", "4", "--no-sandbox"),
         "the same with HELPER_WORKFLOW_SANDBOX=false",
     ),
     Bench(
@@ -59,6 +86,7 @@ BENCHES = (
         "bench.observation_latency",
         ("--samples", "200"),
         ("--samples", "50"),
+        ("--samples", "3"),
         "core change to row, long poll and polling (R44)",
     ),
     Bench(
@@ -66,17 +94,27 @@ BENCHES = (
         "bench.actions",
         ("--minutes", "2"),
         ("--minutes", "1", "--paths", "partial,completed"),
+        ("--minutes", "1", "--paths", "completed"),
         "billable actions and core reads per helper (R44)",
     ),
-    Bench("one_owner", "bench.one_owner", (), ("--helpers", "300"), "one owner, many helpers: history per run"),
-    Bench("handoff", "bench.handoff", ("--rounds", "100"), ("--rounds", "20"), "slot handoff (R8)"),
-    Bench("codec_server", "bench.codec_server", (), (), "the codec server under big bodies"),
+    Bench(
+        "one_owner",
+        "bench.one_owner",
+        (),
+        ("--helpers", "300"),
+        ("--helpers", "20"),
+        "one owner, many helpers: history per run",
+    ),
+    Bench("handoff", "bench.handoff", ("--rounds", "100"), ("--rounds", "20"), ("--rounds", "3"), "slot handoff (R8)"),
+    Bench("codec_server", "bench.codec_server", (), (), ("--mib", "1"), "the codec server under big bodies"),
 )
 
 
-def run(bench: Bench, quick: bool) -> tuple[list[str], float, int]:
-    """Run one bench, echoing its output; its comparison lines, its duration and exit status."""
-    command = [sys.executable, "-m", bench.module, *(bench.quick_arguments if quick else bench.arguments)]
+def run(bench: Bench, size: str) -> tuple[list[str], float, int]:
+    """Run one bench (`size`: full, quick or smoke), echoing its output; its comparison lines, its duration and exit
+    status."""
+    arguments = {"full": bench.arguments, "quick": bench.quick_arguments, "smoke": bench.smoke_arguments}[size]
+    command = [sys.executable, "-m", bench.module, *arguments]
     print(f"\n== {bench.name}: {bench.about}\n$ {' '.join(command[1:])}", flush=True)
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -91,7 +129,9 @@ def run(bench: Bench, quick: bool) -> tuple[list[str], float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller samples: a few minutes in all")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="smaller samples: a few minutes in all")
+    sizes.add_argument("--smoke", action="store_true", help="a few samples each: does every bench still run?")
     parser.add_argument("--only", default="", help="comma-separated bench names: " + ", ".join(b.name for b in BENCHES))
     arguments = parser.parse_args()
     chosen = {name.strip() for name in arguments.only.split(",") if name.strip()}
@@ -103,7 +143,8 @@ def main() -> int:
     for bench in BENCHES:
         if chosen and bench.name not in chosen:
             continue
-        compared, seconds, status = run(bench, arguments.quick)
+        size = "quick" if arguments.quick else "smoke" if arguments.smoke else "full"
+        compared, seconds, status = run(bench, size)
         table += compared or [f"{bench.name}: (no comparison line)"]
         if status != 0:
             failed.append(f"{bench.name} (exit {status})")
