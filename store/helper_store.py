@@ -25,7 +25,7 @@ from domain.work import Usage
 from observability.recording import BY_ACTIVITY, store_write
 from store.database import check_schema, create_engine, migrate
 from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
-from store.row_reads import VIEW_COLUMNS, listed_views
+from store.row_reads import listed_views
 from store.statements import (
     WRITABLE,
     Prepared,
@@ -35,6 +35,7 @@ from store.statements import (
     kept_table,
     link_follow_up,
     now,
+    owner_rows,
     parked_table,
     plain,
     progress_update,
@@ -358,21 +359,21 @@ class HelperStore:
         return row
 
     async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
-        statement = select(row_table).where(row_table.c.owner == owner).order_by(row_table.c.seq)
-        if states is not None:
-            statement = statement.where(row_table.c.state.in_([s.value for s in states]))
-        async with self.engine.connect() as connection:
-            result = await connection.execute(statement)
-            return [to_row(record) for record in result.mappings()]
+        statement = owner_rows(owner, states)
+
+        def read(connection: Connection) -> list[HelperRow]:
+            return [to_row(record) for record in connection.execute(*statement).mappings()]
+
+        return await self.transactions.read(read)
 
     async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
         """What `list` shows of one owner's rows (in some states): `store.row_reads.VIEW_COLUMNS` only."""
-        columns = [row_table.c[name] for name in VIEW_COLUMNS]
-        statement = select(*columns).where(row_table.c.owner == owner).order_by(row_table.c.seq)
-        if states is not None:
-            statement = statement.where(row_table.c.state.in_([s.value for s in states]))
-        async with self.engine.connect() as connection:
-            return listed_views((await connection.execute(statement)).mappings())
+        statement = owner_rows(owner, states, view=True)
+
+        def read(connection: Connection) -> list[HelperView]:
+            return listed_views(connection.execute(*statement).mappings())
+
+        return await self.transactions.read(read)
 
     async def ahead(self, owner: str, seq: int) -> int:
         """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""

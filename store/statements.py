@@ -32,6 +32,7 @@ from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.records import KeptSession
+from store.row_reads import VIEW_COLUMNS
 from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
 
 row_table = cast(Table, HelperRowRecord.__table__)
@@ -151,6 +152,29 @@ _ROW_BY_KEY: Select[Any] = select(row_table).where(
 
 def row_by_key(owner: str, helper_id: str) -> Prepared:
     return _ROW_BY_KEY, {"key_owner": owner, "key_helper_id": helper_id}
+
+
+# One owner's rows, whole or a view's columns, in admission order, in some states or all: `rows`, `views` and the
+# worker's reads. Built once as well: a listing built for each call spent half its time on SQLite building the
+# statement and its cache key.
+def _owner_rows(columns: Iterable[ColumnElement[Any]], in_states: bool) -> Select[Any]:
+    statement = select(*columns).where(row_table.c.owner == bindparam("list_owner")).order_by(row_table.c.seq)
+    if in_states:
+        statement = statement.where(row_table.c.state.in_(bindparam("list_states", expanding=True)))
+    return statement
+
+
+_VIEW_COLUMNS = [row_table.c[name] for name in VIEW_COLUMNS]
+_OWNER_ROWS = {in_states: _owner_rows(row_table.columns, in_states) for in_states in (False, True)}
+_OWNER_VIEWS = {in_states: _owner_rows(_VIEW_COLUMNS, in_states) for in_states in (False, True)}
+
+
+def owner_rows(owner: str, states: Iterable[RowState] | None, *, view: bool = False) -> Prepared:
+    """The rows of `owner` (in `states`, when given), or with `view` only `store.row_reads.VIEW_COLUMNS`."""
+    statements = _OWNER_VIEWS if view else _OWNER_ROWS
+    if states is None:
+        return statements[False], {"list_owner": owner}
+    return statements[True], {"list_owner": owner, "list_states": [state.value for state in states]}
 
 
 def link_follow_up(row: HelperRow, earlier: FollowedUp) -> Update:

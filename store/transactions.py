@@ -37,6 +37,11 @@ class Transactions:
             set_sqlite_pragmas(self._sync)
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
+    @property
+    def sync_engine(self) -> Engine:
+        """The engine the transactions' SQL goes through (for listeners: what the store sends)."""
+        return self._sync or self.engine.sync_engine
+
     async def write(self, work: Work[T]) -> T:
         """`work` in one transaction, committed when it returns, rolled back when it raises."""
         if self._sync is None:

@@ -25,18 +25,22 @@ OWNER_FIRST = ("ix_helper_rows_owner_state_seq", "ix_helper_rows_owner_seq", "pk
 UNREPORTED = [RowState.UNREPORTED]
 
 
-async def _statements_of(engine: AsyncEngine, read: Callable[[], Awaitable[Any]]) -> list[tuple[str, Any]]:
-    """The SQL a store read sends, with its parameters, as the driver receives them."""
+async def _statements_of(source: HelperStore, read: Callable[[], Awaitable[Any]]) -> list[tuple[str, Any]]:
+    """The SQL a store read sends, with its parameters, as the driver receives them (through the async engine or,
+    on a SQLite file, the store's own thread)."""
     sent: list[tuple[str, Any]] = []
 
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
         sent.append((statement, parameters))
 
-    event.listen(engine.sync_engine, "before_cursor_execute", capture)
+    engines = {source.engine.sync_engine, source.transactions.sync_engine}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", capture)
     try:
         await read()
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", capture)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", capture)
     return [(sql, parameters) for sql, parameters in sent if sql.lstrip().upper().startswith("SELECT")]
 
 
@@ -60,6 +64,8 @@ async def _plan(engine: AsyncEngine, sql: str, parameters: Any) -> str:
     [
         ("unreported", lambda s: s.rows("anna", UNREPORTED)),
         ("list", lambda s: s.rows("anna")),
+        ("unreported views", lambda s: s.views("anna", UNREPORTED)),
+        ("list views", lambda s: s.views("anna")),
         ("place in the queue", lambda s: s.ahead("anna", 7)),
     ],
 )
@@ -75,7 +81,7 @@ async def test_per_turn_reads_use_an_owner_first_index(
         for number in range(1, 9):
             state = [RowState.WAITING, RowState.RUNNING, RowState.UNREPORTED, RowState.DELIVERED][number % 4]
             await store.insert_admitted(row(f"h{number}", seq=number, state=state, owner=owner))
-    statements = await _statements_of(store.engine, lambda: read(store))
+    statements = await _statements_of(store, lambda: read(store))
     assert statements, f"{name} sent no SELECT"
     for sql, parameters in statements:
         plan = await _plan(store.engine, sql, parameters)

@@ -204,6 +204,23 @@ async def test_the_bare_sql_uses_an_owner_first_index(store_url: str, name: str,
         assert "SCAN helper_rows" not in plan and "TEMP B-TREE" not in plan and "Seq Scan" not in plan, plan
 
 
+@pytest.mark.postgres
+async def test_the_bare_reads_on_postgresql_never_plan_parallel_workers() -> None:
+    """R43: an owner's few rows are never worth parallel workers, which a planner without column statistics (a
+    restored dump, a table just loaded) would start for every `list`: the reader's connection turns them off."""
+    async with fresh_postgres_database(POSTGRES_URL) as url:
+        store = await HelperStore.connect(url, run_migrations=True)
+        await store.close()
+        address = bare_store_address(url)
+        assert address is not None
+        reader = await open_bare_reader(address)
+        try:
+            assert isinstance(reader, PostgresRowReader)
+            assert await reader._connection.fetchval("SHOW max_parallel_workers_per_gather") == "0"
+        finally:
+            await reader.close()
+
+
 @pytest.mark.parametrize(
     "url",
     [
