@@ -65,7 +65,11 @@ BARE_QUEUE = "bare"
 PROJECT_QUEUE = "helpers-bench"
 TARGET_RATE_RATIO = 0.5
 ITEM_TIMEOUT_S = 60
+# Issue 12 asked for at most 40 ms of worker CPU per helper when the bare worker took 13-17 ms on this kind of
+# machine (2026-11-30): ×2.4 of bare at the strictest. The machine's speed drifts (the code of that day takes
+# 167-169 ms today against its 81-89 ms then); a ratio to bare in the same run does not.
 TARGET_WORKER_CPU_MS = 40
+TARGET_WORKER_CPU_RATIO = 2.4
 
 
 # --- the bare baseline: one trivial activity per workflow -----------------------------------------------
@@ -437,7 +441,7 @@ def report(helpers: int, parallel: int, bare: list[Phase], project: list[Phase])
     print(
         f"worker CPU per completed helper{off}: project {spread([p.worker_ms for p in project])} ms | "
         f"baseline {spread([p.worker_ms for p in bare])} ms | ratio ×{cpu_ratio:.1f}  "
-        f"(target project ≤ {TARGET_WORKER_CPU_MS} ms)"
+        f"(target ≤ ×{TARGET_WORKER_CPU_RATIO} of bare: the {TARGET_WORKER_CPU_MS} ms set when bare took 16-17 ms)"
     )
     print(
         f"server CPU per completed helper{off}: project {spread([p.server_ms for p in project])} ms | "
