@@ -15,9 +15,9 @@ The target (R43: flat as owners grow) is `unreported` p99 ≤ 2× `SELECT 1`'s p
 ratio says little: `SELECT 1` is a call into the library in this process (a few microseconds), so the read's own
 decoding (rows into views) is all it shows, and the line names no target; on SQLite the target is read through
 `HelperStore`, whose `SELECT 1` goes to the store's thread and back, and flatness shows in the last lines, which
-compare each read at the largest size with the smallest. On PostgreSQL the fill ends with `VACUUM (ANALYZE)`, what autovacuum does in
-time after a bulk load (left to autovacuum, it runs during the timings); `--analyze` runs ANALYZE after the
-SQLite fill too (the runtime never does on SQLite).
+compare each read at the largest size with the smallest. On PostgreSQL the fill ends with `VACUUM (ANALYZE)`,
+what autovacuum does in time after a bulk load (left to autovacuum, it runs during the timings); `--analyze`
+runs ANALYZE after the SQLite fill too (the runtime never does on SQLite).
 """
 
 from __future__ import annotations
