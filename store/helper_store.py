@@ -1,4 +1,5 @@
-"""The store's one interface: guarded writes for activities, fast reads for the starter (R27).
+"""The store's one interface: guarded writes for activities, and the reads for the starter and Iva (R27), which
+live in `store/helper_reads.py`.
 
 Writers pass the row's admission `seq` and their `generation`. A state write applies only while the
 stored generation is not newer (the same generation again is an idempotent retry); a progress write
@@ -9,23 +10,23 @@ learns it lost without changing anything.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, HelperView, RowState
+from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from observability.recording import BY_ACTIVITY, store_write
 from store.database import check_schema, create_engine, migrate
-from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
-from store.row_reads import listed_views
+from store.helper_reads import HelperReads
+from store.records import KeptSession
 from store.statements import (
     WRITABLE,
     Prepared,
@@ -35,11 +36,8 @@ from store.statements import (
     kept_table,
     link_follow_up,
     now,
-    owner_rows,
     parked_table,
-    plain,
     progress_update,
-    row_by_key,
     row_insert,
     row_table,
     state_update,
@@ -70,7 +68,7 @@ class RowOfAnotherAdmission(ValueError):
         self.seq = seq
 
 
-class HelperStore:
+class HelperStore(HelperReads):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         # The workers' writes and the one-row read; the other reads run on `engine` directly.
@@ -340,16 +338,7 @@ class HelperStore:
             record = (await connection.execute(statement)).mappings().first()
         return None if record is None else to_kept(record)
 
-    # --- reads (the starter, Iva) ------------------------------------------------------------------
-
-    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
-        statement = row_by_key(owner, helper_id)
-
-        def read(connection: Connection) -> HelperRow | None:
-            record = connection.execute(*statement).mappings().first()
-            return None if record is None else to_row(record)
-
-        return await self.transactions.read(read)
+    # --- reads: `store.helper_reads.HelperReads`; this one guards the writers -----------------------
 
     async def admitted(self, owner: str, helper_id: str, seq: int) -> HelperRow:
         """The row of exactly this admission, or `RowGone`."""
@@ -357,51 +346,3 @@ class HelperStore:
         if row is None or row.seq != seq:
             raise RowGone(owner, helper_id, seq)
         return row
-
-    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
-        statement = owner_rows(owner, states)
-
-        def read(connection: Connection) -> list[HelperRow]:
-            return [to_row(record) for record in connection.execute(*statement).mappings()]
-
-        return await self.transactions.read(read)
-
-    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
-        """What `list` shows of one owner's rows (in some states): `store.row_reads.VIEW_COLUMNS` only."""
-        statement = owner_rows(owner, states, view=True)
-
-        def read(connection: Connection) -> list[HelperView]:
-            return listed_views(connection.execute(*statement).mappings())
-
-        return await self.transactions.read(read)
-
-    async def ahead(self, owner: str, seq: int) -> int:
-        """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""
-        statement = select(func.count()).where(
-            row_table.c.owner == owner, row_table.c.state == RowState.WAITING.value, row_table.c.seq < seq
-        )
-        async with self.engine.connect() as connection:
-            return int((await connection.execute(statement)).scalar_one())
-
-    async def usage(self, owner: str) -> list[UsageLine]:
-        table = usage_table
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
-            return [UsageLine.model_validate(plain(record)) for record in result.mappings()]
-
-    async def events(self, owner: str) -> list[ChatEvent]:
-        table = events_table
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
-            return [ChatEvent.model_validate(plain(record)) for record in result.mappings()]
-
-    async def parked(self, owner: str) -> list[ParkedSession]:
-        table = parked_table
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(table).where(table.c.owner == owner))
-            return [ParkedSession.model_validate(plain(record)) for record in result.mappings()]
-
-    async def result_dirs(self) -> set[str]:
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(row_table.c.result_dir))
-            return {str(d) for d in result.scalars()}
