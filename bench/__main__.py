@@ -138,12 +138,12 @@ def main() -> int:
     unknown = chosen - {bench.name for bench in BENCHES}
     if unknown:
         parser.error(f"unknown benches: {', '.join(sorted(unknown))}")
+    size = "quick" if arguments.quick else "smoke" if arguments.smoke else "full"
     table: list[str] = []
     failed: list[str] = []
     for bench in BENCHES:
         if chosen and bench.name not in chosen:
             continue
-        size = "quick" if arguments.quick else "smoke" if arguments.smoke else "full"
         compared, seconds, status = run(bench, size)
         table += compared or [f"{bench.name}: (no comparison line)"]
         if status != 0:
