@@ -1,8 +1,12 @@
 """The worker: runs the coordinator and helper workflows and their activities. `python worker.py`.
 
+One process polls two task queues: the workflows and the short activities on HELPER_TASK_QUEUE, and the helpers'
+follows on a queue of their own (`protocol.names.follows_task_queue`), each with its own slots, so an admission
+never waits for a slot behind the follows of running helpers.
+
 Configuration comes from the environment (see docs/configuration.md). In Kubernetes run N replicas;
-on SIGTERM the worker stops polling, lets running activities finish or heartbeat their cancellation,
-and Temporal hands the rest to the other replicas.
+on SIGTERM the worker stops polling, the follows end their attempts at once (Temporal hands each to another
+replica, which resumes from its heartbeat), and the short activities get GRACEFUL_SHUTDOWN to finish.
 """
 
 from __future__ import annotations
@@ -11,73 +15,70 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import (
-    UnsandboxedWorkflowRunner,
-    Worker,
-    WorkerDeploymentConfig,
-    WorkerDeploymentVersion,
-    WorkflowRunner,
-)
-from temporalio.worker.workflow_sandbox import SandboxRestrictions
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker, WorkerDeploymentConfig, WorkerDeploymentVersion
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.admission import AdmissionActivities
 from activities.chat import ChatActivities
-from activities.ending import EndingActivities
 from activities.goals import GoalActivities
-from activities.notices import tell_finished
 from activities.rows import RowActivities
 from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from
 from config.settings import Settings, SettingsError
-from health import serving_health
+from health import StoreGauges, serving_health
 from observability import tracing
-from observability.refusals import AdmissionRefusals
-from observability.store_gauges import StoreGauges
 from protocol.connection import connect_for
+from protocol.names import follows_task_queue
+from protocol.refusals import AdmissionRefusals
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from worker_sandbox import sandbox_runner
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.goal_check import GoalCheckWorkflow
 from workflows.helper import HelperWorkflow
 from workflows.maintenance import SweepWorkflow, ensure_sweep_schedule
-from workflows.versioned import VERSIONED_WORKFLOWS
 
 log = logging.getLogger("helper.worker")
 
 WORKFLOWS = [CoordinatorWorkflow, HelperWorkflow, GoalCheckWorkflow, SweepWorkflow]
 
-# The sandbox re-imports every module not passed through for each new workflow run: about 8 ms of CPU per helper
-# and per coordinator run, most of a short helper's sandbox cost. Our workflow modules and the layers below them
-# keep no module-level state (constants only) and are deterministic, so they are shared between runs; the sandbox
-# still gives each run its own instance and restricts builtins. The replay tests (tests/replay) and
-# tests/unit/test_worker_sandbox.py run the same workflows under the full default sandbox, which still catches
-# a non-deterministic call in workflow code.
+# The sandbox re-imports, for every workflow run, each module it does not pass through. These layers keep no
+# module-level state and are deterministic, so one import serves every run; the sandbox still gives each run its
+# own instance and restricts what workflow code may call.
 DETERMINISTIC_LAYERS = ("workflows", "domain", "protocol", "contracts", "config")
-WORKFLOW_RUNNER = sandbox_runner(SandboxRestrictions.default.with_passthrough_modules(*DETERMINISTIC_LAYERS))
-
-
-def workflow_runner(settings: Settings) -> WorkflowRunner:
-    """The sandbox (worker_sandbox.SandboxRunner), unless HELPER_WORKFLOW_SANDBOX=false. Since the runner compiles
-    its calls once and asks for serialization contexts directly, turning it off saves nothing measurable
-    (bench.helper_rate: 89.0 ms with it, 89.6 ms without, per quick helper) and loses the guard against a
-    non-deterministic call in workflow code; the tests' workers keep the sandbox, and the replay tests and
-    tests/unit/test_worker_sandbox.py put every workflow through the full default sandbox."""
-    return WORKFLOW_RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
+WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(*DETERMINISTIC_LAYERS)
+)
+# How long a starting worker tries to make its build current: the server knows a version once its worker polls.
+PROMOTE_WITHIN_S = 30.0
+# What a stopping worker gives its running activities before cancelling them. The follows end their attempts as
+# soon as shutdown begins (activities/session.py), so this serves the short activities: a core call is bounded by
+# HELPER_CHECK_MS (15 s), and one cut short is retried on another replica, so waiting longer only delays the exit.
+GRACEFUL_SHUTDOWN = timedelta(seconds=15)
+# File descriptors beyond the HTTP connections: the store's pool, Temporal's channels, the health and metrics
+# listeners, the Python runtime's own files.
+DESCRIPTORS_BESIDE_CONNECTIONS = 256
+# Heartbeats go out every 80 % of an activity's heartbeat timeout; the SDK caps that at 60 s unless told
+# otherwise. The follow's 110 s timeout (HELPER_FOLLOW_LIVENESS_MS) then sends one every 88 s: a 45-minute
+# helper's heartbeats are billable actions, and 32 of them fit its budget of 60 (R44).
+HEARTBEAT_THROTTLE = timedelta(seconds=96)
 
 
 def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
-    """uvloop's event loop where it installs (not on Windows): about 7 % less worker CPU per helper."""
+    """uvloop's event loop where it installs (not on Windows). The goal it serves: worker CPU per quick helper
+    ≤ ×3 of the bare workflow (python -m tools.bench.helper_rate)."""
     try:
         import uvloop
     except ImportError:
@@ -89,10 +90,10 @@ def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
 def activities_of(
     store: HelperStore, results: ResultDirectories, core: CoreClient, chat: ChatClient, settings: Settings
 ) -> list[object]:
+    """The short activities, on HELPER_TASK_QUEUE: everything but the follow."""
     admission = AdmissionActivities(store, results)
     rows = RowActivities(store, results, settings.policy.keep_ms)
     session = SessionActivities(store, core, results)
-    ending = EndingActivities(rows, session)
     chat_activities = ChatActivities(store, chat)
     goals = GoalActivities(settings)
     return [
@@ -102,16 +103,14 @@ def activities_of(
         rows.sweep_orphan_directories,
         rows.mark_closed,
         rows.finalize_outcome,
-        ending.finalize_and_hand_back,
         rows.coordinator_write,
         session.open_session,
-        session.follow_session,
         session.finish_session,
         session.cancel_session,
         session.reset_session,
+        session.park_session,
         session.recover_session,
         session.reset_kept_sessions,
-        tell_finished,
         chat_activities.offer_chat_event,
         chat_activities.withdraw_chat_event,
         goals.start_goal_check,
@@ -120,45 +119,130 @@ def activities_of(
 
 @contextlib.asynccontextmanager
 async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
-    """A started worker with its store and HTTP clients; everything is closed on exit."""
+    """A started worker (the workflows and short activities, and beside it the follows' worker) with its store and
+    HTTP clients; everything is closed on exit."""
+    ensure_descriptors(descriptors_needed(settings))
     store = await HelperStore.connect(settings.store_url, run_migrations=settings.migrates_on_start)
-    core = CoreClient(settings.core_url, settings.policy.check_ms)
-    chat = ChatClient(settings.chat_url, settings.policy.check_ms)
+    core = CoreClient.of_worker(settings)
+    chat = ChatClient.of_worker(settings)
     results = ResultDirectories(settings.results_dir)
     worker = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=WORKFLOWS if settings.build_id is None else VERSIONED_WORKFLOWS,  # with their versioning behaviour
-        workflow_runner=workflow_runner(settings),
+        workflows=WORKFLOWS,
+        workflow_runner=WORKFLOW_RUNNER,
         activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=settings.max_concurrent_activities,
-        # Heartbeats go out every 80 % of an activity's heartbeat timeout; the SDK caps that at 60 s unless
-        # told otherwise. The follow's 110 s timeout (HELPER_FOLLOW_LIVENESS_MS) then sends one every 88 s:
-        # a 45-minute helper's heartbeats are billable actions, and 32 of them fit its budget of 60 (R44).
-        max_heartbeat_throttle_interval=timedelta(seconds=96),
+        max_cached_workflows=cached_workflows(settings),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[AdmissionRefusals()],  # counts refused admissions outside the workflow code (no replays)
         deployment_config=deployment_of(settings),
     )
+    follows = follows_worker(client, settings, SessionActivities(store, core, results))
     try:
         # /metrics on the health port: the application's metrics, with the store-derived gauges of this task queue.
         gauges = StoreGauges(store, settings.task_queue)
-        async with worker, serving_health(settings.health_bind, store, client, gauges):
-            yield worker
+        async with worker, follows, serving_health(settings.health_bind, store, client, gauges):
+            try:
+                if settings.promote_build:
+                    await promote(client, settings)
+                yield worker
+            finally:
+                # Both at once, so a stopping worker spends its grace once, not once per queue.
+                await asyncio.gather(follows.shutdown(), worker.shutdown())
     finally:
         await core.aclose()
         await chat.aclose()
         await store.close()
 
 
-def deployment_of(settings: Settings) -> WorkerDeploymentConfig | None:
-    """Worker Versioning when HELPER_DEPLOYMENT_NAME and HELPER_BUILD_ID are set: helpers stay pinned to the
-    build they started on, the coordinator moves to the current one (workflows/versioned.py); see
-    docs/operations.md, "Rollout and rollback". Unset: an unversioned worker, as before."""
-    if settings.deployment_name is None or settings.build_id is None:
-        return None
+def follows_worker(client: Client, settings: Settings, session: SessionActivities) -> Worker:
+    """The worker of the follows' own task queue, in the same process and build as the main one: a PINNED
+    helper's follow runs on its own build like the rest of its activities."""
+    return Worker(
+        client,
+        task_queue=follows_task_queue(settings.task_queue),
+        activities=[session.follow_session],
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        max_concurrent_activities=settings.max_concurrent_follows,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        deployment_config=deployment_of(settings),
+    )
+
+
+def cached_workflows(settings: Settings) -> int:
+    """The sticky cache: a workflow run kept here takes its next task without replaying its history. Every helper
+    this replica can follow, and its owner's coordinator (an owner runs up to HELPER_MAX_RUNNING helpers): a
+    fleet whose replicas are full of follows then finds most of its running workflows cached somewhere, and each
+    follow's result or timer is one task, not a replay. An idle helper's run is small (a few timers and tasks)."""
+    follows = settings.max_concurrent_follows
+    return follows + -(-follows // settings.policy.max_running)
+
+
+def descriptors_needed(settings: Settings) -> int:
+    """File descriptors a full worker may hold: a connection to the core for every activity and follow slot, one
+    to the chat for every short activity slot, and the rest (DESCRIPTORS_BESIDE_CONNECTIONS)."""
+    return settings.max_concurrent_follows + 2 * settings.max_concurrent_activities + DESCRIPTORS_BESIDE_CONNECTIONS
+
+
+def descriptor_limit_plan(needed: int, soft: int, hard: int) -> tuple[int | None, str | None]:
+    """The soft RLIMIT_NOFILE to set (None: leave it) and a warning to log (None: none). The soft limit is raised
+    as far as the hard one allows; a hard limit below the need is the operator's to raise."""
+    unlimited = resource.RLIM_INFINITY
+    if soft == unlimited or soft >= needed:
+        return None, None
+    if hard == unlimited or hard >= needed:
+        return needed, None
+    warning = (
+        f"the process may open {hard} files (hard RLIMIT_NOFILE) but a full worker needs about {needed}: raise the "
+        "limit (ulimit -n, the container runtime's nofile) or lower HELPER_MAX_CONCURRENT_FOLLOWS"
+    )
+    return (hard if hard > soft else None), warning
+
+
+def ensure_descriptors(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    new_soft, warning = descriptor_limit_plan(needed, soft, hard)
+    if new_soft is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        log.info("file descriptor limit raised from %d to %d (a full worker needs about %d)", soft, new_soft, needed)
+    if warning is not None:
+        log.warning(warning)
+
+
+def deployment_of(settings: Settings) -> WorkerDeploymentConfig:
+    """The build this worker polls as (Worker Versioning): helpers, Goal checks and sweeps stay on the build they
+    started on; a coordinator moves to the current build when it continues as new (docs/operations.md)."""
     version = WorkerDeploymentVersion(deployment_name=settings.deployment_name, build_id=settings.build_id)
     return WorkerDeploymentConfig(version=version, use_worker_versioning=True)
+
+
+async def promote(client: Client, settings: Settings) -> None:
+    """Make this worker's build the deployment's current version, so new workflows start on it. The server refuses
+    until it has seen the build poll, so this asks again for up to PROMOTE_WITHIN_S. A server without Worker
+    Versioning (the time-skipping test server) starts every workflow on whichever worker polls: nothing to do."""
+    request = SetWorkerDeploymentCurrentVersionRequest(
+        namespace=client.namespace,
+        deployment_name=settings.deployment_name,
+        build_id=settings.build_id,
+        identity=client.identity,
+    )
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + PROMOTE_WITHIN_S
+    while True:
+        try:
+            await client.workflow_service.set_worker_deployment_current_version(request)
+            return
+        except RPCError as error:
+            if error.status is RPCStatusCode.UNIMPLEMENTED:
+                log.info("this Temporal server has no Worker Versioning: %s", error.message)
+                return
+            if loop.time() >= give_up_at:
+                raise RuntimeError(
+                    f"build {settings.build_id} of {settings.deployment_name} could not be made current: {error}"
+                ) from error
+            await asyncio.sleep(0.2)
 
 
 def _runtime(settings: Settings) -> Runtime | None:
@@ -170,7 +254,8 @@ def _runtime(settings: Settings) -> Runtime | None:
 
 
 async def serve(settings: Settings) -> None:
-    tracing.install(settings, "helper-worker")  # before connecting: the client carries the tracing interceptor
+    # Before connecting: the client carries the tracing interceptor.
+    tracing.install(settings.tracing_enabled, "helper-worker")
     client = await connect_for(settings, _runtime(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -178,7 +263,12 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     await ensure_sweep_schedule(client, settings.task_queue)
     async with running_worker(client, settings):
-        log.info("worker polling %s on %s", settings.task_queue, settings.temporal_address)
+        log.info(
+            "worker polling %s and %s on %s",
+            settings.task_queue,
+            follows_task_queue(settings.task_queue),
+            settings.temporal_address,
+        )
         await stop.wait()
         log.info("worker stopping")
 
@@ -186,9 +276,7 @@ async def serve(settings: Settings) -> None:
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
-    # The worker's clients (aiohttp) log no line per call; httpx would log one at INFO for each call of the
-    # reference core's OpenAI-compatible model where it runs in this process. Failures are logged where they
-    # happen.
+    # httpx logs a line at INFO for every call of the worker's clients: failures are logged where they happen.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 

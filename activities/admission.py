@@ -1,7 +1,7 @@
 """The activity that makes an admission durable: the row, then the helper's workflow (R4).
 
-It runs as an activity of the coordinator's admission update, scheduled in the task that accepts the update
-(runs recorded before: a local activity inside it), so the starter's answer comes only after both exist. The
+It runs as an activity of the coordinator's admission update, scheduled in the task that accepts the update,
+so the decision and the write are recorded together and the starter's answer comes only after both exist. The
 helper workflow is started with the client, not as a child: a child's start and completion would add events to
 the long-lived coordinator and race with its continue-as-new.
 """
@@ -28,7 +28,14 @@ from domain.rows import HelperRow, RowState
 from observability import recording
 from protocol.errors import ErrorType
 from protocol.messages import CLOSE, HELPER_WORKFLOW, SLOT_GRANTED, Token
-from protocol.names import FOLLOW_UP_OF_MEMO, HELPER_OWNER, HELPER_STATE, SEQ_MEMO, helper_workflow_id
+from protocol.names import (
+    FOLLOW_UP_OF_MEMO,
+    HELPER_OWNER,
+    HELPER_STATE,
+    SEQ_MEMO,
+    helper_workflow_id,
+    owner_priority,
+)
 from store.helper_store import HelperStore, RowOfAnotherAdmission
 from store.results import ResultDirectories
 
@@ -211,12 +218,13 @@ async def _start(start: HelperStart, memo: dict[str, object]) -> None:
             [SearchAttributePair(HELPER_OWNER, start.owner), SearchAttributePair(HELPER_STATE, state.value)]
         ),
         static_summary=f"{start.owner} · {start.helper_id} · {start.title}",
+        priority=owner_priority(start.owner),
     )
 
 
 def _memo(seq: int, follow_up_of: str | None) -> dict[str, object]:
     """The admission's seq names the run it started; a follow-up also names the helper it continues, so the
-    Web UI shows the link (issue 14)."""
+    Web UI shows the link."""
     memo: dict[str, object] = {SEQ_MEMO: seq}
     if follow_up_of is not None:
         memo[FOLLOW_UP_OF_MEMO] = follow_up_of

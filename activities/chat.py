@@ -22,10 +22,8 @@ class ChatActivities:
     async def offer_chat_event(self, offer: OfferEvent) -> OfferResult:
         """Ask whether the chat is idle; if so, send the event. `delivered` only with the chat's receipt."""
         attempts = offer.attempts + 1
-        if not activity.info().is_local:
-            # An activity's attempt may take its whole timeout: the store shows it under way meanwhile. The first
-            # attempt, in the coordinator's task, is bounded at a second, and only its result is written.
-            await self._record(offer, EventState.ATTEMPTING, attempts)
+        # An attempt may take its whole timeout: the store shows it under way meanwhile.
+        await self._record(offer, EventState.ATTEMPTING, attempts)
         try:
             if not await self.chat.is_idle(offer.owner):
                 await self._record(offer, EventState.PENDING, attempts, error="chat busy")

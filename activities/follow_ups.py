@@ -1,4 +1,4 @@
-"""The core side of follow-ups for the session activities (issue 14).
+"""The core side of follow-ups for the session activities.
 
 - A follow-up's create continues the earlier session when the core offers `continue_from` and that session
   was kept; otherwise (or when the core refuses the continuation) its task carries the earlier outcome.

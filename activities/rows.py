@@ -100,12 +100,14 @@ class RowActivities:
         return len(removed)
 
     @activity.defn(name="mark_closed")
+    @recording.names_store_writes("close")
     async def mark_closed(self, close: MarkClosed) -> bool:
         """Close a waiting or running helper's row at once, keeping its last completed message (R21)."""
         key = close.row
         return await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, state=RowState.CLOSED)
 
     @activity.defn(name="finalize_outcome")
+    @recording.names_store_writes("finalize")
     async def finalize_outcome(self, final: Finalize) -> Finalized:
         """The one finalizer's write: full text to the result directory, then the row (R18, R19)."""
         key = final.row
@@ -217,6 +219,7 @@ class RowActivities:
         return WholeSession(snapshot)
 
     @activity.defn(name="coordinator_write")
+    @recording.names_store_writes("coordinator")
     async def coordinator_write(self, write: CoordinatorWrite) -> bool:
         """A write after the helper handed its row back: delivered (R28) or closed (R22)."""
         key = write.row

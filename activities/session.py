@@ -3,8 +3,9 @@
 Every core call is bounded by HELPER_CHECK_MS (R10). The follow activity is the only long one: it
 reads the snapshot for one window (long polls to a core that versions its snapshots, R44; else every
 HELPER_POLL_MS), writes progress into the row, heartbeats its cursor, and returns only when
-the workflow must decide. At the end of a window it fails with a benign retryable error; Temporal
-retries it (no history event) and the next attempt resumes from the heartbeat details.
+the workflow must decide. At the end of a window, and as soon as its worker starts shutting down, it fails
+with a benign retryable error; Temporal retries it (no history event), on another worker if this one is
+stopping, and the next attempt resumes from the heartbeat details.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -33,12 +36,12 @@ from domain.activity_io import (
     FirstLook,
     OpenedSession,
     OpenSession,
+    ParkSession,
     RecoveredSession,
     RecoverSession,
     SessionRef,
     first_look_bound_ms,
 )
-from domain.book import FOLLOWABLE_KINDS
 from domain.bounds import ROW_MESSAGE_MAX, cut
 from domain.follow import (
     FollowCursor,
@@ -59,12 +62,13 @@ from store.helper_store import HelperStore, RowGone
 from store.results import ResultDirectories
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-# Cleanup calls try this often before they give up (reset parks the session, R20).
-CLEANUP_ATTEMPTS = 3
-# The ending's own try of the reset (activities/ending.py) takes at most this, well inside its local activity's
-# 30 s (workflows.options.STORE_WRITE), with the outcome's write and the notice before it.
-FIRST_RESET_MAX_S = 5.0
+# A cancel, and the recovery of a lost session, try this often before they answer "not confirmed" (the cancel:
+# the follow and the hard ceiling decide then) or park the session (the recovery, R20).
+CANCEL_ATTEMPTS = 3
+# The hourly sweep tries this many parked sessions again, the oldest first, each call bounded by HELPER_CHECK_MS.
+PARKED_PER_SWEEP = 100
 
 
 def _retry_or_refuse(error: CoreError) -> ApplicationError:
@@ -84,6 +88,7 @@ class SessionActivities:
         self.follow_ups = FollowUps(store, core, results)
 
     @activity.defn(name="open_session")
+    @recording.names_store_writes("open")
     async def open_session(self, request: OpenSession) -> OpenedSession:
         """Mark the row running and create the session; the key makes a retry return the same session (R9)."""
         key = request.row
@@ -154,8 +159,38 @@ class SessionActivities:
     async def follow_session(self, request: FollowRequest) -> FollowResult:
         recording.follow_attempt()
         details = activity.info().heartbeat_details
+        # One line per attempt: which replica follows a helper, and that a later attempt resumed from a heartbeat.
+        log.info(
+            "following %s/%s (attempt %d%s)",
+            request.owner,
+            request.helper_id,
+            activity.info().attempt,
+            ", from its heartbeat" if details else "",
+        )
+        if request.records_start and not details:
+            # The row shows from now on that a worker follows it (until then: granted, waiting for a follow slot).
+            await self.store.record_follow_started(request.owner, request.helper_id, request.seq, request.generation)
         # No heartbeat yet: go on from the open's first look, if it took one.
         cursor = FollowCursor.model_validate(details[0]) if details else (request.cursor or FollowCursor())
+        # A worker that shuts down waits for its activities up to its graceful timeout: a follow would hold it
+        # for a whole long poll and, once cancelled, be retried only after its heartbeat timeout. So the attempt
+        # ends as soon as shutdown begins, and the server hands the follow to another worker at once.
+        stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        try:
+            return await self._follow(request, cursor, stopping)
+        except _WorkerStopping:
+            activity.heartbeat(cursor.model_dump(mode="json"))
+            raise ApplicationError(
+                "the worker is stopping; the next attempt resumes from the heartbeat on another worker",
+                type=ErrorType.WORKER_STOPPING,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+        finally:
+            stopping.cancel()
+
+    async def _follow(
+        self, request: FollowRequest, cursor: FollowCursor, stopping: asyncio.Future[None]
+    ) -> FollowResult:
         tuning = request.tuning
         loop = asyncio.get_running_loop()
         window_ends = loop.time() + tuning.window_ms / 1000
@@ -163,7 +198,7 @@ class SessionActivities:
         while True:
             asked_at, version_before = loop.time(), cursor.version
             long_polled = wait_ms > 0 and version_before is not None
-            decided = await self._observe_once(request, cursor, wait_ms if long_polled else 0)
+            decided = await self._observe_once(request, cursor, wait_ms if long_polled else 0, stopping)
             if decided is not None:
                 return decided
             failure = _budget_exhausted(cursor, tuning.silence_ms, tuning.bad_answers)
@@ -179,14 +214,19 @@ class SessionActivities:
                 )
             changed = cursor.version != version_before
             if not next_read_waits(long_polled, changed, (loop.time() - asked_at) * 1000, wait_ms):
-                await asyncio.sleep(tuning.poll_ms / 1000)
+                await _unless_stopping(asyncio.sleep(tuning.poll_ms / 1000), stopping)
 
-    async def _observe_once(self, request: FollowRequest, cursor: FollowCursor, wait_ms: int) -> FollowResult | None:
-        """One read of the snapshot, a long poll when `wait_ms` > 0; progress written when it changed."""
+    async def _observe_once(
+        self, request: FollowRequest, cursor: FollowCursor, wait_ms: int, stopping: asyncio.Future[None] | None = None
+    ) -> FollowResult | None:
+        """One read of the snapshot, a long poll when `wait_ms` > 0; progress written when it changed. With
+        `stopping`, a read still under way when it is done is given up (`_WorkerStopping`); the writes after a
+        read are never cut short, so the cursor always matches the row."""
+        reading = self.core.snapshot(
+            request.session_id, timeout_s=_seconds(request.check_ms), after=cursor.version, wait_ms=wait_ms
+        )
         try:
-            snapshot = await self.core.snapshot(
-                request.session_id, timeout_s=_seconds(request.check_ms), after=cursor.version, wait_ms=wait_ms
-            )
+            snapshot = await (reading if stopping is None else _unless_stopping(reading, stopping))
         except SessionNotFound as error:
             return FollowResult(verdict=Verdict.LOST, error=str(error))
         except CoreUnavailable as error:
@@ -247,48 +287,44 @@ class SessionActivities:
 
     @activity.defn(name="cancel_session")
     async def cancel_session(self, ref: SessionRef) -> CancelResult:
-        """Cancel the turn; `stopped` only when the core confirms the turn has stopped (R7, R21)."""
+        """Cancel the turn; `stopped` only when the core answers that the turn has stopped (R7, R21). A core that
+        does not know the session (404) has not said it stopped: the follow sees what became of it."""
         try:
             answer = await self.core.cancel(ref.session_id, timeout_s=_seconds(ref.check_ms))
-        except SessionNotFound:
-            return CancelResult(stopped=True, detail="the core no longer knows the session")
+        except SessionNotFound as error:
+            log.warning("cancel of session %s: the core does not know it; stop not confirmed", ref.session_id)
+            return CancelResult(stopped=False, detail=f"not confirmed: {error}")
         except CoreError as error:
-            if activity.info().attempt < CLEANUP_ATTEMPTS:
+            if activity.info().attempt < CANCEL_ATTEMPTS:
                 raise _retry_or_refuse(error) from None
+            log.warning("cancel of session %s failed; stop not confirmed: %s", ref.session_id, error)
             return CancelResult(stopped=False, reachable=False, detail=str(error))
         # "Stopped" needs a stopped turn: an answer that says so of a running one is not believed (R37).
         stopped = answer.stopped and answer.status.is_terminal
+        log.info(
+            "cancel of session %s: %s (%s)", ref.session_id, "stopped" if stopped else "not stopped yet", answer.status
+        )
         return CancelResult(stopped=stopped, detail=answer.status.value)
 
     @activity.defn(name="reset_session")
     async def reset_session(self, ref: SessionRef) -> bool:
-        """Cleanup after finalizing (R20). A reset that keeps failing parks the session; nothing else changes.
-
-        A session a follow-up may continue is kept instead, on a core that can continue it (issue 14)."""
+        """Cleanup after the outcome (R20): reset the session, or keep it for a follow-up. Every failure is
+        retried by the activity's policy (`workflows.options.reset`); when its budget is spent the workflow
+        parks the session (`park_session`). A session the core no longer knows is reset already."""
         try:
             await self._reset(ref)
         except CoreError as error:
-            if activity.info().attempt < CLEANUP_ATTEMPTS:
-                raise _retry_or_refuse(error) from None
-            log.warning("reset of session %s failed, parking it: %s", ref.session_id, error)
-            await self.store.record_parked(ref.owner, ref.helper_id, ref.session_id, str(error))
-            return False
+            log.info("reset of session %s failed (attempt %d): %s", ref.session_id, activity.info().attempt, error)
+            raise ApplicationError(
+                str(error), type=ErrorType.CORE_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
+            ) from None
         return True
 
-    async def reset_once(self, ref: SessionRef) -> bool:
-        """One try of `reset_session`'s work, for the ending's local activity: False (never raised) when the core
-        failed it, and `reset_session` then retries and parks as always. Bounded at FIRST_RESET_MAX_S, so a core
-        that hangs cannot make the ending's activity time out and repeat. An outcome a follow-up may continue
-        is left to `reset_session`: whether its session is kept asks the core twice more."""
-        if ref.outcome_kind is None or ref.outcome_kind in FOLLOWABLE_KINDS:
-            return False
-        bound = min(_seconds(ref.check_ms) or self.core.check_seconds, FIRST_RESET_MAX_S)
-        try:
-            await self._reset(ref, bound)
-        except CoreError as error:
-            log.info("first reset of session %s failed, retried by reset_session: %s", ref.session_id, error)
-            return False
-        return True
+    @activity.defn(name="park_session")
+    async def park_session(self, park: ParkSession) -> None:
+        """List a session whose reset kept failing; the hourly sweep tries it again (R20)."""
+        log.warning("session %s of %s/%s parked: %s", park.session_id, park.owner, park.helper_id, park.error)
+        await self.store.record_parked(park.owner, park.helper_id, park.session_id, park.error)
 
     async def _reset(self, ref: SessionRef, timeout_s: float | None = None) -> None:
         """Reset the session, or keep it for a follow-up; an unknown session is reset already. Raises CoreError."""
@@ -303,10 +339,31 @@ class SessionActivities:
 
     @activity.defn(name="reset_kept_sessions")
     async def reset_kept_sessions(self) -> int:
-        """The hourly sweep: reset the kept sessions nothing can need any more (issue 14, R20)."""
-        return await self.follow_ups.reset_kept_sessions()
+        """The hourly sweep's cleanup of sessions (R20): reset the kept sessions nothing can need any more, and
+        try the parked ones again. Returns how many sessions it reset."""
+        return await self.follow_ups.reset_kept_sessions() + await self._reset_parked()
+
+    async def _reset_parked(self) -> int:
+        """Reset parked sessions, the oldest first; one the core resets, or no longer knows, is no longer parked.
+        One that fails again stays parked for the next sweep."""
+        reset = 0
+        for parked in await self.store.parked_sessions(PARKED_PER_SWEEP):
+            try:
+                answer = await self.core.reset(parked.session_id)
+                if not answer.reset:
+                    raise CoreUnavailable(f"the core did not reset session {parked.session_id}")
+            except SessionNotFound:
+                pass  # gone already: nothing is left to clean up
+            except CoreError as error:
+                log.warning("parked session %s still not reset, tried again later: %s", parked.session_id, error)
+                continue
+            await self.store.forget_parked(parked.session_id)
+            log.info("parked session %s of %s/%s reset", parked.session_id, parked.owner, parked.helper_id)
+            reset += 1
+        return reset
 
     @activity.defn(name="recover_session")
+    @recording.names_store_writes("open")
     async def recover_session(self, request: RecoverSession) -> RecoveredSession:
         """The create was never answered: ask again with the same key, which names the session if the core
         made one (or makes one now), then cancel and reset it, so no session runs unseen (R38)."""
@@ -325,29 +382,40 @@ class SessionActivities:
             raise _retry_or_refuse(error) from None
         session_id = created.session_id
         await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=session_id)
-        # Cancel, then reset whatever the cancel answered: a reset ends the session too. A failure is retried
+        # Cancel, then reset whatever the cancel answered: a reset ends the session too. `stopped` only when the
+        # core said so: the cancel answered a stopped turn, or the reset answered reset. A failure is retried
         # (the next attempt finds the same session by its key) and parked only after the last attempt.
-        stopped = False
+        stopped, detail = False, ""
         try:
             answer = await self.core.cancel(session_id, timeout_s=bound)
             stopped = answer.stopped and answer.status.is_terminal
-        except SessionNotFound:
-            stopped = True
-        except CoreError as error:
+            detail = f"cancel: {answer.status.value}"
+        except CoreError as error:  # a 404 too: the core just named this session, so it is no answer to a cancel
             log.warning("cancel of session %s found by its key failed: %s", session_id, error)
+            detail = f"cancel: {error}"
         try:
             answer_reset = await self.core.reset(session_id, timeout_s=bound)
             if not answer_reset.reset:
                 raise CoreUnavailable(f"the core did not reset session {session_id}")
-            stopped = True
-        except SessionNotFound:
-            stopped = True
+            stopped, detail = True, "reset"
+        except SessionNotFound as error:
+            detail = f"{detail}; reset: {error}"
         except CoreError as error:
-            if activity.info().attempt < CLEANUP_ATTEMPTS:
+            if activity.info().attempt < CANCEL_ATTEMPTS:
                 raise _retry_or_refuse(error) from None
             log.warning("session %s found by its key could not be reset: %s; parking it", session_id, error)
             await self.store.record_parked(key.owner, key.helper_id, session_id, str(error))
-        return RecoveredSession(session_id=session_id, stopped=stopped)
+            detail = f"{detail}; reset: {error}"
+        log.log(
+            logging.INFO if stopped else logging.WARNING,
+            "session %s of %s/%s found by its key: %s (%s)",
+            session_id,
+            key.owner,
+            key.helper_id,
+            "the core confirmed it stopped" if stopped else "stop not confirmed",
+            detail,
+        )
+        return RecoveredSession(session_id=session_id, stopped=stopped, detail=detail)
 
 
 def _seconds(check_ms: int | None) -> float | None:
@@ -362,3 +430,24 @@ def _budget_exhausted(cursor: FollowCursor, silence_ms: int, bad_answers: int) -
     ):
         return f"the core gave no valid answer for {silence_ms // 1000} s"
     return None
+
+
+class _WorkerStopping(Exception):
+    """The worker began shutting down while a follow waited on the core."""
+
+
+async def _unless_stopping(step: Coroutine[Any, Any, T], stopping: asyncio.Future[None]) -> T:
+    """`step`'s result, or `_WorkerStopping` (the step cancelled) once `stopping` is done first."""
+    if stopping.done():
+        step.close()
+        raise _WorkerStopping
+    running = asyncio.ensure_future(step)
+    try:
+        await asyncio.wait((running, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not running.done():
+            running.cancel()
+            await asyncio.wait((running,))
+    if running.cancelled():
+        raise _WorkerStopping
+    return running.result()

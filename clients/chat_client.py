@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
+import httpx
 from pydantic import ValidationError
-from yarl import URL
 
-from clients.http import KEEPALIVE_S, env_proxy
+from clients.http import peer_client
+from config.settings import Settings
 from contracts.chat_api import EventReceipt, IdleAnswer, SystemEvent
 
 # Only the start of a refusal is quoted; a receipt is a few hundred bytes, so nothing larger is read.
@@ -30,26 +30,36 @@ class _NotSent(Exception):
 
 
 class ChatClient:
-    def __init__(self, base_url: str, timeout_ms: int) -> None:
+    def __init__(self, base_url: str, timeout_ms: int, *, connections: int = 1, proxy: str | None = None) -> None:
+        """`connections`: how many calls may be under way at once; the worker gives its activity slots."""
         self._base = base_url.rstrip("/")
         self._timeout_s = timeout_ms / 1000
-        self._http: aiohttp.ClientSession | None = None  # made in the running loop, at the first call
-        self._proxy = env_proxy(self._base)
+        self._connections = connections
+        self._proxy = proxy
+        self._http: httpx.AsyncClient | None = None
 
-    def _session(self) -> aiohttp.ClientSession:
+    @classmethod
+    def of_worker(cls, settings: Settings) -> ChatClient:
+        """The worker's client: a connection for each short activity slot (the follows never call the chat),
+        through the configured proxy if any."""
+        return cls(
+            settings.chat_url,
+            settings.policy.check_ms,
+            connections=settings.max_concurrent_activities,
+            proxy=settings.chat_proxy,
+        )
+
+    def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S),
-                # Connecting has half the call's bound: a chat not reached by then was surely not sent the event.
-                # A timeout later, even while still connecting, counts as uncertain (the key makes a repeat
-                # harmless). The whole call is bounded in `_ask`.
-                timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout_s / 2),
-            )
+            # Connecting has half the call's bound: a chat not reached by then was surely not sent the event.
+            # A timeout later, even while still connecting, counts as uncertain (the key makes a repeat
+            # harmless). The whole call is bounded in `_ask`.
+            self._http = peer_client(connections=self._connections, proxy=self._proxy, connect_s=self._timeout_s / 2)
         return self._http
 
     async def aclose(self) -> None:
         if self._http is not None:
-            await self._http.close()
+            await self._http.aclose()
 
     async def is_idle(self, owner: str) -> bool:
         try:
@@ -57,7 +67,7 @@ class ChatClient:
             if not 200 <= status < 300:
                 raise ChatError(f"idle check failed: chat answered {status}: {_start(body)}")
             return IdleAnswer.model_validate_json(body).idle
-        except (_NotSent, aiohttp.ClientError, OSError, ValidationError) as error:
+        except (_NotSent, httpx.TransportError, OSError, ValidationError) as error:
             raise ChatError(f"idle check failed: {_named(error)}") from None
 
     async def send_event(self, owner: str, event: SystemEvent) -> EventReceipt:
@@ -67,7 +77,7 @@ class ChatClient:
             )
         except _NotSent as error:
             raise ChatError(f"event not sent: {error}") from None
-        except (aiohttp.ClientError, OSError) as error:
+        except (httpx.TransportError, OSError) as error:
             # The request may have reached the chat: only the key makes a repeat harmless.
             raise ChatUncertain(f"event outcome unknown: {_named(error)}") from None
         if status >= 500:
@@ -82,21 +92,20 @@ class ChatClient:
 
     async def _ask(self, method: str, path: str, json: Any = None) -> tuple[int, bytes]:
         """The status and the body's first ANSWER_MAX_BYTES, within the timeout as a whole."""
+        request = self._client().build_request(method, self._base + path, json=json)
         try:
-            async with (
-                asyncio.timeout(self._timeout_s),
-                self._session().request(
-                    method, URL(self._base + path, encoded=True), json=json, allow_redirects=False, proxy=self._proxy
-                ) as response,
-            ):
-                body = bytearray()
-                while len(body) < ANSWER_MAX_BYTES:
-                    chunk = await response.content.read(ANSWER_MAX_BYTES - len(body))
-                    if not chunk:
-                        break
-                    body += chunk
-                return response.status, bytes(body)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client().send(request, stream=True)
+                try:
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) >= ANSWER_MAX_BYTES:
+                            break
+                    return response.status_code, bytes(body[:ANSWER_MAX_BYTES])
+                finally:
+                    await response.aclose()
+        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             raise _NotSent(_named(error)) from None
         except TimeoutError:
             raise TimeoutError(f"no answer within {self._timeout_s:g} s") from None  # an OSError, as the callers catch

@@ -15,18 +15,18 @@ they quote at most a short, control-character-free excerpt of what the core sent
 from __future__ import annotations
 
 import asyncio
+import functools
 import json as jsonlib
-import ssl
 import time
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
-import aiohttp
-from aiohttp.http_exceptions import ContentEncodingError
+import httpx
 from pydantic import BaseModel, ValidationError
-from yarl import URL
 
-from clients.http import KEEPALIVE_S, env_proxy
+from clients.http import peer_client
+from config.settings import Settings
 from contracts.core_api import (
     CancelAnswer,
     CoreCapabilities,
@@ -37,10 +37,12 @@ from contracts.core_api import (
     Snapshot,
     strip_control_characters,
 )
-from observability.recording import core_endpoint
+from observability import recording
 from observability.tracing import core_span
 
 Answer = TypeVar("Answer", bound=BaseModel)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # The largest answer body the client reads. The biggest legitimate answer is a snapshot; with 80 steps
 # it is a few KB plus its texts, and a 5 MB last message or ten thousand actions still fit. Anything
@@ -55,16 +57,24 @@ CAPABILITIES_TTL_S = 60.0
 
 
 class CoreError(Exception):
-    """Any failure talking to the core."""
+    """Any failure talking to the core. `kind` is how the metrics count it (helper_runtime_core_errors)."""
+
+    kind = "status"
 
 
 class CoreUnavailable(CoreError):
     """No answer in time, a transport error, or a 5xx: the core may come back."""
 
+    def __init__(self, message: str, kind: str = "status") -> None:
+        super().__init__(message)
+        self.kind = kind  # timeout, connect (the transport failed) or status (a 5xx)
+
 
 class CoreProtocolError(CoreError):
     """The core answered, but not with the contract's shape (HTML error page, missing fields, counters out
     of range, a snapshot of another session, a body over the cap, ...)."""
+
+    kind = "malformed"
 
 
 class CoreRejected(CoreError):
@@ -79,33 +89,64 @@ class SessionNotFound(CoreError):
     """The core does not know the session: it was lost (R24) or already reset."""
 
 
-class CoreClient:
-    """The core's session API over aiohttp: about a sixth of httpx's CPU per call on the worker's loop
-    (bench.helper_rate: five calls per quick helper)."""
+def core_endpoint(
+    endpoint: str,
+) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:
+    """Times a core client method for the metrics and counts its failures by kind; cancellation is timed only."""
 
-    def __init__(self, base_url: str, check_ms: int) -> None:
+    def decorate(call: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+        @functools.wraps(call)
+        async def timed(*args: P.args, **kwargs: P.kwargs) -> T:
+            started = time.perf_counter()
+            kind: str | None = None
+            try:
+                return await call(*args, **kwargs)
+            except CoreError as error:
+                kind = error.kind
+                raise
+            except Exception:
+                kind = "other"
+                raise
+            finally:
+                recording.core_request(endpoint, time.perf_counter() - started, kind)
+
+        return timed
+
+    return decorate
+
+
+class CoreClient:
+    """The core's session API: one httpx client (`clients.http.peer_client`), made at the first call."""
+
+    def __init__(self, base_url: str, check_ms: int, *, connections: int = 1, proxy: str | None = None) -> None:
+        """`connections`: how many calls may be under way at once; the worker gives its activity and follow slots,
+        a caller that asks one thing at a time keeps the default."""
         self.check_seconds = check_ms / 1000
         self._base = base_url.rstrip("/")
-        self._http: aiohttp.ClientSession | None = None  # made in the running loop, at the first call
-        self._proxy = env_proxy(self._base)
+        self._connections = connections
+        self._proxy = proxy
+        self._http: httpx.AsyncClient | None = None
         self._capabilities: tuple[float, CoreCapabilities] | None = None
 
-    def _session(self) -> aiohttp.ClientSession:
+    @classmethod
+    def of_worker(cls, settings: Settings) -> CoreClient:
+        """The worker's client: a connection for each activity slot and each follow slot (a follow holds one long
+        poll at a time), through the configured proxy if any."""
+        return cls(
+            settings.core_url,
+            settings.policy.check_ms,
+            connections=settings.max_concurrent_activities + settings.max_concurrent_follows,
+            proxy=settings.core_proxy,
+        )
+
+    def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            # No limit on connections: each running helper's follow holds one through its long polls (R44), and
-            # the worker's activity slots bound how many calls run at once. One TLS context for all of them: each
-            # costs tens of milliseconds to build (it loads the CA bundle). The whole call's bound is `_call`'s.
-            tls = ssl.create_default_context()
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ssl=tls, keepalive_timeout=KEEPALIVE_S),
-                timeout=aiohttp.ClientTimeout(total=None),
-                raise_for_status=False,
-            )
+            self._http = peer_client(connections=self._connections, proxy=self._proxy)
         return self._http
 
     async def aclose(self) -> None:
         if self._http is not None:
-            await self._http.close()
+            await self._http.aclose()
 
     # Every call is bounded by HELPER_CHECK_MS (R10) unless the caller gives `timeout_s`: a cleanup without
     # time pressure (after the outcome is final) may allow a few check intervals.
@@ -181,30 +222,26 @@ class CoreClient:
     ) -> Answer:
         where = f"{method} {path}"
         seconds = self.check_seconds if timeout_s is None else timeout_s
-        # The path is quoted already (`_session_path`): taken as it is, so a quoted "/" stays quoted.
-        url = URL(self._base + path, encoded=True)
+        # The path is quoted already (`_session_path`): httpx sends it as it is, so a quoted "/" stays quoted.
+        request = self._client().build_request(method, self._base + path, json=json, params=params)
         try:
             # One bound for the whole call, body included, so a trickling answer cannot exceed it.
-            async with (
-                core_span(method, path),  # outermost: the span records a timeout too; a no-op unless tracing
-                asyncio.timeout(seconds),
-                self._session().request(
-                    method, url, json=json, params=params, allow_redirects=False, proxy=self._proxy
-                ) as response,
-            ):
-                status, reason = response.status, response.reason or ""
-                if 200 <= status < 300:
-                    body = await _read_capped(response, CORE_ANSWER_MAX_BYTES, where)
-                else:
-                    body = await _read_start(response, ERROR_BODY_MAX_BYTES)
+            async with core_span(method, path), asyncio.timeout(seconds):  # the span records a timeout too
+                response = await self._client().send(request, stream=True)
+                try:
+                    status, reason = response.status_code, response.reason_phrase
+                    if 200 <= status < 300:
+                        body = await _read_capped(response, CORE_ANSWER_MAX_BYTES, where)
+                    else:
+                        body = await _read_start(response, ERROR_BODY_MAX_BYTES)
+                finally:
+                    await response.aclose()
         except TimeoutError:
-            raise CoreUnavailable(f"{where}: no answer within {seconds:g} s") from None
-        except aiohttp.ClientPayloadError as error:
-            if isinstance(error.__cause__, ContentEncodingError):
-                raise CoreProtocolError(f"{where}: the answer's encoding is broken ({_excerpt(str(error))})") from None
-            raise CoreUnavailable(f"{where}: the answer was cut off ({_excerpt(str(error))})") from None
-        except (aiohttp.ClientError, OSError) as error:
-            raise CoreUnavailable(f"{where}: {type(error).__name__}: {_excerpt(str(error))}") from None
+            raise CoreUnavailable(f"{where}: no answer within {seconds:g} s", "timeout") from None
+        except httpx.DecodingError as error:
+            raise CoreProtocolError(f"{where}: the answer's encoding is broken ({_excerpt(str(error))})") from None
+        except (httpx.TransportError, OSError) as error:
+            raise CoreUnavailable(f"{where}: {type(error).__name__}: {_excerpt(str(error))}", "connect") from None
         if status == 404:
             raise SessionNotFound(f"{where}: {_problem_message(body, reason)}")
         if status >= 500:
@@ -224,8 +261,10 @@ class CoreClient:
 
 
 def _session_path(session_id: str, action: str | None = None) -> str:
-    # The id is quoted whole: an id with "/", "?" or ".." cannot reach another endpoint.
-    path = f"/v1/sessions/{quote(session_id, safe='')}"
+    # The id is quoted whole: an id with "/", "?" or ".." cannot reach another endpoint. An id of dots alone is
+    # quoted too: the URL would resolve it as a "." or ".." segment before it is sent.
+    quoted = quote(session_id, safe="")
+    path = f"/v1/sessions/{quoted.replace('.', '%2E') if quoted in ('.', '..') else quoted}"
     return path if action is None else f"{path}/{action}"
 
 
@@ -238,24 +277,24 @@ def _same_session(method: str, path: str, session_id: str, snapshot: Snapshot) -
     return snapshot
 
 
-async def _read_capped(response: aiohttp.ClientResponse, cap: int, where: str) -> bytes:
-    """The whole body, or CoreProtocolError as soon as it is known to exceed `cap` bytes (R37)."""
+async def _read_capped(response: httpx.Response, cap: int, where: str) -> bytes:
+    """The whole body, decoded, or CoreProtocolError as soon as it is known to exceed `cap` bytes (R37)."""
     too_large = CoreProtocolError(f"{where}: answer larger than {cap} bytes")
-    declared = response.content_length
-    if declared is not None and declared > cap:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
         raise too_large
     body = bytearray()
-    async for chunk in response.content.iter_any():
+    async for chunk in response.aiter_bytes():
         body += chunk
         if len(body) > cap:
             raise too_large
     return bytes(body)
 
 
-async def _read_start(response: aiohttp.ClientResponse, cap: int) -> bytes:
+async def _read_start(response: httpx.Response, cap: int) -> bytes:
     """The first `cap` bytes of the body; the rest is not read (the connection is closed with the response)."""
     body = bytearray()
-    async for chunk in response.content.iter_any():
+    async for chunk in response.aiter_bytes():
         body += chunk
         if len(body) >= cap:
             break

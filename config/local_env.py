@@ -1,6 +1,6 @@
 """The local stack's settings file: how a second shell reaches what `make run` started.
 
-`make run` (`python -m demo run`) writes `<data>/local.env`: the addresses, the store, the result directories
+`make run` (`python -m tools.demo run`) writes `<data>/local.env`: the addresses, the store, the result directories
 and the codec key of the stack it runs, as `export NAME=value` lines a shell can source. The starter reads it
 when run from the checkout (`./data/local.env`) and its environment names none of the connection settings, or
 wherever HELPER_ENV_FILE points. Variables already in the environment always win over the file, so nothing

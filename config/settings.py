@@ -9,9 +9,11 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
+from importlib.metadata import version
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from domain.limits import FollowTuning, Limits, Policy
 
@@ -28,8 +30,18 @@ class Settings(BaseModel):
     results_dir: Path = Path("data/results")
     core_url: str = "http://127.0.0.1:8310"
     chat_url: str = "http://127.0.0.1:8320"
+    # The worker's clients read no proxy from the environment (HTTP_PROXY and the like): only these, when set.
+    core_proxy: str | None = None
+    chat_proxy: str | None = None
     migrate_on_start: bool | None = None  # None: yes for SQLite (the local default), no otherwise
-    max_concurrent_activities: int = Field(default=200, gt=0)  # each running helper holds one (its follow)
+    # Slots of the short activities (admission, open, finish, cancel, reset, chat offers, Goal checks, the sweep):
+    # each is bounded by HELPER_CHECK_MS or 30 s. 100 of them still pass ~7 calls a second through a core that
+    # takes the whole 15 s bound, many times the rate at which thousands of running helpers end.
+    max_concurrent_activities: int = Field(default=100, gt=0)
+    # Slots of the follows, on their own task queue (protocol.names.follows_task_queue): every running helper
+    # holds one for its whole run, an idle long poll to the core. 2,000 fit a replica of one core and 1 GiB
+    # (python -m tools.bench.capacity; docs/operations.md, "Scaling").
+    max_concurrent_follows: int = Field(default=2_000, gt=0)
     starter_timeout_ms: int = Field(default=30_000, gt=0)  # a write with no worker answering fails after this
     metrics_bind: str | None = None  # host:port for the worker's Prometheus metrics; off when unset
     health_bind: str | None = None  # host:port for the worker's /livez and /readyz; off when unset
@@ -39,15 +51,32 @@ class Settings(BaseModel):
     codec_allow_plaintext: bool = False
     # Whether running without keys is refused; None: required unless Temporal is on this machine (the local run).
     codec_required: bool | None = None
-    workflow_sandbox: bool = True  # HELPER_WORKFLOW_SANDBOX (worker.workflow_runner)
     # Tracing (observability/tracing.py): None follows the OTLP endpoint; True or False forces it on or off.
     tracing: bool | None = None
     # Read only to decide whether tracing is on; the OTLP exporter reads its own OTEL_* variables.
     otlp_endpoint: str | None = None
-    # Worker Versioning: both set, the worker polls as this version of this Worker Deployment; off when unset.
-    deployment_name: str | None = None
-    build_id: str | None = None
+    # Worker Versioning (docs/operations.md, "Releases"): every worker polls as one build of one Worker Deployment.
+    deployment_name: str = Field(default="helper-runtime", min_length=1)
+    # One build per release; workflows started on it stay on it (PINNED) until they end.
+    build_id: str = Field(default_factory=lambda: release_build_id(), min_length=1)
+    # Make this build the deployment's current version once the worker polls: right for one worker (the local run,
+    # the tests); a cluster promotes a new build by hand while the old one drains (docs/operations.md).
+    promote_build: bool = True
     policy: Policy = Policy()
+
+    @field_validator("core_proxy", "chat_proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("expected a proxy URL such as http://proxy.example:3128")
+        try:
+            parts.port  # noqa: B018 (a port out of range raises here)
+        except ValueError:
+            raise ValueError("the proxy's port is not a port number") from None
+        return value.strip()
 
     @property
     def tracing_enabled(self) -> bool:
@@ -87,6 +116,8 @@ class Settings(BaseModel):
             "results_dir": "HELPER_RESULTS_DIR",
             "core_url": "HELPER_CORE_URL",
             "chat_url": "HELPER_CHAT_URL",
+            "core_proxy": "HELPER_CORE_PROXY",
+            "chat_proxy": "HELPER_CHAT_PROXY",
             "metrics_bind": "HELPER_METRICS_BIND",
             "health_bind": "HELPER_HEALTH_BIND",
             "codec_keys": "HELPER_CODEC_KEYS",
@@ -95,12 +126,6 @@ class Settings(BaseModel):
             "build_id": "HELPER_BUILD_ID",
         }
         values: dict[str, object] = {field: env[name] for field, name in plain.items() if name in env}
-        # An empty value (a ConfigMap line left blank) means unset, as for the OTEL_* variables.
-        for field in ("deployment_name", "build_id"):
-            if field in values and not str(values[field]).strip():
-                del values[field]
-        if ("deployment_name" in values) != ("build_id" in values):
-            raise SettingsError("HELPER_DEPLOYMENT_NAME and HELPER_BUILD_ID: set both (Worker Versioning) or neither")
         if "HELPER_TRACING" in env:
             values["tracing"] = _flag(env, "HELPER_TRACING")
         endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -110,15 +135,16 @@ class Settings(BaseModel):
             values["codec_allow_plaintext"] = _flag(env, "HELPER_CODEC_ALLOW_PLAINTEXT")
         if "HELPER_CODEC_REQUIRED" in env:
             values["codec_required"] = _flag(env, "HELPER_CODEC_REQUIRED")
-        if "HELPER_WORKFLOW_SANDBOX" in env:
-            values["workflow_sandbox"] = _flag(env, "HELPER_WORKFLOW_SANDBOX")
+        if "HELPER_PROMOTE_BUILD" in env:
+            values["promote_build"] = _flag(env, "HELPER_PROMOTE_BUILD")
         if "HELPER_MIGRATE_ON_START" in env:
             values["migrate_on_start"] = _flag(env, "HELPER_MIGRATE_ON_START")
-        for field, name in (
-            ("max_concurrent_activities", "HELPER_MAX_CONCURRENT_ACTIVITIES"),
-            ("starter_timeout_ms", "HELPER_STARTER_TIMEOUT_MS"),
-        ):
-            values.update({field: v for field, v in _ints(env, {field: name}).items()})
+        counts = {
+            "max_concurrent_activities": "HELPER_MAX_CONCURRENT_ACTIVITIES",
+            "max_concurrent_follows": "HELPER_MAX_CONCURRENT_FOLLOWS",
+            "starter_timeout_ms": "HELPER_STARTER_TIMEOUT_MS",
+        }
+        values.update(_ints(env, counts))
         policy_fields = {
             "max_open": "HELPER_MAX_OPEN",
             "max_running": "HELPER_MAX_RUNNING",
@@ -153,8 +179,13 @@ class Settings(BaseModel):
         except ValidationError as error:
             problem = error.errors()[0]
             field = str(problem["loc"][0])
-            name = plain.get(field, field)
+            name = {**plain, **counts}.get(field, field)
             raise SettingsError(f"{name}={env.get(name, '')!r}: {problem['msg']}") from None
+
+
+def release_build_id() -> str:
+    """The installed release's version: the build id a worker polls as unless HELPER_BUILD_ID names another."""
+    return version("helper-runtime")
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action
-from domain.book import EventState, FinishedNotice
+from domain.book import EventState
 from domain.follow import FollowCursor, FollowResult
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
@@ -37,7 +37,7 @@ class RowKey(BaseModel):
 
 class FollowedUp(BaseModel):
     """The earlier row a follow-up continues, as the admission leaves it: linked, and delivered if it was
-    unreported (issue 14). Written in the admission's transaction, guarded by its generation."""
+    unreported. Written in the admission's transaction, guarded by its generation."""
 
     helper_id: HelperId
     seq: int
@@ -90,7 +90,7 @@ class HelperStart(BaseModel):
     slot_granted: bool
     summary_max: int
     check_ms: int
-    keep_ms: int | None = Field(default=None, description="The owner's HELPER_KEEP_MS (None: first release).")
+    keep_ms: int | None = Field(default=None, description="The owner's HELPER_KEEP_MS (None: the worker's).")
     follow: FollowTuning
     title: str = Field(description="First line of the task, shown in the Web UI.")
 
@@ -135,8 +135,7 @@ def _title(task: str) -> str:
 class AdmitHelper(BaseModel):
     row: NewRow
     start: HelperStart
-    # Rows removed to make room, first, in the same activity (None: removed by a local activity before it, as
-    # runs recorded before the admission's write became an activity).
+    # Rows removed to make room, first, in the same activity.
     evict: RemoveRows | None = None
 
 
@@ -158,7 +157,7 @@ class Regranted(StrEnum):
 
 
 # `check_ms` travels with each core call, from the owner's policy, so the call's bound and its activity's
-# timeout come from one source (None: from a first-release workflow; the worker's setting then applies).
+# timeout come from one source (None: the worker's setting applies).
 
 
 class FirstLook(BaseModel):
@@ -183,7 +182,7 @@ class OpenSession(BaseModel):
     started_at: datetime
     deadline_at: datetime
     check_ms: int | None = None
-    first_look: FirstLook | None = None  # runs recorded before the first look carry none
+    first_look: FirstLook | None = None  # None: the open only creates; the follow reads the session
 
 
 class OpenedSession(BaseModel):
@@ -214,20 +213,23 @@ class RecoverSession(BaseModel):
 
 class RecoveredSession(BaseModel):
     session_id: str | None = None  # None: the core made no session under the key, or could not be asked
-    stopped: bool = False
+    stopped: bool = Field(default=False, description="Only when the core said so: a stopped turn, or a reset.")
+    detail: str = Field(default="", description="What the core answered, for the log.")
+
+
+class ParkSession(BaseModel):
+    """A session whose cleanup reset kept failing: listed for the hourly sweep to try again (R20)."""
+
+    owner: OwnerId
+    helper_id: HelperId
+    session_id: str
+    error: str = Field(max_length=2_000)
 
 
 class CancelResult(BaseModel):
     stopped: bool
     reachable: bool = True
     detail: str = ""
-
-
-class TellFinished(BaseModel):
-    """A helper's finished notice for its owner's coordinator, sent by a local activity (R8, R19)."""
-
-    owner: OwnerId
-    notice: FinishedNotice
 
 
 class MarkClosed(BaseModel):
@@ -258,7 +260,7 @@ class Finalize(BaseModel):
 
 
 class WrittenOutcome(BaseModel):
-    """The outcome a row already had when a finalization ran again: it stays, and the workflow takes it (R19)."""
+    """The outcome a row already had when a write of it ran again: it stays, and the workflow ends with it (R19)."""
 
     kind: OutcomeKind
     explanation: str = ""
@@ -269,20 +271,6 @@ class Finalized(BaseModel):
     summary: str
     result_dir: str
     already: WrittenOutcome | None = None
-
-
-class HandBack(BaseModel):
-    """A helper's ending in one local activity: write the outcome, send the finished notice, then try the
-    session's reset once (R8, R18-R20)."""
-
-    final: Finalize
-    notice: FinishedNotice
-    reset: SessionRef | None = Field(default=None, description="The session to reset once the notice is sent.")
-
-
-class HandedBack(BaseModel):
-    finalized: Finalized
-    reset: bool = Field(description="The reset's first try succeeded; otherwise reset_session retries it.")
 
 
 class CoordinatorWrite(BaseModel):

@@ -50,6 +50,8 @@ class FollowRequest(BaseModel):
     tuning: FollowTuning
     check_ms: int | None = None  # the bound of each snapshot call, from the owner's policy
     cursor: FollowCursor | None = None  # the open's first look, where the first attempt goes on from
+    # The helper's first follow records in its row when a worker began following it: one write per helper.
+    records_start: bool = False
 
 
 def long_poll_wait_ms(tuning: FollowTuning, check_ms: int) -> int:

@@ -1,4 +1,4 @@
-"""The task a follow-up's core session gets when the core cannot continue the earlier session itself (issue 14).
+"""The task a follow-up's core session gets when the core cannot continue the earlier session itself.
 
 A core that advertises `continue_from` carries the earlier conversation on; any other core gets a new session
 whose task holds the earlier outcome's full text and the owner's answer, so the follow-up still has the

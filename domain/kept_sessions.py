@@ -1,4 +1,4 @@
-"""When a session kept for a follow-up is reset (issue 14, R20).
+"""When a session kept for a follow-up is reset (R20).
 
 A session whose outcome waits for the owner (a question, an authorization wait, a partial outcome) is kept
 instead of reset when its helper finalizes, so a follow-up can continue it (on a core that offers

@@ -57,6 +57,7 @@ class HelperRow(BaseModel):
     updated_at: datetime
     follow_up_of: str | None = None
     followed_up_by: str | None = None
+    follow_started_at: datetime | None = None
 
 
 class HelperView(BaseModel):
@@ -74,6 +75,11 @@ class HelperView(BaseModel):
     summary: str | None = None
     admitted_at: datetime
     started_at: datetime | None = None
+    follow_started_at: datetime | None = Field(
+        default=None,
+        description="When a worker began following the session; none while a running helper's follow waits for a "
+        "worker's free follow slot.",
+    )
     deadline_at: datetime | None = None
     finished_at: datetime | None = None
     delivered_at: datetime | None = None

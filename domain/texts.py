@@ -44,7 +44,7 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "There is no helper {helper_id}.",
         "ru": "Помощника {helper_id} нет.",
     },
-    # Follow-ups (issue 14): only an outcome that waits for the owner can be continued.
+    # Follow-ups: only an outcome that waits for the owner can be continued.
     "refused.follow_up_still_open": {
         "en": "Helper {earlier} is still working; it can be followed up once it has an outcome.",
         "ru": "Помощник {earlier} ещё работает; продолжить его можно, когда будет результат.",

@@ -2,11 +2,11 @@
 
 Declarations only. They are updated where each event happens, through `observability/recording.py` (never
 from workflow code, which replays): admissions in the `admit_helper` activity and, refused, by the worker
-interceptor of `observability/refusals.py`; outcomes, slot wait and time to outcome in `finalize_outcome`;
+interceptor of `protocol/refusals.py`; outcomes, slot wait and time to outcome in `finalize_outcome`;
 chat deliveries in the chat activities; core requests and errors by decorators on `CoreClient`'s methods;
 store writes and conflicts by decorators on `HelperStore`'s writes; follow attempts in `follow_session`. The
 store-derived gauges (helpers by state, past the hard ceiling, store up) are counted from the store on each
-scrape (`observability/store_gauges.py`, bounded by 2 s). Every metric lives in `REGISTRY`, a registry of its
+scrape (`health.py`, `StoreGauges`, bounded by 2 s). Every metric lives in `REGISTRY`, a registry of its
 own rather than prometheus-client's global one, so importing this module never adds series to another
 registry and tests can read exactly these metrics. The worker serves it on HELPER_HEALTH_BIND's /metrics
 (health.py); the Temporal SDK serves its own metrics on HELPER_METRICS_BIND; docs/operations.md "Metrics"

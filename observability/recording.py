@@ -1,23 +1,22 @@
 """Where the application metrics (observability/metrics.py) are updated: one small call per event.
 
-Activities, the core client and the store call these; workflow code never does (it replays). Every
-function here swallows its own failures: a metric must never fail a store write, a core call or an
-activity. Label values are checked against the closed sets of metrics.py; anything else is counted as
-`other` rather than making a new series.
+Activities, the core client and the store call these with plain values; workflow code never does (it
+replays). This module imports none of theirs: the label sets below are the metrics' own (metrics.py), and
+tests/unit/test_metrics.py holds them beside the domain's names. Every function here swallows its own
+failures: a metric must never fail a store write, a core call or an activity. Label values are checked against
+the closed sets; anything else is counted as `other` rather than making a new series.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any, Final, ParamSpec, TypeVar
 
-from domain.book.state import EventState, RefusalCode
-from domain.outcome import OutcomeKind
 from observability.metrics import (
     ADMISSIONS,
     CHAT_DELIVERIES,
@@ -37,28 +36,33 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 OTHER: Final = "other"
-OUTCOME_KINDS: Final = frozenset(kind.value for kind in OutcomeKind)
-REFUSAL_REASONS: Final = frozenset(code.value for code in RefusalCode)
-# Pending and attempting are on the way; these are where an offer stops (a failed one may be offered again).
-FINAL_CHAT_STATES: Final = frozenset(
-    state.value for state in (EventState.DELIVERED, EventState.FAILED, EventState.UNCERTAIN, EventState.WITHDRAWN)
+OUTCOME_KINDS: Final = frozenset(
+    {"completed", "partial", "question", "authorization", "failed", "interrupted", "closed"}
 )
+REFUSAL_REASONS: Final = frozenset(
+    {
+        "too_many_open",
+        "goal_needs_open_place",
+        "rows_full",
+        "goal_needs_row_place",
+        "unknown_helper",
+        "not_unreported",
+        "invalid_request",
+        "wrong_owner",
+        "not_followable",
+    }
+)
+# Pending and attempting are on the way; these are where an offer stops (a failed one may be offered again).
+FINAL_CHAT_STATES: Final = frozenset({"delivered", "failed", "uncertain", "withdrawn"})
 CORE_ENDPOINTS: Final = frozenset({"create", "snapshot", "finish", "cancel", "reset", "models", "capabilities"})
 CORE_ERROR_KINDS: Final = frozenset({"timeout", "connect", "status", "malformed", OTHER})
-# write_state serves several activities; the activity names which write it was. Other store writes name
-# themselves (the decorator's argument).
-STATE_WRITES: Final = {
-    "open_session": "open",
-    "recover_session": "open",
-    "mark_closed": "close",
-    "finalize_outcome": "finalize",
-    "finalize_and_hand_back": "finalize",
-    "coordinator_write": "coordinator",
-}
 STORE_OPERATIONS: Final = frozenset(
-    {"admit", "progress", "remove", "usage", "chat_event", "park", "keep", "state", *STATE_WRITES.values()}
+    {"admit", "open", "progress", "finalize", "close", "coordinator", "remove", "usage", "chat_event", "park", "keep"}
+    | {"state"}
 )
-BY_ACTIVITY: Final = "state"
+# A write shared by several callers (a row's state) is named by its caller (`names_store_writes`); unnamed, "state".
+BY_CALLER: Final = "state"
+_operation: contextvars.ContextVar[str] = contextvars.ContextVar("store_operation", default=BY_CALLER)
 
 
 def _closed(value: str, allowed: frozenset[str]) -> str:
@@ -114,68 +118,37 @@ def follow_attempt() -> None:
 
 
 @_safely
-def _core_request(endpoint: str, seconds: float, error: BaseException | None) -> None:
-    CORE_REQUEST_SECONDS.labels(endpoint).observe(seconds)
-    if error is not None:
-        CORE_ERRORS.labels(endpoint, core_error_kind(error)).inc()
-
-
-def core_error_kind(error: BaseException) -> str:
-    """timeout, connect, status (a 4xx or 5xx answer), malformed (not the contract), or other."""
-    from clients.core_client import CoreProtocolError, CoreUnavailable  # here: the client imports this module
-
-    if isinstance(error, CoreProtocolError):
-        return "malformed"
-    if isinstance(error, CoreUnavailable):
-        # The client raises from None, but the transport's own error stays the context.
-        cause = error.__context__
-        if isinstance(cause, TimeoutError):
-            return "timeout"
-        import aiohttp  # here, not at import: the starter imports this module, and only the worker calls the core
-
-        return "connect" if isinstance(cause, aiohttp.ClientError | OSError) else "status"
-    from clients.core_client import CoreError
-
-    return "status" if isinstance(error, CoreError) else OTHER
-
-
-def core_endpoint(
-    endpoint: str,
-) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:
-    """Times a core client method and counts its failures by kind; cancellation is timed, not counted."""
+def core_request(endpoint: str, seconds: float, error_kind: str | None) -> None:
+    """A core call took `seconds`; `error_kind` (timeout, connect, status, malformed, other) when it failed."""
     label = _closed(endpoint, CORE_ENDPOINTS)
+    CORE_REQUEST_SECONDS.labels(label).observe(seconds)
+    if error_kind is not None:
+        CORE_ERRORS.labels(label, _closed(error_kind, CORE_ERROR_KINDS)).inc()
+
+
+def names_store_writes(
+    operation: str,
+) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:
+    """Name the store writes `call` makes that their store method leaves to its caller (`BY_CALLER`)."""
 
     def decorate(call: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         @functools.wraps(call)
-        async def timed(*args: P.args, **kwargs: P.kwargs) -> T:
-            started = time.perf_counter()
-            error: BaseException | None = None
+        async def named(*args: P.args, **kwargs: P.kwargs) -> T:
+            token = _operation.set(operation)
             try:
                 return await call(*args, **kwargs)
-            except Exception as failure:
-                error = failure
-                raise
             finally:
-                _core_request(label, time.perf_counter() - started, error)
+                _operation.reset(token)
 
-        return timed
+        return named
 
     return decorate
 
 
-def _activity_type() -> str | None:
-    """The running activity's type. Looked up without importing temporalio: the starter's reads use the store
-    too and must not pay for the SDK (R43); a process that never loaded it runs no activity."""
-    activity = sys.modules.get("temporalio.activity")
-    if activity is None or not activity.in_activity():
-        return None
-    return str(activity.info().activity_type)
-
-
 @_safely
 def _store_write(operation: str, seconds: float, result: object, counts_conflicts: bool) -> None:
-    if operation == BY_ACTIVITY:
-        operation = STATE_WRITES.get(_activity_type() or "", BY_ACTIVITY)
+    if operation == BY_CALLER:
+        operation = _operation.get()
     STORE_WRITE_SECONDS.labels(_closed(operation, STORE_OPERATIONS)).observe(seconds)
     if counts_conflicts and result is False:
         STORE_CONFLICTS.inc()
@@ -185,7 +158,7 @@ def store_write(
     operation: str, *, counts_conflicts: bool = False
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Coroutine[Any, Any, T]]]:
     """Times a store write; with `counts_conflicts`, a False result (the guarded write was not applied: a
-    newer generation, or the row gone) counts as a conflict. `BY_ACTIVITY` names the write by its activity."""
+    newer generation, or the row gone) counts as a conflict. `BY_CALLER` takes the name from `names_store_writes`."""
 
     def decorate(write: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         @functools.wraps(write)

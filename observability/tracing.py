@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
     from temporalio.client import Interceptor
 
-    from config.settings import Settings
-
 # A flush at shutdown waits at most this long for the collector, so a collector that is down delays a starter
 # write or a worker's exit by this at most.
 FLUSH_TIMEOUT_MS: Final = 3_000
@@ -35,14 +33,14 @@ _tracer: Tracer | None = None  # None: tracing is off
 _provider: TracerProvider | None = None
 
 
-def install(settings: Settings, service_name: str, provider: TracerProvider | None = None) -> bool:
-    """Turn tracing on if the settings say so (or with `provider`, e.g. a test's in-memory exporter); returns
-    whether it is on. Idempotent: the first installation wins until `shutdown`."""
+def install(enabled: bool, service_name: str, provider: TracerProvider | None = None) -> bool:
+    """Turn tracing on if `enabled` (the settings' `tracing_enabled`), or with `provider` (e.g. a test's in-memory
+    exporter); returns whether it is on. Idempotent: the first installation wins until `shutdown`."""
     global _tracer, _provider
     if _tracer is not None:
         return True
     if provider is None:
-        if not settings.tracing_enabled:
+        if not enabled:
             return False
         provider = _otlp_provider(service_name)
     _provider = provider

@@ -28,7 +28,7 @@ from protocol.messages import (
     DeliveredRequest,
     ReadRequest,
 )
-from protocol.names import HELPER_OWNER, coordinator_id
+from protocol.names import HELPER_OWNER, coordinator_id, owner_priority
 from protocol.retry import retrying
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -51,6 +51,7 @@ async def admit(temporal: Client, settings: Settings, request: HelperRequest) ->
             task_queue=settings.task_queue,
             search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, request.owner)]),
             static_summary=f"coordinator of {request.owner}'s helpers",
+            priority=owner_priority(request.owner),
         )
 
     try:

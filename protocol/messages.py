@@ -18,6 +18,7 @@ from domain.outcome import OutcomeKind
 
 COORDINATOR_WORKFLOW: Final = "CoordinatorWorkflow"
 HELPER_WORKFLOW: Final = "HelperWorkflow"
+GOAL_CHECK_WORKFLOW: Final = "GoalCheckWorkflow"
 
 # Updates a coordinator takes from the starter (and from Goal checks).
 ADMIT: Final = "admit"
@@ -38,12 +39,6 @@ HELPER_STATUS: Final = "status"
 # Turn ids come from the chat; bounded so no message carries an unbounded one (R36).
 TURN_MAX_CHARS: Final = 200
 READ_MAX_HELPERS: Final = 100
-
-
-# Helpers that started after this change ignore a bare `close` or `slot_granted` (R39).
-SIGNALS_CARRY_A_TOKEN: Final = "signals-carry-a-token"
-# Helpers that end after this change return a `HelperResult`, and a failed one ends its workflow failed.
-RESULT_SAYS_WHY: Final = "helper-result-says-why"
 
 
 class HelperResult(BaseModel):

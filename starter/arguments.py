@@ -38,6 +38,12 @@ ENV_WRITE = f"""{ENV_READ}
   HELPER_CODEC_KEYS    id:base64key,... encrypting every payload (with HELPER_CODEC_KEY_ID); required
                        unless TEMPORAL_ADDRESS is on this machine (HELPER_CODEC_REQUIRED)
   HELPER_STARTER_TIMEOUT_MS  a write no worker answers fails after this, exit 3 (default 30,000)"""
+ENV_SERVE = """\
+  HELPER_API_BIND      where the service listens (default 127.0.0.1:8340)
+  HELPER_API_TOKEN     callers send 'Authorization: Bearer <token>'; required beyond loopback
+  HELPER_API_TLS_CERT, HELPER_API_TLS_KEY  HTTPS with this certificate and key
+  HELPER_API_MAX_BODY_BYTES, HELPER_API_REQUEST_TIMEOUT_MS, HELPER_API_WATCH_MAX_MS, HELPER_API_MAX_WATCHES,
+  HELPER_API_SHUTDOWN_GRACE_MS, HELPER_API_STORE_POOL_SIZE  the bounds (docs/configuration.md)"""
 ENV_LIMITS = """\
   HELPER_MAX_OPEN, HELPER_MAX_RUNNING, HELPER_DEADLINE_MS, HELPER_GRACE_MS, HELPER_CEILING_TOKENS,
   HELPER_INPUT_CEILING_TOKENS  the limits; --deadline-ms and the other limit flags only tighten them"""
@@ -48,7 +54,8 @@ a helper-script block in the task: tests and the demo) and, when an OpenAI-compa
 (GET /v1/models at HELPER_CORE_URL) and refuses any other name with exit 2, listing those offered."""
 ENV_WATCH = f"""{ENV_READ}
 Output: human lines, not JSON ("HH:MM:SS  owner/helper  what changed"), polled about every 0.5 s from the
-store only (Temporal may be down), until Ctrl-C (exit 0). An error is still one JSON object and its code."""
+store only (Temporal may be down), until Ctrl-C (exit 0); a watch of one helper (--id) ends by itself, exit 0,
+once the helper has its outcome. An error is still one JSON object and its code."""
 
 
 def _epilog(*sections: str) -> str:
@@ -170,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     watching = commands.add_parser(
         "watch",
-        help="live lines for the owner's helpers (or one), until Ctrl-C",
+        help="live lines for the owner's helpers until Ctrl-C, or for one until it has its outcome",
         description="Print a line whenever one of the owner's helpers changes: admitted, running with its "
         "steps, waiting for a slot, its outcome, delivered or closed.",
         epilog=_epilog(ENV_WATCH),
@@ -179,10 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     watching.add_argument(
         "--id",
         dest="helper_id",
-        help="only this helper: 1-64 letters, digits, '.', '_' or '-' (default: every helper of the owner)",
+        help="only this helper, until it has its outcome: 1-64 letters, digits, '.', '_' or '-' (default: every "
+        "helper of the owner)",
     )
     watching.add_argument(
         "--once", action="store_true", help="print the current lines and exit (an unknown --id: exit 1)"
+    )
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve every command over HTTP/JSON until SIGTERM or Ctrl-C (docs/api.md)",
+        description="Serve every command over HTTP/JSON, with live lines as Server-Sent Events (docs/api.md). "
+        "Refuses to listen beyond this machine without HELPER_API_TOKEN.",
+        epilog=_epilog(f"{ENV_WRITE}\n{ENV_SERVE}"),
+    )
+    serve.add_argument(
+        "--bind", metavar="HOST:PORT", help="where to listen (default HELPER_API_BIND or 127.0.0.1:8340)"
     )
 
     goal = commands.add_parser(

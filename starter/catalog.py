@@ -6,14 +6,13 @@ It answers exactly as `clients.core_client.CoreClient.models` would for the star
 catalog from "no usable catalog": a 2xx answer whose body (at most `CORE_ANSWER_MAX_BYTES`) is a valid
 `ModelCatalog` is the list of models; anything else (404, another status, a redirect, a malformed or oversized
 body, no answer within the time) is None, and the create decides. `tests/unit/test_model_catalog_fetch.py`
-holds the two side by side. A core behind an HTTPS URL or a proxy (HTTP_PROXY and the like) is asked through
+holds the two side by side. A core behind an HTTPS URL or a proxy (HELPER_CORE_PROXY) is asked through
 `CoreClient`, whose TLS trust store and proxy handling are httpx's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from urllib.parse import urlsplit
 
@@ -24,14 +23,11 @@ from contracts.core_api import ModelCatalog
 # clients.core_client.CORE_ANSWER_MAX_BYTES, spelled here so that asking the catalog does not load httpx (a test
 # checks they agree).
 CORE_ANSWER_MAX_BYTES = 16 * 1024 * 1024
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
-def _plain_http(core_url: str) -> bool:
+def _plain_http(core_url: str, proxy: str | None) -> bool:
     """Whether the stdlib client asks as httpx would: plain HTTP, and no proxy configured for httpx to use."""
-    if urlsplit(core_url).scheme != "http":
-        return False
-    return not any(os.environ.get(name) or os.environ.get(name.upper()) for name in PROXY_VARIABLES)
+    return urlsplit(core_url).scheme == "http" and proxy is None
 
 
 def _fetch(core_url: str, timeout_s: float) -> list[str] | None:
@@ -71,12 +67,12 @@ def _fetch(core_url: str, timeout_s: float) -> list[str] | None:
         connection.close()
 
 
-async def offered_models(core_url: str, check_ms: int, timeout_s: float) -> list[str] | None:
+async def offered_models(core_url: str, check_ms: int, timeout_s: float, proxy: str | None = None) -> list[str] | None:
     """The models the core at `core_url` offers, or None when it offers no usable catalog within `timeout_s`."""
-    if not _plain_http(core_url):
+    if not _plain_http(core_url, proxy):
         from clients.core_client import CoreClient, CoreError
 
-        core = CoreClient(core_url, check_ms)
+        core = CoreClient(core_url, check_ms, proxy=proxy)
         try:
             return await core.models(timeout_s=timeout_s)
         except CoreError:

@@ -13,35 +13,24 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
-
-from pydantic import BaseModel
 
 from config.local_env import LocalEnvError, with_local_env
 from config.settings import Settings, SettingsError
 from domain.limits import LimitOverrides
-from domain.rows import RowState
 from protocol.errors import InvalidConfiguration, InvalidRequest, StarterError, Unavailable
-from starter import inputs as goals  # the Goal checks (every, parse_goal, goal ids), without the Temporal client
+from starter import commands
+from starter.answers import answer_json, error_json, safe_text
 from starter.arguments import build_parser
-from starter.inputs import (
-    ECHO_MAX_CHARS,
-    check_delivered,
-    check_ids,
-    check_read,
-    clip,
-    parse_request,
-    redact,
-)
+from starter.commands import Operation
+from starter.inputs import clip
 from starter.reads import StoreReader, open_sqlite_reader
 
 WRITES = {"start", "close", "read", "delivered", "goal"}
 READS = {"list", "show", "unreported", "usage"}  # `watch` polls, so it needs an event loop
-MESSAGE_MAX_CHARS = 1_000  # a message is cut here whatever it says
 STDERR_MAX_CHARS = 300
 
 
@@ -62,10 +51,6 @@ def _read_task(arguments: argparse.Namespace) -> str:
     return text
 
 
-# A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes).
-Operation = Callable[[Any], Awaitable[Any]]
-
-
 def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
     """Validate every input of the command, connecting to nothing, and return what to run once connected (R42)."""
     owner: str = arguments.owner
@@ -76,46 +61,35 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
                 for field in LimitOverrides.model_fields
                 if getattr(arguments, field) is not None
             }
-            request = parse_request(
-                {
-                    "owner": owner,
-                    "helper_id": arguments.helper_id,
-                    "task": _read_task(arguments),
-                    "boundary": arguments.boundary,
-                    "language": arguments.language,
-                    "model": arguments.model,
-                    "goal_id": arguments.goal_id,
-                    "limits": limits or None,
-                    "follow_up": arguments.follow_up,
-                },
-                settings,
-            )
-            return lambda client: client.start(request)
+            fields = {
+                "owner": owner,
+                "helper_id": arguments.helper_id,
+                "task": _read_task(arguments),
+                "boundary": arguments.boundary,
+                "language": arguments.language,
+                "model": arguments.model,
+                "goal_id": arguments.goal_id,
+                "limits": limits or None,
+                "follow_up": arguments.follow_up,
+            }
+            return commands.start(fields, settings).run
         case "list":
-            check_ids(owner, [])
-            states = [RowState(s) for s in arguments.state] if arguments.state else None
-            return lambda client: client.list_helpers(owner, states)
+            return commands.list_helpers(owner, arguments.state).run
         case "show":
-            check_ids(owner, [arguments.helper_id])
-            return lambda client: client.show(owner, arguments.helper_id)
+            return commands.show(owner, arguments.helper_id).run
         case "close":
-            check_ids(owner, [arguments.helper_id])
-            return lambda client: client.close(owner, arguments.helper_id)
+            return commands.close(owner, arguments.helper_id).run
         case "unreported":
-            check_ids(owner, [])
-            return lambda client: client.unreported(owner)
+            return commands.unreported(owner).run
         case "read":
-            check_read(owner, arguments.turn, arguments.helper_ids)
-            return lambda client: client.read(owner, arguments.turn, arguments.helper_ids)
+            return commands.read(owner, arguments.turn, arguments.helper_ids).run
         case "delivered":
-            check_delivered(owner, arguments.turn, arguments.answer_chars)
-            return lambda client: client.delivered(owner, arguments.turn, arguments.answer_chars)
+            return commands.delivered(owner, arguments.turn, arguments.answer_chars).run
         case "usage":
-            check_ids(owner, [])
-            return lambda client: client.usage(owner)
+            return commands.usage(owner).run
         case "watch":
             helper_id: str | None = arguments.helper_id
-            check_ids(owner, [] if helper_id is None else [helper_id])
+            commands.watch(owner, helper_id)
             from starter.watch import follow_until_interrupted
 
             return lambda client: follow_until_interrupted(client, owner, helper_id, _print_line, once=arguments.once)
@@ -128,31 +102,23 @@ def _prepare_goal(arguments: argparse.Namespace) -> Operation:
     owner: str = arguments.owner
     match arguments.goal_command:
         case "add":
-            goal = goals.parse_goal(
-                {
-                    "owner": owner,
-                    "goal_id": arguments.goal_id,
-                    "task": arguments.task,
-                    "boundary": arguments.boundary,
-                    "language": arguments.language,
-                    "model": arguments.model,
-                    "every_ms": goals.every_ms(arguments.every),
-                }
-            )
-            return lambda client: client.add_goal(goal)
+            fields = {
+                "owner": owner,
+                "goal_id": arguments.goal_id,
+                "task": arguments.task,
+                "boundary": arguments.boundary,
+                "language": arguments.language,
+                "model": arguments.model,
+            }
+            return commands.add_goal(fields, arguments.every).run
         case "list":
-            check_ids(owner, [])
-            return lambda client: client.list_goals(owner)
+            return commands.list_goals(owner).run
         case "pause" | "resume":
-            goals.check_goal_ids(owner, arguments.goal_id)
-            paused = arguments.goal_command == "pause"
-            return lambda client: client.pause_goal(owner, arguments.goal_id, paused=paused)
+            return commands.pause_goal(owner, arguments.goal_id, paused=arguments.goal_command == "pause").run
         case "run":
-            goals.check_goal_ids(owner, arguments.goal_id)
-            return lambda client: client.run_goal_now(owner, arguments.goal_id)
+            return commands.run_goal(owner, arguments.goal_id).run
         case "remove":
-            goals.check_goal_ids(owner, arguments.goal_id)
-            return lambda client: client.remove_goal(owner, arguments.goal_id)
+            return commands.remove_goal(owner, arguments.goal_id).run
     raise InvalidRequest(f"unknown goal command {clip(str(arguments.goal_command))}")
 
 
@@ -166,7 +132,7 @@ async def run(arguments: argparse.Namespace, settings: Settings, operation: Oper
         from starter.client import HelperClient
 
         # Tracing only when configured (observability/tracing.py): opentelemetry is imported only then.
-        traced = tracing.install(settings, "helper-starter")
+        traced = tracing.install(settings.tracing_enabled, "helper-starter")
         try:
             return await _run_and_close(await HelperClient.connect(settings), operation)
         finally:
@@ -209,40 +175,12 @@ def _finish_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a SQLite read suspended: it needs an event loop")
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, list):
-        return [_json(item) for item in value]
-    return value
-
-
 def _settings() -> Settings:
     try:
         # From the checkout, the local stack's settings file (data/local.env) fills in what the environment lacks.
         return Settings.from_env(with_local_env(os.environ))
     except (SettingsError, LocalEnvError) as error:
         raise InvalidConfiguration(f"the starter's configuration is invalid: {error}") from None
-
-
-_LONG_WORD = re.compile(rf"\S{{{2 * ECHO_MAX_CHARS + 1},}}")
-
-
-def _safe(text: str, inputs: Sequence[str]) -> str:
-    """A message as it may be printed: echoed inputs cut to a short prefix, no password, bounded length."""
-    for value in sorted({v for v in inputs if len(v) > ECHO_MAX_CHARS}, key=len, reverse=True):
-        text = text.replace(repr(value)[1:-1], clip(repr(value)[1:-1])).replace(value, clip(value))
-    text = _LONG_WORD.sub(lambda match: clip(match.group(0)), redact(text))
-    return clip(text, MESSAGE_MAX_CHARS)
-
-
-def _error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
-    output = error.as_json()
-    body = output["error"]
-    body["message"] = _safe(str(body.get("message", "")), inputs)
-    if isinstance(body.get("problems"), list):
-        body["problems"] = [_safe(str(problem), inputs) for problem in body["problems"][:20]]
-    return output
 
 
 def _write(stream: Any, text: str) -> bool:
@@ -269,25 +207,30 @@ def main(argv: list[str] | None = None) -> None:
     inputs: list[str] = list(arguments_given)
     error: StarterError | None = None
     output: Any = None
-    watching = False  # `watch` prints human lines, so only its errors are JSON
+    watching = False  # `watch` prints human lines and `serve` logs, so only their errors are JSON
     try:
         arguments = build_parser().parse_args(arguments_given)
-        watching = arguments.command == "watch"
+        watching = arguments.command in ("watch", "serve")
         settings = _settings()
-        operation = prepare(arguments, settings)
-        output = _json(answer(arguments, settings, operation))
+        if arguments.command == "serve":
+            from starter.service.server import serve
+
+            serve(settings, arguments.bind)
+        else:
+            operation = prepare(arguments, settings)
+            output = answer_json(answer(arguments, settings, operation))
     except StarterError as refused:
         error = refused
     except (Exception, KeyboardInterrupt) as unexpected:  # never a traceback: one JSON object and the exit code (R42)
         if not (watching and isinstance(unexpected, KeyboardInterrupt)):  # Ctrl-C is how a watch ends: exit 0
-            detail = _safe(f"{type(unexpected).__name__}: {unexpected}", inputs)
+            detail = safe_text(f"{type(unexpected).__name__}: {unexpected}", inputs)
             _write(sys.stderr, f"helper-starter: unexpected {detail}"[:STDERR_MAX_CHARS] + "\n")
             error = Unavailable(
                 f"the starter failed unexpectedly ({type(unexpected).__name__}); it is safe to ask again"
             )
     code = 0
     if error is not None:
-        output, code = _error_json(error, inputs), error.exit_code
+        output, code = error_json(error, inputs), error.exit_code
         line = f"helper-starter: {output['error']['code']}: {output['error']['message']}".replace("\n", " ")
         _write(sys.stderr, clip(line, STDERR_MAX_CHARS) + "\n")
     if error is not None or not watching:

@@ -75,14 +75,10 @@ class HelperClient(StoreReader):
         client: Client | None = None
         if temporal:
             try:
-                async with asyncio.timeout(settings.starter_timeout_ms / 1000):
-                    client = await connect_for(settings, _quiet_runtime())
-            except CodecError as error:
+                client = await connect_temporal_client(settings)
+            except BaseException:
                 await store.close()
-                raise InvalidConfiguration(scrub(str(error))) from None
-            except Exception as error:
-                await store.close()
-                raise Unavailable(scrub(f"Temporal at {settings.temporal_address} does not answer: {error}")) from None
+                raise
         return cls(settings, store, client)
 
     @property
@@ -174,6 +170,18 @@ class HelperClient(StoreReader):
         return await goals.remove_goal(self.temporal, owner, goal_id)
 
 
+async def connect_temporal_client(settings: Settings) -> Client:
+    """The Temporal client with the runtime's data converter and codec, within HELPER_STARTER_TIMEOUT_MS;
+    InvalidConfiguration when the codec keys are wrong, Unavailable when Temporal does not answer."""
+    try:
+        async with asyncio.timeout(settings.starter_timeout_ms / 1000):
+            return await connect_for(settings, _quiet_runtime())
+    except CodecError as error:
+        raise InvalidConfiguration(scrub(str(error))) from None
+    except Exception as error:
+        raise Unavailable(scrub(f"Temporal at {settings.temporal_address} does not answer: {error}")) from None
+
+
 # --- input checks: pure, so the console script runs them before it connects to anything (R42) -----------
 
 
@@ -187,7 +195,7 @@ async def check_model(settings: Settings, model: str) -> None:
     the create, whose refusal becomes the helper's failed outcome."""
     from starter.catalog import offered_models  # the stdlib's HTTP client where it asks as httpx would (R43)
 
-    offered = await offered_models(settings.core_url, settings.policy.check_ms, MODEL_CHECK_S)
+    offered = await offered_models(settings.core_url, settings.policy.check_ms, MODEL_CHECK_S, settings.core_proxy)
     if offered is not None and model not in offered:
         names = ", ".join(offered[:20]) + (", …" if len(offered) > 20 else "")
         raise InvalidRequest(

@@ -28,11 +28,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from config.settings import Settings
 from domain.goals import Goal
 from protocol.errors import HelperRefused, Unavailable
-from protocol.names import HELPER_OWNER
-
-# The Goal check's workflow type, by name: the starter does not load the worker's workflow code (the workflow and
-# the activities it imports) to name it; a test checks it is `workflows.goal_check.GoalCheckWorkflow`'s (R43).
-GOAL_CHECK_WORKFLOW = "GoalCheckWorkflow"
+from protocol.messages import GOAL_CHECK_WORKFLOW
+from protocol.names import HELPER_OWNER, owner_priority
 
 
 def goal_schedule_id(owner: str, goal_id: str) -> str:
@@ -60,6 +57,7 @@ async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView
             task_queue=settings.task_queue,
             typed_search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, goal.owner)]),
             static_summary=f"Goal check of {goal.owner}/{goal.goal_id}",
+            priority=owner_priority(goal.owner),
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(milliseconds=goal.every_ms))]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),

@@ -30,6 +30,8 @@ class RowSource(Protocol):
 
     async def usage(self, owner: str) -> list[UsageLine]: ...
 
+    async def ping(self) -> None: ...
+
     async def close(self) -> None: ...
 
 
@@ -69,14 +71,15 @@ def open_sqlite_reader(settings: Settings) -> SqliteRowReader | None:
         return None  # the store cannot be opened: SQLAlchemy's path says why, in the words it always has
 
 
-async def open_store(settings: Settings) -> RowSource:
+async def open_store(settings: Settings, pool_size: int | None = None) -> RowSource:
     """The configured store, or Unavailable naming where it is (never its password). A store URL of the bare
-    path (`store.row_reads`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's path."""
+    path (`store.row_reads`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's path.
+    With `pool_size`, a PostgreSQL store is read through a pool of that many connections (the HTTP service)."""
     check_store_url(settings.store_url)
     address = bare_store_address(settings.store_url)
     if address is not None:
         try:
-            return await open_bare_reader(address)
+            return await open_bare_reader(address, pool_size)
         except SchemaNotCurrent as error:
             raise Unavailable(scrub(str(error), settings.store_url)) from None
         except (OSError, TimeoutError) as error:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
@@ -75,6 +75,9 @@ _LATER_STATE = {
 class LiveLine:
     who: str  # owner/helper_id
     text: str
+    helper_id: str = ""
+    state: RowState | None = None  # the helper's state when the line was made
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class LiveLines:
                 continue
             self._shown[key] = now
             who = f"{owner}/{view.helper_id}"
-            lines += [LiveLine(who, text) for text in _changes(before, view)]
+            lines += [LiveLine(who, text, view.helper_id, view.state) for text in _changes(before, view)]
         return lines
 
 
@@ -152,6 +155,42 @@ def _outcome(view: HelperView) -> list[str]:
     return lines
 
 
+def has_outcome(views: Iterable[HelperView]) -> bool:
+    """Whether a one-helper watch is over: the helper has its outcome, as `gh run watch` ends with the run."""
+    return any(view.outcome_kind is not None for view in views)
+
+
+async def live_lines(
+    client: StoreReader,
+    owner: str,
+    helper_id: str | None,
+    *,
+    once: bool = False,
+    stop: asyncio.Event | None = None,
+    interval_s: float = POLL_INTERVAL_S,
+) -> AsyncIterator[LiveLine]:
+    """The live lines of the owner's helpers (or one), polled from the store, until `stop` is set; with `once`,
+    the current ones. A watch of one helper ends by itself once the helper has its outcome."""
+    live = LiveLines()
+    while True:
+        views = await client.list_helpers(owner)
+        if helper_id is not None:
+            views = [view for view in views if view.helper_id == helper_id]
+            if once and not views:
+                raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
+        for line in live.update(owner, views):
+            yield line
+        if once or (helper_id is not None and has_outcome(views)) or (stop is not None and stop.is_set()):
+            return
+        if stop is None:
+            await asyncio.sleep(interval_s)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+            if stop.is_set():
+                return
+
+
 async def follow(
     client: StoreReader,
     owner: str,
@@ -162,25 +201,9 @@ async def follow(
     stop: asyncio.Event | None = None,
     interval_s: float = POLL_INTERVAL_S,
 ) -> None:
-    """Print the live lines of the owner's helpers (or one) until `stop` is set; with `once`, the current ones."""
-    live = LiveLines()
-    while True:
-        views = await client.list_helpers(owner)
-        if helper_id is not None:
-            views = [view for view in views if view.helper_id == helper_id]
-            if once and not views:
-                raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
-        for line in live.update(owner, views):
-            write(render(line.who, line.text))
-        if once or (stop is not None and stop.is_set()):
-            return
-        if stop is None:
-            await asyncio.sleep(interval_s)
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)
-            if stop.is_set():
-                return
+    """Print the live lines of `live_lines`, each with the local time it was seen."""
+    async for line in live_lines(client, owner, helper_id, once=once, stop=stop, interval_s=interval_s):
+        write(render(line.who, line.text))
 
 
 async def follow_until_interrupted(

@@ -35,7 +35,9 @@ def create_engine(url: str) -> AsyncEngine:
         engine = create_async_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_S})
         set_sqlite_pragmas(engine.sync_engine)
         return engine
-    return create_async_engine(url, pool_pre_ping=True)
+    # No pre-ping: a connection PostgreSQL dropped (a restart) fails its statement once, SQLAlchemy then replaces
+    # the whole pool, and the activity's retry runs on a new connection; a ping would cost a round trip per checkout.
+    return create_async_engine(url)
 
 
 def set_sqlite_pragmas(engine: Engine) -> None:

@@ -1,5 +1,6 @@
-"""The store's one interface: guarded writes for activities, and the reads for the starter and Iva (R27), which
-live in `store/helper_reads.py`.
+"""The store's one interface: the guarded writes of helper rows for activities, and their typed reads for the
+worker, the starter and Iva (R27). Each write is one transaction on SQLAlchemy's async engine (aiosqlite or
+asyncpg), committed when its block ends and rolled back when it raises or is cancelled.
 
 Writers pass the row's admission `seq` and their `generation`. A state write applies only while the
 stored generation is not newer (the same generation again is an idempotent retry); a progress write
@@ -9,35 +10,37 @@ learns it lost without changing anything.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, RowState
+from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
-from observability.recording import BY_ACTIVITY, store_write
+from observability.recording import BY_CALLER, store_write
 from store.database import check_schema, create_engine, migrate
-from store.helper_reads import HelperReads
-from store.records import KeptSession
+from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
+from store.row_reads import listed_views
 from store.statements import (
     WRITABLE,
     Prepared,
     RowChanges,
     events_table,
+    follow_started_update,
     insert_or_skip,
     kept_table,
     link_follow_up,
     now,
+    owner_rows,
     parked_table,
+    plain,
     progress_update,
+    row_by_key,
     row_insert,
     row_table,
     state_update,
@@ -48,7 +51,6 @@ from store.statements import (
     usage_table,
     utc,
 )
-from store.transactions import Transactions
 
 __all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "RowOfAnotherAdmission", "row_table"]
 
@@ -68,11 +70,9 @@ class RowOfAnotherAdmission(ValueError):
         self.seq = seq
 
 
-class HelperStore(HelperReads):
+class HelperStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        # The workers' writes and the one-row read; the other reads run on `engine` directly.
-        self.transactions = Transactions(engine)
 
     @classmethod
     async def connect(cls, url: str, *, run_migrations: bool = False) -> HelperStore:
@@ -90,8 +90,12 @@ class HelperStore(HelperReads):
         return cls(engine)
 
     async def close(self) -> None:
-        await self.transactions.close()
         await self.engine.dispose()
+
+    async def ping(self) -> None:
+        """One `SELECT 1` round trip through the pool: whether the store answers."""
+        async with self.engine.connect() as connection:
+            await connection.execute(select(1))
 
     # --- writes (activities only) -----------------------------------------------------------------
 
@@ -101,15 +105,12 @@ class HelperStore(HelperReads):
 
         A follow-up's earlier row is linked (and delivered, if it was unreported) in the same transaction."""
 
-        def insert(connection: Connection) -> bool:
-            try:
-                self._insert_admitted(connection, row, followed_up)
-            except IntegrityError:
-                return False  # PostgreSQL ends the transaction with the failed insert: nothing else was in it
+        try:
+            async with self.engine.begin() as connection:
+                await self._insert_admitted(connection, row, followed_up)
             return True
-
-        if await self.transactions.write(insert):
-            return True
+        except IntegrityError:
+            pass  # a row under this id exists: the transaction, the link with it, is undone
         existing = await self.get(row.owner, row.helper_id)
         if existing is not None and existing.seq == row.seq:
             return False
@@ -127,37 +128,34 @@ class HelperStore(HelperReads):
             row_table.c.seq == unrecorded_seq,
         )
 
-        def replace(connection: Connection) -> str | None:
-            replaced = connection.execute(delete(row_table).where(*key).returning(row_table.c.result_dir))
-            result_dir = replaced.scalar()
-            if result_dir is None:
-                return None
-            self._insert_admitted(connection, row, followed_up)
-            return str(result_dir)
-
         try:
-            replaced_dir = await self.transactions.write(replace)
+            async with self.engine.begin() as connection:
+                replaced = await connection.execute(delete(row_table).where(*key).returning(row_table.c.result_dir))
+                replaced_dir = replaced.scalar()
+                if replaced_dir is not None:
+                    await self._insert_admitted(connection, row, followed_up)
             if replaced_dir is not None:
-                return replaced_dir
+                return str(replaced_dir)
         except IntegrityError:
             pass  # another admission's row appeared meanwhile: the transaction, the delete with it, is undone
         existing = await self.get(row.owner, row.helper_id)
         raise RowOfAnotherAdmission(row.owner, row.helper_id, -1 if existing is None else existing.seq)
 
     @staticmethod
-    def _insert_admitted(connection: Connection, row: HelperRow, followed_up: FollowedUp | None) -> None:
-        connection.execute(*row_insert(row_table, to_columns(row)))
+    async def _insert_admitted(connection: AsyncConnection, row: HelperRow, followed_up: FollowedUp | None) -> None:
+        await connection.execute(*row_insert(row_table, to_columns(row)))
         if followed_up is not None:
-            connection.execute(link_follow_up(row, followed_up))
+            await connection.execute(link_follow_up(row, followed_up))
 
-    @store_write(BY_ACTIVITY, counts_conflicts=True)
+    @store_write(BY_CALLER, counts_conflicts=True)
     async def write_state(
         self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
     ) -> bool:
         statement = state_update(owner, helper_id, seq, generation, changes)
-        return await self.transactions.write(lambda connection: bool(connection.execute(*statement).rowcount))
+        async with self.engine.begin() as connection:
+            return bool((await connection.execute(*statement)).rowcount)
 
-    @store_write(BY_ACTIVITY)
+    @store_write(BY_CALLER)
     async def start_running(
         self, owner: str, helper_id: str, seq: int, generation: int, started_at: datetime, deadline_at: datetime
     ) -> HelperRow | None:
@@ -165,12 +163,9 @@ class HelperStore(HelperReads):
         RETURNING); None when the write did not apply (the row is gone, or a newer generation wrote it)."""
         changes: RowChanges = {"state": RowState.RUNNING, "started_at": started_at, "deadline_at": deadline_at}
         statement = state_update(owner, helper_id, seq, generation, changes, returning=True)
-
-        def start(connection: Connection) -> HelperRow | None:
-            record = connection.execute(*statement).mappings().first()
-            return None if record is None else to_row(record)
-
-        return await self.transactions.write(start)
+        async with self.engine.begin() as connection:
+            record = (await connection.execute(*statement)).mappings().first()
+        return None if record is None else to_row(record)
 
     @store_write("progress", counts_conflicts=True)
     async def write_progress(
@@ -185,7 +180,16 @@ class HelperStore(HelperReads):
         if last_message is not None:
             values["last_message"] = last_message
         statement = progress_update(owner, helper_id, seq, generation, values)
-        return await self.transactions.write(lambda connection: bool(connection.execute(*statement).rowcount))
+        async with self.engine.begin() as connection:
+            return bool((await connection.execute(*statement)).rowcount)
+
+    @store_write("progress")
+    async def record_follow_started(self, owner: str, helper_id: str, seq: int, generation: int) -> bool:
+        """Record that a worker began following the running row's session, once: a later follow (after a
+        finish-now, or on another worker) keeps the first moment."""
+        statement = follow_started_update(owner, helper_id, seq, generation, now())
+        async with self.engine.begin() as connection:
+            return bool((await connection.execute(*statement)).rowcount)
 
     @store_write("remove")
     async def remove_rows(
@@ -204,15 +208,13 @@ class HelperStore(HelperReads):
                 )
             )
 
-        def remove(connection: Connection) -> list[str]:
-            found = connection.execute(select(row_table.c.result_dir).where(row_table.c.owner == owner, named))
+        async with self.engine.begin() as connection:
+            found = await connection.execute(select(row_table.c.result_dir).where(row_table.c.owner == owner, named))
             directories = [str(d) for d in found.scalars()]
-            connection.execute(delete(row_table).where(row_table.c.owner == owner, named))
-            return directories
+            await connection.execute(delete(row_table).where(row_table.c.owner == owner, named))
+        return directories
 
-        return await self.transactions.write(remove)
-
-    @store_write(BY_ACTIVITY, counts_conflicts=True)
+    @store_write(BY_CALLER, counts_conflicts=True)
     async def write_outcome(
         self,
         row: HelperRow,
@@ -228,18 +230,16 @@ class HelperStore(HelperReads):
         statement = state_update(row.owner, row.helper_id, row.seq, generation, changes)
         usage_line = self._usage_line(row, kind, usage, finished_at)
 
-        def write(connection: Connection) -> bool:
-            if not connection.execute(*statement).rowcount:
+        async with self.engine.begin() as connection:
+            if not (await connection.execute(*statement)).rowcount:
                 return False
-            connection.execute(*usage_line)
-            return True
-
-        return await self.transactions.write(write)
+            await connection.execute(*usage_line)
+        return True
 
     @store_write("usage")
     async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
-        usage_line = self._usage_line(row, kind, usage, finished_at)
-        await self.transactions.write(lambda connection: connection.execute(*usage_line))
+        async with self.engine.begin() as connection:
+            await connection.execute(*self._usage_line(row, kind, usage, finished_at))
 
     def _usage_line(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> Prepared:
         """Usage is recorded once per admission: a second line for it is ignored, not an error (an error would
@@ -281,49 +281,53 @@ class HelperStore(HelperReads):
             "last_error": last_error,
             "updated_at": now(),
         }
-        statement = upsert(self.engine.dialect.name, table, {"key": key, **values}, "key")
-        await self.transactions.write(lambda connection: connection.execute(*statement))
+        async with self.engine.begin() as connection:
+            await connection.execute(*upsert(self.engine.dialect.name, table, {"key": key, **values}, "key"))
 
     @store_write("chat_event")
     async def set_event_state(self, owner: str, key: str, state: str) -> None:
         """Change a chat event's state only (a withdrawn event keeps its attempts and last error)."""
         table = events_table
         named = (table.c.owner == owner, table.c.key == key)
-        statement = update(table).where(*named).values(state=state, updated_at=now())
-        await self.transactions.write(lambda connection: connection.execute(statement))
+        async with self.engine.begin() as connection:
+            await connection.execute(update(table).where(*named).values(state=state, updated_at=now()))
 
     @store_write("park")
     async def record_parked(self, owner: str, helper_id: str, session_id: str, error: str) -> None:
         table = parked_table
-
-        def park(connection: Connection) -> None:
-            connection.execute(delete(table).where(table.c.session_id == session_id))
-            connection.execute(
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(table).where(table.c.session_id == session_id))
+            await connection.execute(
                 insert(table).values(
                     session_id=session_id, owner=owner, helper_id=helper_id, error=error, parked_at=now()
                 )
             )
 
-        await self.transactions.write(park)
+    @store_write("park")
+    async def forget_parked(self, session_id: str) -> None:
+        """A parked session was reset after all (or the core no longer knows it): no longer parked."""
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(parked_table).where(parked_table.c.session_id == session_id))
 
     @store_write("keep")
     async def keep_session(self, owner: str, helper_id: str, seq: int, session_id: str) -> None:
         """List a session kept for a follow-up; keeping it again (a retried activity) changes nothing."""
 
-        def keep(connection: Connection) -> None:
-            with contextlib.suppress(IntegrityError):
-                connection.execute(
-                    insert(kept_table).values(
-                        session_id=session_id, owner=owner, helper_id=helper_id, seq=seq, kept_at=now()
-                    )
-                )
-
-        await self.transactions.write(keep)
+        statement = insert(kept_table).values(
+            session_id=session_id, owner=owner, helper_id=helper_id, seq=seq, kept_at=now()
+        )
+        try:
+            async with self.engine.begin() as connection:
+                await connection.execute(statement)
+        except IntegrityError:
+            pass  # kept already
 
     @store_write("keep")
     async def forget_kept(self, session_id: str) -> None:
-        statement = delete(kept_table).where(kept_table.c.session_id == session_id)
-        await self.transactions.write(lambda connection: connection.execute(statement))
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(kept_table).where(kept_table.c.session_id == session_id))
+
+    # --- reads ------------------------------------------------------------------------------------
 
     async def kept_sessions(self, limit: int = 1_000) -> list[KeptSession]:
         """The oldest kept sessions first, at most `limit` (one sweep's share)."""
@@ -338,11 +342,63 @@ class HelperStore(HelperReads):
             record = (await connection.execute(statement)).mappings().first()
         return None if record is None else to_kept(record)
 
-    # --- reads: `store.helper_reads.HelperReads`; this one guards the writers -----------------------
-
     async def admitted(self, owner: str, helper_id: str, seq: int) -> HelperRow:
         """The row of exactly this admission, or `RowGone`."""
         row = await self.get(owner, helper_id)
         if row is None or row.seq != seq:
             raise RowGone(owner, helper_id, seq)
         return row
+
+    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
+        async with self.engine.connect() as connection:
+            record = (await connection.execute(*row_by_key(owner, helper_id))).mappings().first()
+        return None if record is None else to_row(record)
+
+    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
+        async with self.engine.connect() as connection:
+            result = await connection.execute(*owner_rows(owner, states))
+            return [to_row(record) for record in result.mappings()]
+
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        """What `list` shows of one owner's rows (in some states): `store.row_reads.VIEW_COLUMNS` only."""
+        async with self.engine.connect() as connection:
+            result = await connection.execute(*owner_rows(owner, states, view=True))
+            return listed_views(result.mappings())
+
+    async def ahead(self, owner: str, seq: int) -> int:
+        """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""
+        statement = select(func.count()).where(
+            row_table.c.owner == owner, row_table.c.state == RowState.WAITING.value, row_table.c.seq < seq
+        )
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(statement)).scalar_one())
+
+    async def usage(self, owner: str) -> list[UsageLine]:
+        table = usage_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
+            return [UsageLine.model_validate(plain(record)) for record in result.mappings()]
+
+    async def events(self, owner: str) -> list[ChatEvent]:
+        table = events_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
+            return [ChatEvent.model_validate(plain(record)) for record in result.mappings()]
+
+    async def parked(self, owner: str) -> list[ParkedSession]:
+        table = parked_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).where(table.c.owner == owner))
+            return [ParkedSession.model_validate(plain(record)) for record in result.mappings()]
+
+    async def parked_sessions(self, limit: int) -> list[ParkedSession]:
+        """Parked sessions of every owner, the oldest first, at most `limit` (one sweep's share)."""
+        table = parked_table
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(table).order_by(table.c.parked_at).limit(limit))
+            return [ParkedSession.model_validate(plain(record)) for record in result.mappings()]
+
+    async def result_dirs(self) -> set[str]:
+        async with self.engine.connect() as connection:
+            result = await connection.execute(select(row_table.c.result_dir))
+            return {str(d) for d in result.scalars()}

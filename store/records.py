@@ -47,7 +47,7 @@ class ParkedSession(BaseModel):
 
 
 class KeptSession(BaseModel):
-    """A session kept for a follow-up (issue 14) until its cleanup reset."""
+    """A session kept for a follow-up until its cleanup reset."""
 
     session_id: str
     owner: str

@@ -1,5 +1,8 @@
-"""The starter's reads on the bare drivers: the stdlib `sqlite3` for `sqlite+aiosqlite://` stores and `asyncpg`
-for `postgresql+asyncpg://` ones, without SQLAlchemy, whose import alone costs a read command about 0.2 s (R43).
+"""The goal this second read path serves: the starter's read commands ≤ ×10 a bare interpreter start
+(python -m tools.bench.starter).
+
+The starter's reads on the bare drivers, the stdlib `sqlite3` for `sqlite+aiosqlite://` stores and `asyncpg` for
+`postgresql+asyncpg://` ones, without SQLAlchemy, whose import alone takes a read command past that goal (R43).
 
 The SQL of every read lives here, once; `tests/store/test_row_reads.py` writes rows through `HelperStore` and
 reads them back through both paths on both engines, so the two cannot drift. A URL this module does not take
@@ -15,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
@@ -57,6 +61,7 @@ HELPER_ROW_COLUMNS = (
     "updated_at",
     "follow_up_of",
     "followed_up_by",
+    "follow_started_at",
 )
 USAGE_COLUMNS = (
     "owner",
@@ -93,10 +98,20 @@ VIEW_COLUMNS = (
     "actions",
     "follow_up_of",
     "followed_up_by",
+    "follow_started_at",
 )
 JSON_COLUMNS = frozenset({"boundary", "limits", "actions"})
 DATETIME_COLUMNS = frozenset(
-    {"admitted_at", "started_at", "deadline_at", "finished_at", "delivered_at", "keep_until", "updated_at"}
+    {
+        "admitted_at",
+        "started_at",
+        "deadline_at",
+        "finished_at",
+        "delivered_at",
+        "keep_until",
+        "updated_at",
+        "follow_started_at",
+    }
 )
 
 Dialect = Literal["sqlite", "postgresql"]
@@ -317,30 +332,36 @@ class SqliteRowReader:
     async def usage(self, owner: str) -> list[UsageLine]:
         return [usage_line(record) for record in await self._records(*usage_query("sqlite", owner))]
 
+    async def ping(self) -> None:
+        """One `SELECT 1` round trip: whether the store answers."""
+        await self._records("SELECT 1", [])
+
     async def close(self) -> None:
         self._connection.close()
 
 
 class PostgresRowReader:
-    """Reads on `asyncpg`, one connection."""
+    """Reads on `asyncpg`: one connection, or a pool for a process that reads concurrently (the HTTP service)."""
 
-    def __init__(self, connection: Any) -> None:  # an asyncpg.Connection (asyncpg ships no type hints)
+    def __init__(self, connection: Any) -> None:  # an asyncpg.Connection or Pool (asyncpg ships no type hints)
         self._connection = connection
 
     @classmethod
-    async def open(cls, address: BareStoreAddress) -> PostgresRowReader:
+    async def open(cls, address: BareStoreAddress, pool_size: int | None = None) -> PostgresRowReader:
         """Connect as SQLAlchemy's asyncpg dialect would with this URL and check the schema (`SchemaNotCurrent`)."""
         import asyncpg  # type: ignore[import-untyped]
 
-        connection = await asyncpg.connect(
+        # A pool answers `fetch` and `fetchval` as a connection does, each on a connection of its own.
+        connect = asyncpg.connect if pool_size is None else partial(asyncpg.create_pool, min_size=1, max_size=pool_size)
+        connection = await connect(
             host=address.host,
             port=address.port,
             user=address.user,
             password=address.password,
             database=address.database,
             # An owner's reads return at most a few dozen rows. Without column statistics (a restored dump, a table
-            # just loaded, before autovacuum analyzes it) the planner guesses thousands per owner and starts two
-            # parallel workers for each `list`: 12 ms instead of 0.7 (bench.reads at 50,000 owners).
+            # just loaded, before autovacuum analyzes it) the planner guesses thousands per owner and starts
+            # parallel workers for each `list`, many times slower than reading the owner's index alone.
             server_settings={"max_parallel_workers_per_gather": "0"},
         )
         try:
@@ -376,16 +397,22 @@ class PostgresRowReader:
     async def usage(self, owner: str) -> list[UsageLine]:
         return [usage_line(record) for record in await self._records(*usage_query("postgresql", owner))]
 
+    async def ping(self) -> None:
+        """One `SELECT 1` round trip (through the pool, when it is one): whether the store answers."""
+        await self._connection.fetchval("SELECT 1")
+
     async def close(self) -> None:
         await self._connection.close()
 
 
-async def open_bare_reader(address: BareStoreAddress) -> SqliteRowReader | PostgresRowReader:
+async def open_bare_reader(
+    address: BareStoreAddress, pool_size: int | None = None
+) -> SqliteRowReader | PostgresRowReader:
     """A reader on the bare driver of `address`, for a process with an event loop; `SchemaNotCurrent` when its schema
-    is behind this code."""
+    is behind this code. With `pool_size`, PostgreSQL is read through a pool of that many connections."""
     if address.dialect == "sqlite":
         import asyncio
 
         # Opening waits for a busy writer too: in a worker thread, as every later query.
         return await asyncio.to_thread(SqliteRowReader.open, address.sqlite_path, threaded=True)
-    return await PostgresRowReader.open(address)
+    return await PostgresRowReader.open(address, pool_size)

@@ -69,6 +69,8 @@ class HelperRowRecord(Base):
     # Follow-ups (migration 0003): the earlier helper this one continues, and the one that continues it.
     follow_up_of: Mapped[str | None] = mapped_column(String(64))
     followed_up_by: Mapped[str | None] = mapped_column(String(64))
+    # When a worker began following the session (migration 0004); none while the follow waits for a slot.
+    follow_started_at: Mapped[datetime | None]
 
 
 class UsageRecord(Base):
@@ -117,7 +119,7 @@ class ParkedSessionRecord(Base):
 
 
 class KeptSessionRecord(Base):
-    """A session kept for a follow-up instead of being reset when its helper finalized (issue 14, R20); reset
+    """A session kept for a follow-up instead of being reset when its helper finalized (R20); reset
     once its follow-up has its own session, its row is closed or gone, or it is older than the longest wait."""
 
     __tablename__ = "kept_sessions"

@@ -32,7 +32,7 @@ from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.records import KeptSession
-from store.row_reads import VIEW_COLUMNS
+from store.row_reads import DATETIME_COLUMNS, VIEW_COLUMNS
 from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
 
 row_table = cast(Table, HelperRowRecord.__table__)
@@ -65,8 +65,8 @@ WRITABLE = frozenset(RowChanges.__annotations__)
 
 
 # Each statement is built once per shape (its table and the columns it writes) with bound parameters and cached;
-# a call sends only its values. Built with the values inline, every call made SQLAlchemy coerce each value and
-# generate the statement's cache key again: about a third of the store's CPU per helper (bench.helper_rate).
+# a call sends only its values, so SQLAlchemy neither coerces each value nor computes the statement's cache key
+# again. The goal it serves: worker CPU per quick helper ≤ ×3 of the bare workflow (tools.bench.helper_rate).
 Prepared = tuple[Executable, dict[str, Any]]
 VALUE = "v_"  # a bound value's name: a column's own name is reserved for SQLAlchemy's SET and VALUES clauses
 
@@ -135,6 +135,25 @@ def progress_update(owner: str, helper_id: str, seq: int, generation: int, value
     return _progress_update(tuple(sorted(values))), params
 
 
+_FOLLOW_STARTED = (
+    update(row_table)
+    .where(
+        *_BOUND_ADMISSION,
+        row_table.c.generation == _BOUND_GENERATION,
+        row_table.c.state == RowState.RUNNING.value,
+        row_table.c.follow_started_at.is_(None),
+    )
+    .values(_bound(row_table, ("follow_started_at",)))
+)
+
+
+def follow_started_update(owner: str, helper_id: str, seq: int, generation: int, at: datetime) -> Prepared:
+    """When a worker began following a running row's session: the first such moment is kept."""
+    params = _values({"follow_started_at": at})
+    params.update(_admission_params(owner, helper_id, seq, generation))
+    return _FOLLOW_STARTED, params
+
+
 @functools.lru_cache(maxsize=32)
 def _insert(table: Table, names: tuple[str, ...]) -> Insert:
     return insert(table).values(_bound(table, names))
@@ -155,8 +174,7 @@ def row_by_key(owner: str, helper_id: str) -> Prepared:
 
 
 # One owner's rows, whole or a view's columns, in admission order, in some states or all: `rows`, `views` and the
-# worker's reads. Built once as well: a listing built for each call spent half its time on SQLite building the
-# statement and its cache key.
+# worker's reads. Built once as well; the goal it serves: `unreported` p99 ≤ ×2 a `SELECT 1` (tools.bench.reads).
 def _owner_rows(columns: Iterable[ColumnElement[Any]], in_states: bool) -> Select[Any]:
     statement = select(*columns).where(row_table.c.owner == bindparam("list_owner")).order_by(row_table.c.seq)
     if in_states:
@@ -243,7 +261,7 @@ def to_kept(record: Any) -> KeptSession:
 
 def to_row(record: Any) -> HelperRow:
     data = dict(record)
-    for name in ("admitted_at", "started_at", "deadline_at", "finished_at", "delivered_at", "keep_until", "updated_at"):
+    for name in DATETIME_COLUMNS & data.keys():
         data[name] = aware(data[name])
     data["limits"] = Limits(**data["limits"])
     return HelperRow.model_validate(data)

@@ -19,6 +19,12 @@ SEARCH_KEYS = [HELPER_OWNER, HELPER_STATE, HELPER_OUTCOME]
 BIN = Path(sys.executable).parent
 TEMPORAL_CLI = BIN / "temporal"
 TEST_SERVER = BIN / "temporal-test-server"
+# Task-queue fairness (off by default on a self-hosted server): an owner's tasks are dispatched round-robin with
+# other owners' (protocol.names.owner_priority), as on a cluster with matching.enableFairness.
+FAIRNESS = ["--dynamic-config-value", "matching.enableFairness=true"]
+# Every test has its own pair of task queues, all in one deployment version of one server per test process; the
+# server's default of 100 task queues per version would refuse the workers of the fifty-first test.
+MANY_TASK_QUEUES = ["--dynamic-config-value", "matching.maxTaskQueuesInDeploymentVersion=100000"]
 POSTGRES_URL = os.environ.get("HELPER_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
 
@@ -30,6 +36,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         search_attributes=SEARCH_KEYS,
         dev_server_log_level="error",
+        dev_server_extra_args=[*FAIRNESS, *MANY_TASK_QUEUES],
     )
     yield env
     await env.shutdown()

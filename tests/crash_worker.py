@@ -10,8 +10,8 @@ would end it) at one of three points of an admission:
 - `after_return`: the activity returned and the `admit` handler finished, but the coordinator's workflow task,
   which records the admission's answer, is not completed yet.
 
-and at a fourth, outside admissions: `in_offer`, when a chat offer (its first attempt in the coordinator's task,
-or the activity after it) starts for an event whose first helper is the armed one.
+and at a fourth, outside admissions: `in_offer`, when a chat offer activity starts for an event whose first helper
+is the armed one.
 
 A point is armed by a marker file in `$HELPER_CRASH_DIR` named after it and holding the helper id it applies to.
 The admission that reaches the point deletes the marker before it exits, so the respawned worker runs normally.
@@ -42,6 +42,7 @@ from temporalio.worker import (
 
 from activities.admission import AdmissionActivities
 from activities.chat import ChatActivities
+from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from config.settings import Settings
@@ -51,7 +52,7 @@ from protocol.connection import connect_for
 from protocol.messages import ADMIT
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from worker import WORKFLOWS, activities_of
+from worker import WORKFLOWS, activities_of, deployment_of, follows_worker, promote
 from workflows.maintenance import ensure_sweep_schedule
 
 CRASH_DIR_ENV = "HELPER_CRASH_DIR"
@@ -171,8 +172,8 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     await ensure_sweep_schedule(client, settings.task_queue)
     store = await HelperStore.connect(settings.store_url, run_migrations=settings.migrates_on_start)
-    core = CoreClient(settings.core_url, settings.policy.check_ms)
-    chat = ChatClient(settings.chat_url, settings.policy.check_ms)
+    core = CoreClient.of_worker(settings)
+    chat = ChatClient.of_worker(settings)
     results = ResultDirectories(settings.results_dir)
     slots = _workflow_task_slots()
     worker = Worker(
@@ -185,9 +186,12 @@ async def serve(settings: Settings) -> None:
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=slots,
         max_cached_workflows=1000 if slots is None else 0,  # 1000: the SDK's default, as in worker.py
+        deployment_config=deployment_of(settings),
     )
+    follows = follows_worker(client, settings, SessionActivities(store, core, results))
     try:
-        async with worker:
+        async with worker, follows:
+            await promote(client, settings)
             log.info("crash worker polling %s (pid %s)", settings.task_queue, os.getpid())
             await stop.wait()
     finally:

@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from config.settings import Settings
 from domain.limits import FollowTuning, Limits, Policy
 from domain.requests import HelperRequest
+from tools.demo.stack import Ports
 
 T = TypeVar("T")
 
@@ -135,6 +137,13 @@ def free_port_run(count: int) -> int:
         if all(listenable(port) for port in range(base, base + count)):
             return base
     raise AssertionError(f"no {count} consecutive free ports below {low}")
+
+
+def free_stack_ports() -> Ports:
+    """Ports for every server of a local stack (tools.demo.stack), consecutive and below the ephemeral range."""
+    count = len(fields(Ports))
+    base = free_port_run(count)
+    return Ports(*range(base, base + count))
 
 
 def free_port() -> int:

@@ -1,61 +1,85 @@
-"""The coordinator workflow: one per owner. It admits helpers, lends running slots, keeps the rows.
+"""The coordinator workflow: one per owner. It admits helpers, lends running slots, keeps the rows, tells the chat.
 
-Iva reaches it by update-with-start (`admit`), so the first request of an owner starts it. Every
-decision is a pure function of `domain.book`; handlers decide synchronously (no await before
-the decision), so concurrent handlers never see a half-changed book. Admission answers at once: a
-helper that must wait gets its slot later by signal, never by a blocked update (the server allows
-only 10 updates in flight per workflow). It continues as new, carrying the book, long before the
-history or the per-run update limit is reached.
+Iva reaches it by update-with-start (`admit`), so the first request of an owner starts it. Every decision is a
+pure function of `domain.book`; handlers decide synchronously (no await before the decision), so concurrent
+handlers never see a half-changed book. Admission answers at once: a helper that must wait gets its slot later
+by signal, never by a blocked update (the server allows only 10 updates in flight per workflow).
+
+It continues as new, carrying the book, long before the history or the per-run update limit is reached, and when
+a new build becomes the deployment's current version: the run is PINNED to its build, and the next run starts
+on the current one (Worker Versioning; docs/operations.md, "Releases").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.common import VersioningBehavior
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
     from domain.activity_io import (
         AdmitHelper,
         CoordinatorWrite,
+        FollowedUp,
+        NewRow,
+        OfferEvent,
+        OfferResult,
+        Regranted,
+        RegrantHelper,
+        RemoveRows,
         RowKey,
+        RowToRemove,
         WithdrawnEvent,
         helper_start,
     )
     from domain.book import (
+        OFFER_GIVE_UP,
         AlreadyAdmitted,
         CloseAction,
         Entry,
+        EventState,
         FinishedNotice,
+        OfferOutcome,
         OwnerBook,
         Refusal,
         RefusalCode,
         apply_admission,
         apply_closed_by_coordinator,
         apply_closed_by_helper,
+        apply_delivered,
         apply_finished,
+        apply_offer_result,
+        apply_read,
         decide_admission,
         decide_close,
+        decide_read,
+        event_due,
         expire_leases,
         expired_rows,
+        finishing,
+        forget_gone_helper,
         grant_slots,
+        next_event,
         next_wakeup,
         remove_entries,
         request_close,
+        start_offer,
         summarize_book,
         take_early_notice,
         timer_outdated,
         undo_admission,
     )
     from domain.ids import check_id
-    from domain.limits import effective_limits
+    from domain.limits import Limits, effective_limits
     from domain.requests import HelperRequest, RequestError
-    from domain.rows import Admission, CloseAnswer, RowState
+    from domain.rows import Admission, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
     from protocol.errors import ErrorType
     from protocol.messages import (
         ADMIT,
@@ -64,84 +88,87 @@ with workflow.unsafe.imports_passed_through():
         COUNTS,
         HELPER_CLOSED,
         HELPER_FINISHED,
+        MARK_DELIVERED,
+        MARK_READ,
         OWNER_BOOK,
         CoordinatorStart,
+        DeliveredRequest,
+        ReadRequest,
     )
-    from protocol.senders import ask_to_close
+    from protocol.senders import ask_to_close, grant_slot
     from workflows import options
-    from workflows.coordinator_admission import DECIDED_BEFORE_WRITTEN_PATCH, CoordinatorAdmission
-    from workflows.coordinator_delivery import CoordinatorDelivery, refused
-    from workflows.coordinator_follow_ups import CoordinatorFollowUps
-    from workflows.coordinator_slots import CoordinatorSlots
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good
 
-# Coordinators recorded before this change replay without the withdrawn event's store write.
-WITHDRAWN_EVENTS_PATCH = "record-withdrawn-events"
-# Continue as new well before the server's 2,000 updates per run and its history warnings, and while a
-# replay of the run (after a worker restart, or a completion the server turns back) is still quick.
+# Continue as new well before the server's 2,000 updates per run and its history warnings, and while a replay of
+# the run (after a worker restart) is still quick.
 MAX_MESSAGES_PER_RUN = 500
 MAX_EVENTS_PER_RUN = 2_500
-CLOSE_ACK_WAIT = timedelta(seconds=30)
-# Continuing as new happens in a workflow task of its own, after the last handlers' task is committed.
-OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH = "continue-as-new-in-own-task"
+# A coordinator with nothing due still wakes this often, so that it notices a new current build and moves to it:
+# the old build's workers can stop once every run pinned to it has ended.
+IDLE_WAKEUP = timedelta(hours=1)
+# The server turns back a task that closes the run if a signal arrived meanwhile, and with it every update that
+# task accepted: a short timer commits the last handlers' task first, and the next task continues as new.
 CONTINUE_AS_NEW_SETTLE = timedelta(milliseconds=10)
-# The run's timer is armed again only for an earlier moment (domain.book.timer_outdated); runs recorded
-# before it re-arm whenever the moment changes.
-TIMER_KEPT_WHEN_LATER_PATCH = "timer-kept-when-later"
+# How long a close waits for a running helper to close its row (it answers within one workflow task).
+CLOSE_ACK_WAIT = timedelta(seconds=30)
+# The row can show an outcome a moment before the helper's finished notice reaches the book: a read or a
+# follow-up of that outcome waits this long for the notice.
+READ_WAIT = timedelta(seconds=10)
+EARLIER_OUTCOME_WAIT = timedelta(seconds=5)
+# The outbox's backoff while the chat is busy or down (R26).
+OFFER_BACKOFF_FIRST = timedelta(seconds=2)
+OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
 
-@workflow.defn(name=COORDINATOR_WORKFLOW)
-class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, CoordinatorFollowUps, CoordinatorSlots):
+@workflow.defn(name=COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+class CoordinatorWorkflow:
     @workflow.init
     def __init__(self, start: CoordinatorStart) -> None:
         self.book = start.book or OwnerBook(owner=start.owner, policy=start.policy)
         self.messages_this_run = 0
-        self.stopping = False
+        self.stopping = False  # draining handlers to continue as new: new updates are turned away
         self.armed_wakeup = next_wakeup(self.book)
-        self.timer_kept_when_later = False  # set first thing in `run`
+        # Helpers whose admission is decided but whose row and workflow are still being written: a slot they are
+        # given meanwhile stays theirs and is signalled once the write is done (there is no workflow yet).
         self.writing: set[str] = set()
 
-    # --- the run loop: timers for retention and leases, the outbox, continue-as-new ---------------
+    # --- the run: one timer for retention and leases, the outbox, continue-as-new -----------------
 
     @workflow.run
     async def run(self, start: CoordinatorStart) -> None:
-        self.timer_kept_when_later = workflow.patched(TIMER_KEPT_WHEN_LATER_PATCH)
         outbox = asyncio.ensure_future(self._outbox())
         while not self._should_continue_as_new():
             self.armed_wakeup = next_wakeup(self.book)
-            timeout = None
+            timeout = IDLE_WAKEUP
             if self.armed_wakeup is not None:
-                timeout = max(self.armed_wakeup - workflow.now(), timedelta(seconds=1))
+                timeout = min(max(self.armed_wakeup - workflow.now(), timedelta(seconds=1)), IDLE_WAKEUP)
             try:
                 await workflow.wait_condition(
                     lambda: self._should_continue_as_new() or self._timer_outdated(),
                     timeout=timeout,
-                    timeout_summary="next row expiry or slot lease end",
+                    timeout_summary="next row expiry, slot lease end or build check",
                 )
             except TimeoutError:
                 await self._expire()
         self.stopping = True
         await outbox
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if workflow.patched(OWN_TASK_FOR_CONTINUE_AS_NEW_PATCH):
-            # The server turns back a task that closes the run if a signal arrived meanwhile (UnhandledCommand),
-            # and with it every update that task accepted, although their local activities already wrote the
-            # row and started the helper: the admission would be lost while its helper runs
-            # (bench/one_owner.py met it every few thousand helpers). A timer commits the handlers' task first;
-            # the task that continues as new then accepts no update (they are refused while stopping).
-            await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
-            await workflow.wait_condition(workflow.all_handlers_finished)
-        workflow.continue_as_new(CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book))
+        await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book),
+            # The next run starts on the deployment's current build, and stays on it.
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+        )
 
     def _timer_outdated(self) -> bool:
-        if self.timer_kept_when_later:
-            return timer_outdated(next_wakeup(self.book), self.armed_wakeup)
-        return next_wakeup(self.book) != self.armed_wakeup  # as runs recorded before the patch
+        return timer_outdated(next_wakeup(self.book), self.armed_wakeup)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
+            or info.is_target_worker_deployment_version_changed()
             or self.messages_this_run >= MAX_MESSAGES_PER_RUN
             or info.get_current_history_length() >= MAX_EVENTS_PER_RUN
         )
@@ -155,13 +182,27 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         if expired:
             await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
 
+    def _refuse_while_stopping(self) -> None:
+        """While this run drains its handlers to continue as new, new updates are turned away (the starter asks
+        again in a moment and reaches the next run); a steady stream of updates could otherwise keep the handlers
+        busy for ever and the run would never end."""
+        if self.stopping:
+            raise ApplicationError("the coordinator is continuing as new; ask again", type=ErrorType.COORDINATOR_BUSY)
+
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
     @workflow.update(name=ADMIT)
     async def admit(self, request: HelperRequest) -> Admission:
         self.messages_this_run += 1
-        if request.follow_up is not None:
-            await self._earlier_outcome(request.follow_up)
+        if request.follow_up is not None and still_working(self.book, request.follow_up):
+            # The earlier helper writes its outcome to the row a moment before its notice arrives here, and Iva
+            # may have read it already: an answer that follows a visible outcome is not "still working".
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: not still_working(self.book, request.follow_up or ""),
+                    timeout=EARLIER_OUTCOME_WAIT,
+                    timeout_summary="wait for the earlier helper's finished notice",
+                )
         decision = decide_admission(self.book, request)
         if isinstance(decision, Refusal):
             raise refused(decision)
@@ -171,12 +212,12 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
         now = workflow.now()
         evicted = [self.book.entries[helper_id] for helper_id in decision.evict]
-        earlier_before = self._earlier_of(request)
+        earlier = self.book.entries.get(request.follow_up) if request.follow_up else None
+        earlier_before = earlier.model_copy(deep=True) if earlier is not None else None
         entry = apply_admission(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = grant_slots(self.book, now)
-        starts_now = request.helper_id in granted
         admitting = AdmitHelper(
-            row=self._new_row(request, entry, limits, now),
+            row=new_row(self.book, request, entry, limits, now),
             start=helper_start(
                 policy,
                 owner=request.owner,
@@ -187,18 +228,28 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
                 model=request.model,
                 limits=limits,
                 task=request.task,
-                slot_granted=starts_now,
+                slot_granted=request.helper_id in granted,
             ),
+            evict=removal(self.book.owner, evicted) if evicted else None,
         )
-        decided_first = workflow.patched(DECIDED_BEFORE_WRITTEN_PATCH)
+        # The decision is committed with this task before the row is written and the helper started: the write is
+        # an activity scheduled in the task that accepts the update, so a worker killed during the write leaves a
+        # decision that the retried write carries out (idempotently), and no later admission can take its seq or
+        # its slot.
+        self.writing.add(request.helper_id)
         try:
-            await self._write_admission(admitting, evicted, decided_first)
+            await workflow.execute_activity_method(
+                AdmissionActivities.admit_helper,
+                admitting,
+                summary=f"admit {request.helper_id}: remove {len(evicted)} rows for room, write its row, start it",
+                **options.ADMISSION_WRITE,
+            )
         except CALL_FAILED as error:
             workflow.logger.error("admission of %s/%s failed: %s", request.owner, request.helper_id, error)
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(*CALL_FAILED):
                 await workflow.execute_local_activity_method(
-                    RowActivities.remove_rows, self._removal([entry]), **options.ADMISSION_WRITE
+                    RowActivities.remove_rows, removal(self.book.owner, [entry]), **options.ADMISSION_WRITE
                 )
             undo_admission(self.book, request.helper_id, evicted, earlier_before)
             await self._hand_out_slots()
@@ -208,11 +259,13 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
                 type=ErrorType.ADMISSION_FAILED,
                 non_retryable=True,
             ) from None
-        # Helpers queued before this one take the slots they were just given (the new one has its own
-        # in its start input).
+        finally:
+            self.writing.discard(request.helper_id)
+        # Helpers queued before this one take the slots they were just given; this one has its slot in its start
+        # input, or was given one while its row and workflow were written.
         to_signal = [helper_id for helper_id in granted if helper_id != request.helper_id]
-        if decided_first and entry.holds_slot and not starts_now:
-            to_signal.append(request.helper_id)  # given while its row and workflow were being written
+        if entry.holds_slot and request.helper_id not in granted:
+            to_signal.append(request.helper_id)
         await self._signal_granted(to_signal)
         early = take_early_notice(self.book, request.helper_id, entry.seq)
         if early is not None:
@@ -224,22 +277,14 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         workflow.logger.info(
             "admitted %s/%s (%s, %s ahead)", request.owner, request.helper_id, entry.state.value, decision.ahead
         )
-        if decided_first:
-            # Where the helper is now: a slot may have come to it while its row and workflow were written (and a
-            # quick helper may even have ended; it ran, so it is answered as running).
-            waiting = request.helper_id in self.book.queue
-            return Admission(
-                owner=request.owner,
-                helper_id=request.helper_id,
-                status=RowState.WAITING if waiting else RowState.RUNNING,
-                ahead=self.book.queue.index(request.helper_id) if waiting else 0,
-                evicted=decision.evict,
-            )
+        # Where the helper is now: a slot may have come to it while its row and workflow were written (and a quick
+        # helper may even have ended; it ran, so it is answered as running).
+        waiting = request.helper_id in self.book.queue
         return Admission(
             owner=request.owner,
             helper_id=request.helper_id,
-            status=RowState.RUNNING if starts_now else RowState.WAITING,
-            ahead=0 if starts_now else decision.ahead,
+            status=RowState.WAITING if waiting else RowState.RUNNING,
+            ahead=self.book.queue.index(request.helper_id) if waiting else 0,
             evicted=decision.evict,
         )
 
@@ -253,18 +298,11 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
             request.check_against(self.book.policy.limits)
         except RequestError as error:
             raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))) from None
-        if request.follow_up is not None and self._still_working(request.follow_up):
+        if request.follow_up is not None and still_working(self.book, request.follow_up):
             return  # the handler waits (bounded) for the earlier outcome, then decides
         decision = decide_admission(self.book, request)
         if isinstance(decision, Refusal):
             raise refused(decision)
-
-    def _refuse_while_stopping(self) -> None:
-        """While this run drains its handlers to continue as new, new updates are turned away (the starter
-        asks again in a moment and reaches the next run); otherwise a steady stream of updates could keep
-        the handlers busy forever and the run would never end."""
-        if self.stopping:
-            raise ApplicationError("the coordinator is continuing as new; ask again", type=ErrorType.COORDINATOR_BUSY)
 
     def _admission_of(self, entry: Entry, *, existing: bool) -> Admission:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
@@ -279,7 +317,8 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         self.messages_this_run += 1
         entry = apply_finished(self.book, notice)
         if entry is not None:
-            workflow.logger.info("%s/%s finished: %s", self.book.owner, notice.helper_id, notice.kind.value)
+            holding = " (keeps its slot while it finds a lost session)" if entry.finding_lost_session else ""
+            workflow.logger.info("%s/%s finished: %s%s", self.book.owner, notice.helper_id, notice.kind.value, holding)
         await self._hand_out_slots()
 
     @workflow.signal(name=HELPER_CLOSED)
@@ -288,13 +327,68 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         self.messages_this_run += 1
         apply_closed_by_helper(self.book, helper_id)
 
+    async def _hand_out_slots(self) -> None:
+        """Pass every free slot to the next waiting helper at once, by signal (R8)."""
+        await self._signal_granted(grant_slots(self.book, workflow.now()))
+
+    async def _signal_granted(self, helper_ids: list[str]) -> None:
+        gone = False
+        for helper_id in helper_ids:
+            if helper_id in self.writing:
+                continue
+            try:
+                await grant_slot(self.book.owner, helper_id)
+            except ApplicationError as error:
+                regranted = await self._regrant(helper_id)
+                if regranted in (Regranted.GRANTED, Regranted.STARTED):
+                    continue
+                # Only an operator can remove a helper workflow; its row is left for them to read.
+                workflow.logger.error(
+                    "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
+                )
+                entry = forget_gone_helper(self.book, helper_id, workflow.now())
+                if entry is not None and regranted is Regranted.ENDED:
+                    await self._close_ended_row(entry)
+                gone = True
+        if gone:
+            await self._hand_out_slots()
+
+    async def _regrant(self, helper_id: str) -> Regranted | None:
+        """The slot's signal found no workflow: an admission whose start was lost still has its row, from which the
+        helper is started holding the slot; only a helper that really ended lets its slot pass on. None: the row
+        could not be read."""
+        entry = self.book.entries.get(helper_id)
+        if entry is None:
+            return None
+        try:
+            regranted = await workflow.execute_local_activity_method(
+                AdmissionActivities.regrant_helper,
+                RegrantHelper(owner=self.book.owner, helper_id=helper_id, seq=entry.seq, policy=self.book.policy),
+                **options.ADMISSION_WRITE,
+            )
+        except CALL_FAILED as error:
+            workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
+            return None
+        if regranted is Regranted.STARTED:
+            workflow.logger.warning("%s/%s had no workflow: started from its row", self.book.owner, helper_id)
+        return regranted
+
+    async def _close_ended_row(self, entry: Entry) -> None:
+        """A helper whose run ended without finalizing: its row would otherwise stay open for ever. A store that does
+        not answer must not fail the handler (from a signal that would fail the coordinator): the row then waits
+        for an operator."""
+        try:
+            await self._write_row(entry, RowState.CLOSED)
+        except CALL_FAILED as error:
+            workflow.logger.error("could not close the row of %s: %s", entry.helper_id, error)
+
     # --- close (R21-R23) -------------------------------------------------------------------------------
 
     @workflow.update(name=CLOSE_HELPER)
     async def close(self, helper_id: str) -> CloseAnswer:
         self.messages_this_run += 1
-        # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded
-        # by the admission's own writes (options.ADMISSION_WRITE).
+        # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded by the
+        # admission's own writes (options.ADMISSION_WRITE).
         await workflow.wait_condition(lambda: helper_id not in self.writing)
         action = decide_close(self.book, helper_id)
         if isinstance(action, Refusal):
@@ -317,33 +411,28 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
             action = decide_close(self.book, helper_id) if not entry.helper_writes else CloseAction.NOTHING
             if isinstance(action, Refusal):
                 raise refused(action)
-        entry_or_none = self.book.entries.get(helper_id)
-        if action is CloseAction.WRITE_CLOSED and entry_or_none is not None:
+        if action is CloseAction.WRITE_CLOSED and helper_id in self.book.entries:
             event_before = self.book.event
             entry = apply_closed_by_coordinator(self.book, helper_id)
-            if event_before is not None and self.book.event is None and workflow.patched(WITHDRAWN_EVENTS_PATCH):
+            if event_before is not None and self.book.event is None:
                 # Its last offer's state would otherwise stay "failed" in the store for ever.
                 await workflow.execute_local_activity_method(
                     ChatActivities.withdraw_chat_event,
                     WithdrawnEvent(owner=self.book.owner, key=event_before.key),
                     **options.STORE_WRITE,
                 )
-            await workflow.execute_local_activity_method(
-                RowActivities.coordinator_write,
-                CoordinatorWrite(row=self._row_key(entry), state=RowState.CLOSED, keep_until=entry.keep_until),
-                **options.STORE_WRITE,
-            )
+            await self._write_row(entry, RowState.CLOSED)
         elif action is CloseAction.REMOVE:
             await self._remove_rows([self.book.entries[helper_id]])
             return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
-        entry_or_none = self.book.entries.get(helper_id)
-        if entry_or_none is None:
+        remaining = self.book.entries.get(helper_id)
+        if remaining is None:
             return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         return CloseAnswer(
             owner=self.book.owner,
             helper_id=helper_id,
-            state=entry_or_none.state,
-            slot_held=entry_or_none.holds_slot,
+            state=remaining.state,
+            slot_held=remaining.holds_slot,
             already_closed=was_closed,
         )
 
@@ -358,11 +447,113 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
         if isinstance(action, Refusal):
             raise refused(action)
 
-    # --- retention (R29) -----------------------------------------------------------------------------
+    # --- reading and delivery (R26-R28) ----------------------------------------------------------------
+    # A chat turn reads unreported outcomes (`mark_read`), answers, then reports the answer (`mark_delivered`):
+    # only what that turn read becomes delivered.
+
+    @workflow.update(name=MARK_READ)
+    async def mark_read(self, request: ReadRequest) -> ReadAnswer:
+        self.messages_this_run += 1
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: not finishing(self.book, request.helper_ids),
+                timeout=READ_WAIT,
+                timeout_summary="wait for finished notices",
+            )
+        refusal = decide_read(self.book, request.helper_ids)
+        if refusal is not None:
+            raise refused(refusal)
+        read = apply_read(self.book, request.turn, request.helper_ids)
+        return ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
+
+    @mark_read.validator
+    def _validate_read(self, request: ReadRequest) -> None:
+        self._refuse_while_stopping()
+        refusal = decide_read(self.book, request.helper_ids, allow_finishing=True)
+        if refusal is not None:
+            raise refused(refusal)
+
+    @workflow.update(name=MARK_DELIVERED)
+    async def mark_delivered(self, request: DeliveredRequest) -> DeliveredAnswer:
+        """The turn that read these outcomes sent a nonempty answer and completed (R28)."""
+        self.messages_this_run += 1
+        delivered = apply_delivered(self.book, request.turn, workflow.now())
+        for entry in delivered:
+            await self._write_row(entry, RowState.DELIVERED)
+        return DeliveredAnswer(owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered])
+
+    @mark_delivered.validator
+    def _validate_delivered(self, request: DeliveredRequest) -> None:
+        self._refuse_while_stopping()
+        if request.answer_chars <= 0:
+            raise ApplicationError(
+                "nothing is delivered: the turn sent no answer", type=ErrorType.HELPER_REFUSED, non_retryable=True
+            )
+
+    async def _outbox(self) -> None:
+        """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26)."""
+        backoff = OFFER_BACKOFF_FIRST
+        while not self.stopping:
+            # An offer starts only once the run loop has armed its timer for the book as it is now, so the two
+            # coroutines' commands come in one order however the SDK groups events into activations.
+            await workflow.wait_condition(
+                lambda: self.stopping or (event_due(self.book) and not self._timer_outdated())
+            )
+            if self.stopping:
+                return
+            event = next_event(self.book)
+            if event is None:
+                continue
+            start_offer(event, workflow.now())
+            offer = OfferEvent(
+                owner=self.book.owner,
+                key=event.key,
+                helper_ids=event.helper_ids,
+                language=language_of(self.book, event.helper_ids),
+                attempts=event.attempts,
+            )
+            result = await self._offer(offer)
+            outcome = apply_offer_result(
+                self.book, event, result.state, result.receipt_id, result.error, workflow.now(), OFFER_GIVE_UP
+            )
+            if outcome is not OfferOutcome.RETRY:
+                if outcome is OfferOutcome.GIVEN_UP:
+                    workflow.logger.warning("gave up system event %s after %s attempts", event.key, event.attempts)
+                backoff = OFFER_BACKOFF_FIRST
+                continue
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self.stopping, timeout=backoff, timeout_summary="chat busy or down"
+                )
+            backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
+
+    async def _offer(self, offer: OfferEvent) -> OfferResult:
+        """One offer, outside the coordinator's task, so the owner's next admission never waits for the chat. An
+        offer that timed out or whose worker died is uncertain: the chat may have it, and a repeat with the same
+        key is harmless."""
+        try:
+            return await workflow.execute_activity_method(ChatActivities.offer_chat_event, offer, **options.CHAT_OFFER)
+        except ActivityError as error:
+            workflow.logger.warning("offer of system event %s failed: %s", offer.key, error.cause or error)
+            return OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
+
+    # --- rows (R29) -------------------------------------------------------------------------------------
+
+    async def _write_row(self, entry: Entry, state: RowState) -> None:
+        await workflow.execute_local_activity_method(
+            RowActivities.coordinator_write,
+            CoordinatorWrite(
+                row=row_key(self.book.owner, entry),
+                state=state,
+                delivered_at=entry.delivered_at if state is RowState.DELIVERED else None,
+                keep_until=entry.keep_until,
+            ),
+            **options.STORE_WRITE,
+        )
 
     async def _remove_rows(self, entries: list[Entry]) -> None:
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows, self._removal(entries), **options.STORE_WRITE
+            RowActivities.remove_rows, removal(self.book.owner, entries), **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
@@ -385,5 +576,47 @@ class CoordinatorWorkflow(CoordinatorAdmission, CoordinatorDelivery, Coordinator
             "unreported": summary.unreported,
         }
 
-    def _row_key(self, entry: Entry) -> RowKey:
-        return RowKey(owner=self.book.owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
+
+def refused(refusal: Refusal) -> ApplicationError:
+    return ApplicationError(
+        refusal.message, refusal.model_dump(mode="json"), type=ErrorType.HELPER_REFUSED, non_retryable=True
+    )
+
+
+def row_key(owner: str, entry: Entry) -> RowKey:
+    return RowKey(owner=owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
+
+
+def removal(owner: str, entries: list[Entry]) -> RemoveRows:
+    return RemoveRows(owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
+
+
+def still_working(book: OwnerBook, helper_id: str) -> bool:
+    """Whether the helper a follow-up continues has yet to finish (as the book knows it)."""
+    earlier = book.entries.get(helper_id)
+    return earlier is not None and earlier.state.is_open and not earlier.close_requested
+
+
+def new_row(book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limits, now: datetime) -> NewRow:
+    """The admission's row write; a follow-up's carries the earlier row as the admission left it."""
+    earlier = book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
+    followed_up = None
+    if earlier is not None:
+        followed_up = FollowedUp(
+            helper_id=earlier.helper_id,
+            seq=earlier.seq,
+            generation=earlier.generation,
+            state=earlier.state,
+            delivered_at=earlier.delivered_at,
+            keep_until=earlier.keep_until,
+        )
+    return NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, followed_up=followed_up)
+
+
+def language_of(book: OwnerBook, helper_ids: list[str]) -> str:
+    """The language of a system event: its first helper's (they are one owner's)."""
+    for helper_id in helper_ids:
+        entry = book.entries.get(helper_id)
+        if entry is not None:
+            return entry.language
+    return "en"

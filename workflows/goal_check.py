@@ -10,14 +10,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities.goals import GoalActivities, GoalCheck, GoalCheckResult
     from domain.goals import Goal, check_helper_id
+    from protocol.messages import GOAL_CHECK_WORKFLOW
 
 
-@workflow.defn
+@workflow.defn(name=GOAL_CHECK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class GoalCheckWorkflow:
     @workflow.run
     async def run(self, goal: Goal) -> GoalCheckResult:

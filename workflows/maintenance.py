@@ -1,5 +1,5 @@
 """Maintenance on a Temporal Schedule: sweep result directories that no row points at (R29), and reset the
-sessions kept for follow-ups that nothing can need any more (issue 14).
+sessions kept for follow-ups that nothing can need any more.
 
 A failed directory removal is logged and left; this sweep, hourly, removes what is left. The worker makes
 sure the Schedule exists when it starts (`ensure_sweep_schedule`).
@@ -22,19 +22,18 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities.rows import RowActivities
     from activities.session import SessionActivities
 
 SWEEP_EVERY = timedelta(hours=1)
-# Sweeps started before follow-ups (issue 14) did not reset kept sessions.
-RESET_KEPT_SESSIONS_PATCH = "reset-kept-sessions"
 # A directory younger than this may belong to a row that is being written right now.
 SWEEP_OLDER_THAN = timedelta(hours=1)
 
 
-@workflow.defn
+@workflow.defn(versioning_behavior=VersioningBehavior.PINNED)
 class SweepWorkflow:
     @workflow.run
     async def run(self) -> int:
@@ -44,12 +43,11 @@ class SweepWorkflow:
             start_to_close_timeout=timedelta(minutes=10),
             summary="remove result directories no row points at",
         )
-        if workflow.patched(RESET_KEPT_SESSIONS_PATCH):
-            await workflow.execute_activity_method(
-                SessionActivities.reset_kept_sessions,
-                start_to_close_timeout=timedelta(minutes=10),
-                summary="reset sessions kept for follow-ups that nothing can need any more",
-            )
+        await workflow.execute_activity_method(
+            SessionActivities.reset_kept_sessions,
+            start_to_close_timeout=timedelta(minutes=10),
+            summary="reset sessions kept for follow-ups that nothing can need any more",
+        )
         return swept
 
 

@@ -29,8 +29,8 @@ class ActivityOptions(LocalActivityOptions, total=False):
 
 
 # Store writes run as local activities: one marker event instead of three plus a workflow task, and
-# no round trip through the server. They are idempotent (generation guards), so re-running one after
-# a lost workflow task is harmless.
+# no round trip through the server. They are idempotent (generation guards; a final outcome never changes),
+# so running one again after a lost workflow task is harmless.
 # A store write must eventually happen (a finalization is never dropped): retry until the store is back.
 STORE_WRITE: LocalActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -88,10 +88,20 @@ def first_open(check_ms: int, looking: FirstLook | None = None) -> LocalActivity
     return options
 
 
-def cleanup_call(check_ms: int) -> LocalActivityOptions:
-    """The reset after the outcome, as a local activity in the task that finalized it: one core call bounded
-    and retried like any other; `reset_session` itself parks the session after its third failed attempt."""
-    return core_call(check_ms)
+# The reset after the outcome is cleanup (R20): neither the outcome nor the slot waits for it, so it may keep
+# trying a core that fails some of its calls, with backoff, for minutes; then the workflow parks the session
+# and the hourly sweep tries it again.
+RESET_BUDGET = timedelta(minutes=5)
+
+
+def reset(check_ms: int) -> ActivityOptions:
+    return {
+        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "schedule_to_close_timeout": RESET_BUDGET,
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=30)
+        ),
+    }
 
 
 # Finding a session whose create was never answered: after the outcome, without the hard ceiling's time
@@ -133,12 +143,4 @@ def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) ->
 CHAT_OFFER: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(maximum_attempts=1),  # the outbox loop owns retries and their backoff
-}
-
-# An offer's first attempt runs in the coordinator's task, which it holds (and the owner's next admission with
-# it): a second at most, far more than an idle chat takes to answer; a slower chat gets the offer again at once
-# from an activity (CHAT_OFFER), under the event's key, so a repeat is harmless (R26).
-CHAT_OFFER_IN_TASK: LocalActivityOptions = {
-    "start_to_close_timeout": timedelta(seconds=1),
-    "retry_policy": RetryPolicy(maximum_attempts=1),
 }

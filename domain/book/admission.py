@@ -56,7 +56,7 @@ def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecisi
             ),
             open_ids=open_ids,
         )
-    evict = rows_to_evict(book, room_needed=1 + reserve)
+    evict = rows_to_evict(book, room_needed=1 + reserve, keep=request.follow_up)
     if evict is None:
         code = RefusalCode.GOAL_NEEDS_ROW_PLACE if reserve else RefusalCode.ROWS_FULL
         return Refusal(
@@ -67,13 +67,14 @@ def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecisi
     return Admit(seq=book.next_seq, evict=evict, starts_now=starts_now, ahead=len(book.queue))
 
 
-def rows_to_evict(book: OwnerBook, room_needed: int) -> list[str] | None:
-    """The oldest delivered or closed rows without a Goal to remove so `room_needed` rows fit, or None."""
+def rows_to_evict(book: OwnerBook, room_needed: int, keep: str | None = None) -> list[str] | None:
+    """The oldest delivered or closed rows without a Goal to remove so `room_needed` rows fit, or None. `keep`: the
+    helper a follow-up continues, whose row the follow-up reads its context from."""
     excess = len(book.entries) + room_needed - book.policy.max_rows
     if excess <= 0:
         return []
     candidates = sorted(
-        (e for e in book.entries.values() if e.evictable and not keeps_context_for(book, e)),
+        (e for e in book.entries.values() if e.evictable and e.helper_id != keep and not keeps_context_for(book, e)),
         key=lambda e: (e.delivered_at or e.finished_at or e.admitted_at, e.seq),
     )
     if len(candidates) < excess:

@@ -33,7 +33,8 @@ def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
     if entry.state is RowState.UNREPORTED:
         return CloseAction.WRITE_CLOSED
     if entry.state is RowState.DELIVERED:
-        return CloseAction.WRITE_CLOSED if entry.is_goal_check else CloseAction.REMOVE
+        # A row whose helper still holds its slot (R38) stays until the slot is free; retention removes it later.
+        return CloseAction.WRITE_CLOSED if entry.is_goal_check or entry.holds_slot else CloseAction.REMOVE
     return CloseAction.NOTHING
 
 

@@ -1,4 +1,4 @@
-"""Follow-ups (issue 14): a new helper that continues an earlier one's question, authorization wait or
+"""Follow-ups: a new helper that continues an earlier one's question, authorization wait or
 partial outcome, with the owner's answer as its task.
 
 The rules: only the owner's own helper (the book is one owner's), only an outcome that waits for the owner,

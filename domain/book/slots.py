@@ -29,6 +29,7 @@ def release_slot(book: OwnerBook, helper_id: str) -> bool:
         return False
     entry.holds_slot = False
     entry.lease_until = None
+    entry.finding_lost_session = False
     return True
 
 
@@ -62,15 +63,25 @@ def expire_leases(book: OwnerBook, now: datetime) -> list[str]:
 
 
 def apply_finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
+    """A helper's outcome is final: its row passes back to the coordinator and it is no longer open; its slot
+    passes on, unless the notice says the helper keeps it to find a lost session (R38), until a second notice.
+    Returns the entry when the slot or the row changed hands (then grant slots), None for a repeat."""
     entry = book.entries.get(notice.helper_id)
     if entry is None:
         _keep_early_notice(book, notice)
         return None
-    if not entry.helper_writes or (notice.seq is not None and notice.seq != entry.seq):
-        return None  # a repeated notice (the first one already handed the row over), or an older run's
+    if notice.seq is not None and notice.seq != entry.seq:
+        return None  # an older admission's run
+    if not entry.helper_writes:
+        if entry.finding_lost_session and not notice.slot_held:
+            release_slot(book, entry.helper_id)  # the lost session is found and stopped, or never existed
+            return entry
+        return None  # a repeated notice: the first one already handed the row over
     entry.helper_writes = False
-    entry.holds_slot = False
-    entry.lease_until = None
+    if notice.slot_held and entry.holds_slot:
+        entry.finding_lost_session = True
+    else:
+        release_slot(book, entry.helper_id)
     entry.generation = max(entry.generation, notice.generation)
     entry.outcome_kind = notice.kind
     entry.finished_at = notice.finished_at
@@ -87,7 +98,8 @@ def apply_finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
 def _keep_early_notice(book: OwnerBook, notice: FinishedNotice) -> None:
     """A notice for a helper this book does not know yet: a worker died after starting the helper but
     before the admission was recorded, and the helper finished before the admission was replayed. Keep the
-    notice for that admission (`take_early_notice`); first-release notices carry no seq and cannot match."""
+    notice for that admission (`take_early_notice`), the latest one per helper; a notice without a seq cannot
+    name its admission and is dropped."""
     if notice.seq is None:
         return
     book.early_notices = [n for n in book.early_notices if n.helper_id != notice.helper_id]

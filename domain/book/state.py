@@ -39,6 +39,11 @@ class Entry(BaseModel):
     )
     holds_slot: bool = False
     lease_until: datetime | None = None
+    finding_lost_session: bool = Field(
+        default=False,
+        description="Finished (its outcome is readable, it is not open), but holds its slot while it finds and "
+        "stops a session its unanswered create may have made (R38).",
+    )
     hard_ceiling_ms: int
     generation: int = 1
     outcome_kind: OutcomeKind | None = None
@@ -88,13 +93,18 @@ class ChatEventRecord(BaseModel):
 
 
 class FinishedNotice(BaseModel):
-    """Sent by a helper workflow once its outcome is final: the row passes back to the coordinator."""
+    """Sent by a helper workflow once its outcome is final: the row passes back to the coordinator, and the
+    helper no longer counts as open (R2), since the owner can read its outcome.
+
+    `slot_held`: the helper keeps its running slot while it finds and stops a session its unanswered create may
+    have made (R38); a second notice, the same but with `slot_held` False, frees the slot once it is done."""
 
     helper_id: HelperId
-    seq: int | None = None  # None from first-release helpers
+    seq: int | None = None  # None: matches any admission of the id
     kind: OutcomeKind
     generation: int
     finished_at: datetime
+    slot_held: bool = False
 
 
 class OwnerBook(BaseModel):

@@ -22,8 +22,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from tests.conformance.contract import CoreUnderTest, session_body
 
 ENV_URL = "CORE_CONFORMANCE_URL"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.core_api import SessionCreated, SessionStatus
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, in_english, in_russian
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from contracts.core_api import SessionStatus, StopReason
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, in_english, in_russian, mentions_number
 
 RUN = {"end": "run", "step_ms": 1, "input_tokens": 100, "input_growth": 10}

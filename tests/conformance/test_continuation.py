@@ -1,4 +1,4 @@
-"""Follow-ups (issue 14), the contract's optional continuation: a create with `continue_from` makes a new session
+"""Follow-ups, the contract's optional continuation: a create with `continue_from` makes a new session
 whose conversation is the named session's plus the new task.
 
 A core advertises it with `GET /v1/capabilities` answering `continue_from: true`; for any other core these checks
@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from contracts.core_api import CoreCapabilities, SessionCreated, SessionStatus, Snapshot
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, unique
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}
@@ -70,7 +70,7 @@ def _mentions_fact(snapshot: Snapshot) -> bool:
 
 
 async def test_a_follow_up_of_a_question_carries_the_conversation(follow_ups: CoreUnderTest) -> None:
-    """Issue 14: the follow-up's model sees the earlier session's conversation: it quotes the fact the earlier
+    """The follow-up's model sees the earlier session's conversation: it quotes the fact the earlier
     task held, which its own task does not; a session without `continue_from` does not know it."""
     core = follow_ups
     source_id, _ = await _question(core)
@@ -87,7 +87,7 @@ async def test_a_follow_up_of_a_question_carries_the_conversation(follow_ups: Co
 
 
 async def test_a_follow_up_is_a_new_session_with_counters_of_its_own(follow_ups: CoreUnderTest) -> None:
-    """Issue 14: a follow-up has its own id, steps from 1 and input from zero, and its own ceilings (here a step
+    """A follow-up has its own id, steps from 1 and input from zero, and its own ceilings (here a step
     limit of 3 it reaches although the earlier session used 2 steps); the earlier session does not change."""
     core = follow_ups
     source_id, paused = await _question(core)
@@ -109,7 +109,7 @@ async def test_a_follow_up_is_a_new_session_with_counters_of_its_own(follow_ups:
 async def test_a_follow_up_with_a_wider_boundary_performs_the_waiting_action_once(
     follow_ups: CoreUnderTest, cancelled: bool
 ) -> None:
-    """Issue 14, R33: a session that waited for authorization (and was then cancelled, as the runtime's cleanup
+    """R33: a session that waited for authorization (and was then cancelled, as the runtime's cleanup
     does) is continued with a boundary that authorizes the action: the follow-up performs it, once; repeating
     its create changes nothing."""
     core = follow_ups
@@ -145,7 +145,7 @@ async def test_a_follow_up_with_a_wider_boundary_performs_the_waiting_action_onc
 
 
 async def test_a_partial_outcome_can_be_continued(follow_ups: CoreUnderTest) -> None:
-    """Issue 14: a session that ended partial (finish-now) is continued with its conversation."""
+    """A session that ended partial (finish-now) is continued with its conversation."""
     core = follow_ups
     source_id = await core.create(scripted_task(f"Draft the digest\n{FACT}", end="run", steps=80, step_ms=50))
     await core.wait_for(source_id, lambda snapshot: len(snapshot.steps) >= 1)
@@ -159,7 +159,7 @@ async def test_a_partial_outcome_can_be_continued(follow_ups: CoreUnderTest) -> 
 
 
 async def test_another_owners_session_is_refused(follow_ups: CoreUnderTest) -> None:
-    """Issue 14: only the owner's own sessions can be continued: 409 `continue_from_other_owner`, naming the
+    """Only the owner's own sessions can be continued: 409 `continue_from_other_owner`, naming the
     field; the refused create writes nothing, so its key still starts a session."""
     core = follow_ups
     source_id, _ = await _question(core, owner="conformance-other")
@@ -174,7 +174,7 @@ async def test_another_owners_session_is_refused(follow_ups: CoreUnderTest) -> N
 
 
 async def test_a_reset_session_is_refused(follow_ups: CoreUnderTest) -> None:
-    """Issue 14, R20: a reset session has nothing left to continue: 409 `continue_from_reset`."""
+    """R20: a reset session has nothing left to continue: 409 `continue_from_reset`."""
     core = follow_ups
     source_id, _ = await _question(core)
     reset = await core.http.post(f"/v1/sessions/{source_id}/reset")
@@ -189,7 +189,7 @@ async def test_a_reset_session_is_refused(follow_ups: CoreUnderTest) -> None:
 
 
 async def test_an_unknown_session_is_refused(follow_ups: CoreUnderTest) -> None:
-    """Issue 14: a session the core never made: 409 `continue_from_not_found`, naming it."""
+    """A session the core never made: 409 `continue_from_not_found`, naming it."""
     missing = unique("s-missing")
 
     response = await _post_follow_up(follow_ups, missing, _answer())
@@ -201,7 +201,7 @@ async def test_an_unknown_session_is_refused(follow_ups: CoreUnderTest) -> None:
 
 @pytest.mark.parametrize("end", ["run", "complete", "fail"])
 async def test_a_session_that_did_not_stop_for_the_owner_is_refused(follow_ups: CoreUnderTest, end: str) -> None:
-    """Issue 14: a running, completed or failed session cannot be continued: 409 `continue_from_not_continuable`
+    """A running, completed or failed session cannot be continued: 409 `continue_from_not_continuable`
     naming its status."""
     core = follow_ups
     # A running one takes 8 s to reach its step ceiling (then it would be partial, which can be continued).
@@ -221,7 +221,7 @@ async def test_a_session_that_did_not_stop_for_the_owner_is_refused(follow_ups: 
 
 
 async def test_a_second_follow_up_is_refused_naming_the_first(follow_ups: CoreUnderTest) -> None:
-    """Issue 14: a session is continued at most once: another key is 409 `continue_from_already_continued`
+    """A session is continued at most once: another key is 409 `continue_from_already_continued`
     naming the existing follow-up; the same key answers 200 with that follow-up."""
     core = follow_ups
     source_id, _ = await _question(core)
@@ -240,7 +240,7 @@ async def test_a_second_follow_up_is_refused_naming_the_first(follow_ups: CoreUn
 
 
 async def test_resetting_the_earlier_session_leaves_the_follow_up_intact(follow_ups: CoreUnderTest) -> None:
-    """Issue 14, R20: the runtime resets the earlier session once the follow-up has its own; the follow-up goes
+    """R20: the runtime resets the earlier session once the follow-up has its own; the follow-up goes
     on with what it carried, and is continued again itself."""
     core = follow_ups
     source_id, _ = await _question(core)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from contracts.core_api import CancelAnswer, SessionStatus, StopReason
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, in_english, in_russian, unique
 
 RUNNING = {"end": "run", "step_ms": 20, "input_tokens": 1000, "input_growth": 100}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from contracts.core_api import SessionStatus
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, unique
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from contracts.core_api import SessionStatus, Snapshot
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}

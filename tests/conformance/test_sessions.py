@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from contracts.core_api import SessionCreated, SessionStatus
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.conformance.contract import CoreUnderTest, check_problem, unique
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from observability import metrics
-from protocol.names import SEARCH_ATTRIBUTES
+from protocol.names import SEARCH_ATTRIBUTES, follows_task_queue
+from starter.service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "k8s"
@@ -138,11 +139,12 @@ def test_worker_liveness_asks_only_the_event_loop() -> None:
 
 @needs_kubectl
 def test_disruption_budgets_cover_their_pods_and_let_unhealthy_ones_go() -> None:
-    for name in ("helper-worker", "helper-codec-server"):
+    for name in ("helper-worker", "helper-codec-server", "helper-api"):
         budget = one("PodDisruptionBudget", name)["spec"]
         assert matches(budget["selector"]["matchLabels"], pod_labels(name))
         assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert one("Deployment", "helper-codec-server")["spec"]["replicas"] >= 2
+    assert one("Deployment", "helper-api")["spec"]["replicas"] >= 2
 
 
 @needs_kubectl
@@ -157,7 +159,7 @@ def test_codec_server_memory_covers_its_body_cap() -> None:
 
 @needs_kubectl
 def test_network_policies_select_the_pods_and_open_only_their_ports() -> None:
-    for name in ("helper-worker", "helper-codec-server"):
+    for name in ("helper-worker", "helper-codec-server", "helper-api"):
         policy = one("NetworkPolicy", name)["spec"]
         assert matches(policy["podSelector"]["matchLabels"], pod_labels(name))
         assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
@@ -168,6 +170,35 @@ def test_network_policies_select_the_pods_and_open_only_their_ports() -> None:
     assert {7233, 5432, 8310, 8320} <= ports
     # The example ports are those of the ConfigMap's example addresses.
     assert config()["HELPER_CORE_URL"].endswith(":8310") and config()["HELPER_CHAT_URL"].endswith(":8320")
+
+
+@needs_kubectl
+def test_the_starter_api_is_deployed_safe_by_default() -> None:
+    """R47: the API listens beyond loopback only with its token, reads the store as the read-only role, answers its
+    probes without the store or Temporal for liveness, gets its SIGTERM grace, and only Iva and Prometheus reach it."""
+    pod = one("Deployment", "helper-api")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][:2] == ["helper-starter", "serve"]
+    token = [e for e in container["env"] if e["name"] == "HELPER_API_TOKEN"]
+    assert token and not token[0]["valueFrom"]["secretKeyRef"].get("optional", False)
+    secrets = {source["secretRef"]["name"] for source in container["envFrom"] if "secretRef" in source}
+    assert "helper-store-reader" in secrets and "helper-store" not in secrets
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert all(mount.get("readOnly") for mount in container["volumeMounts"] if mount["name"] == "results")
+    grace_s = ServiceSettings().shutdown_grace_ms / 1000
+    assert pod["terminationGracePeriodSeconds"] > grace_s + container["lifecycle"]["preStop"]["sleep"]["seconds"]
+
+    port = container["ports"][0]
+    assert port["containerPort"] == int(container["command"][-1].rpartition(":")[2])
+    service = one("Service", "helper-api")
+    assert matches(service["spec"]["selector"], pod_labels("helper-api"))
+    monitor = one("ServiceMonitor", "helper-api")["spec"]
+    assert matches(monitor["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert [e["path"] for e in monitor["endpoints"]] == ["/metrics"]
+    policy = one("NetworkPolicy", "helper-api")["spec"]
+    assert {p["port"] for rule in policy["ingress"] for p in rule["ports"]} == {port["name"]}
+    assert {7233, 5432, 8310} <= {p["port"] for rule in policy["egress"] for p in rule["ports"]}
 
 
 # --- the custom resources -----------------------------------------------------------------------------------
@@ -181,17 +212,23 @@ def test_scaled_object_scales_the_worker_on_its_task_queue() -> None:
     assert "replicas" not in one("Deployment", "helper-worker")["spec"], "the HPA owns the count"
     assert 2 <= scaled["minReplicaCount"] <= scaled["maxReplicaCount"]
 
-    temporal = [t for t in scaled["triggers"] if t["type"] == "temporal"]
-    assert len(temporal) == 1
-    meta = temporal[0]["metadata"]
-    assert meta["taskQueue"] == config()["HELPER_TASK_QUEUE"]
-    assert meta["namespace"] == config()["TEMPORAL_NAMESPACE"]
-    assert set(meta["queueTypes"].split(",")) == {"workflow", "activity"}
-    assert meta.get("endpoint") or meta["endpointFromEnv"] in config()
+    # The backlog of both task queues: the workflows and short activities, and the follows (protocol.names).
+    task_queue = config()["HELPER_TASK_QUEUE"]
+    follows = follows_task_queue(task_queue)
+    temporal = {t["metadata"]["taskQueue"]: t["metadata"] for t in scaled["triggers"] if t["type"] == "temporal"}
+    assert set(temporal) == {task_queue, follows}
+    assert set(temporal[task_queue]["queueTypes"].split(",")) == {"workflow", "activity"}
+    assert temporal[follows]["queueTypes"] == "activity"
+    for meta in temporal.values():
+        assert meta["namespace"] == config()["TEMPORAL_NAMESPACE"]
+        assert meta.get("endpoint") or meta["endpointFromEnv"] in config()
+    # The sizing signal: the follow slots in use, 75 % of each replica's follow slots.
+    prometheus = [t["metadata"] for t in scaled["triggers"] if t["type"] == "prometheus"]
+    assert len(prometheus) == 1
+    assert f'task_queue="{follows}"' in prometheus[0]["query"]
+    assert int(prometheus[0]["threshold"]) == int(config()["HELPER_MAX_CONCURRENT_FOLLOWS"]) * 3 // 4
     for trigger in scaled["triggers"]:
         assert all(isinstance(value, str) for value in trigger["metadata"].values()), "KEDA metadata are strings"
-        if trigger["type"] == "prometheus":
-            assert f'task_queue="{config()["HELPER_TASK_QUEUE"]}"' in trigger["metadata"]["query"]
 
     # Scale down no sooner than a helper's whole run: deadline + grace (the hard ceiling).
     hard_ceiling_s = (int(config()["HELPER_DEADLINE_MS"]) + int(config()["HELPER_GRACE_MS"])) // 1000

@@ -15,8 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from config.settings import Settings
 from domain.limits import FollowTuning
-from reference_chat.server import running_chat
-from reference_core.server import running_core
+from reference.chat.server import running_chat
+from reference.core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core

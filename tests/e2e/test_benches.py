@@ -1,6 +1,6 @@
-"""Every bench still runs end to end (`python -m bench --smoke`): a bench that no longer starts its stack, reads
+"""Every bench still runs end to end (`python -m tools.bench --smoke`): a bench that no longer starts its stack, reads
 what the code no longer offers, or stops printing its comparison would otherwise be found only by the next
-`make bench`, twenty minutes in. The figures of a smoke run are a few samples each and are not looked at: speed
+`make bench`. The figures of a smoke run are a few samples each and are not looked at: speed
 belongs to the benches themselves (docs/performance.md), not to tests.
 """
 
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.__main__ import BENCHES, Bench
 from tests.conftest import POSTGRES_URL
+from tools.bench.__main__ import BENCHES, Bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_LIMIT_S = 300  # the slowest, `actions`, runs a one-minute helper: about 50 s
 # Benches that print no "project … | baseline …" line: their figures stand alone.
 NOTHING_TO_COMPARE = {"one_owner", "handoff", "codec_server"}
-ON_POSTGRES = {"reads", "store_thread"}
+ON_POSTGRES = {"reads", "capacity", "owners", "fairness"}
 
 
 def _marked(bench: Bench) -> object:
@@ -28,12 +28,13 @@ def _marked(bench: Bench) -> object:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize("bench", [_marked(bench) for bench in BENCHES])
 def test_each_bench_runs_to_its_figures(bench: Bench) -> None:
-    """`python -m bench --smoke --only NAME` exits 0, and its table holds the bench's comparison lines."""
+    """`python -m tools.bench --smoke --only NAME` exits 0, and its table holds the bench's comparison lines."""
     environment = {**os.environ, "HELPER_BENCH_POSTGRES": POSTGRES_URL}
     finished = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--only", bench.name],
+        [sys.executable, "-m", "tools.bench", "--smoke", "--only", bench.name],
         cwd=ROOT,
         env=environment,
         capture_output=True,

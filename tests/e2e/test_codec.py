@@ -25,9 +25,9 @@ from codec.encryption import ENCODING, REFUSED_PLAINTEXT, EncryptionCodec, codec
 from codec.server import create_app
 from domain.activity_io import HelperStart
 from protocol.names import coordinator_id, helper_workflow_id
-from reference_chat.server import running_chat
-from reference_core.script import scripted_task
-from reference_core.server import running_core, serving
+from reference.chat.server import running_chat
+from reference.core.script import scripted_task
+from reference.core.server import running_core, serving
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW

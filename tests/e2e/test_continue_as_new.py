@@ -9,10 +9,12 @@ import time
 import pytest
 
 from domain.rows import RowState
+from protocol.messages import COUNTS
 from protocol.names import coordinator_id
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, helper_request
+from workflows import coordinator
 
 pytestmark = pytest.mark.e2e
 
@@ -20,6 +22,36 @@ LANES = 10
 PER_LANE = 250  # 2,500 admissions in all
 
 
+async def test_a_coordinator_carries_its_book_across_runs(
+    fake_stack: tuple[Stack, FakeCore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R6, R45: with the per-run message cap lowered to 10, admissions that are then closed while waiting span
+    several runs of one owner's coordinator; each run starts from the book the last one carried: the running
+    helpers keep their slots, the next admission waits behind them, and no waiting helper reached the core."""
+    monkeypatch.setattr(coordinator, "MAX_MESSAGES_PER_RUN", 10)  # the worker runs in this process
+    stack, core = fake_stack
+    owner = stack.owner
+    stack.settings.policy = stack.settings.policy.model_copy(update={"max_open": 4})
+    for helper_id in ("slot-1", "slot-2", "slot-3"):
+        assert (await stack.client.start(helper_request(owner, helper_id))).status == "running"
+    await eventually(lambda: core.create_calls == 3)
+    for index in range(15):
+        helper_id = f"waiting-{index}"
+        admission = await stack.client.start(helper_request(owner, helper_id))
+        assert (admission.status, admission.ahead) == ("waiting", 0), admission
+        assert (await stack.client.close(owner, helper_id)).state is RowState.CLOSED
+
+    runs = [run async for run in stack.env.client.list_workflows(f'WorkflowId = "{coordinator_id(owner)}"')]
+    assert len(runs) >= 3, f"expected several runs of the coordinator, got {len(runs)}"
+    coordinator_handle = stack.env.client.get_workflow_handle(coordinator_id(owner))
+    counts = await coordinator_handle.query(COUNTS, result_type=dict)
+    assert (counts["running"], counts["waiting"]) == (3, 0), counts
+    rows = await stack.store.rows(owner)
+    assert {row.helper_id for row in rows if row.state is RowState.RUNNING} == {"slot-1", "slot-2", "slot-3"}
+    assert core.create_calls == 3
+
+
+@pytest.mark.slow
 async def test_2500_admissions_through_one_owner(fake_stack: tuple[Stack, FakeCore]):
     """R2, R3, R5, R21: 2,500 admissions (each then closed while waiting) through one owner's coordinator:
     every one is answered, the coordinator continues as new many times without losing its book, rows stay

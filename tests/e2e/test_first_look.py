@@ -1,8 +1,8 @@
 """The open's first look at its session (R9, R44), on the dev server with real HTTP.
 
 A session that ends within a second of its create ends the helper in the workflow task that opened it: no follow
-activity. A core that does not answer the look holds the open no longer than the look's bound; the follow then
-judges the silence as before.
+activity, only the reset that cleans up after the outcome. A core that does not answer the look holds the open no
+longer than the look's bound; the follow then judges the silence as any other.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from domain.activity_io import FIRST_LOOK_MAX_MS, first_look_bound_ms
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow
 from protocol.names import helper_workflow_id
-from reference_chat.server import running_chat
-from reference_core.script import scripted_task
+from reference.chat.server import running_chat
+from reference.core.script import scripted_task
 from tests.e2e.conftest import E2E_FOLLOW, Stack, _stack
 from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import eventually, helper_request
@@ -53,7 +53,7 @@ async def test_a_quick_session_ends_its_helper_without_a_follow(stack: Stack) ->
     row = await eventually(functools.partial(_final, stack, "quick"), timeout=20)
     assert row.outcome_kind is OutcomeKind.COMPLETED and "Found it." in (row.summary or "")
     assert row.steps == 1
-    assert await _scheduled(stack, "quick") == []
+    assert await _scheduled(stack, "quick") == ["reset_session"]
 
 
 async def test_a_longer_session_is_followed_after_the_look(stack: Stack) -> None:
@@ -62,7 +62,7 @@ async def test_a_longer_session_is_followed_after_the_look(stack: Stack) -> None
     await stack.client.start(helper_request(stack.owner, "longer", task))
     row = await eventually(functools.partial(_final, stack, "longer"), timeout=30)
     assert row.outcome_kind is OutcomeKind.COMPLETED and row.steps == 3
-    assert await _scheduled(stack, "longer") == ["follow_session"]
+    assert await _scheduled(stack, "longer") == ["follow_session", "reset_session"]
 
 
 async def test_a_core_silent_at_the_look_holds_the_open_no_longer_than_its_bound(

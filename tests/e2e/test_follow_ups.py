@@ -1,4 +1,4 @@
-"""Follow-ups on the dev server (issue 14): an answered question or a granted authorization continues the same
+"""Follow-ups on the dev server: an answered question or a granted authorization continues the same
 work in a new helper, without the earlier one holding a slot while the owner thinks."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from demo.scenario import _cli
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.errors import HelperRefused
 from protocol.names import FOLLOW_UP_OF_MEMO, helper_workflow_id
-from reference_chat.server import running_chat
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.chat.server import running_chat
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from tests.e2e.conftest import Stack, _stack
 from tests.helpers import eventually, helper_request
+from tools.demo.scenario import _cli
 
 pytestmark = pytest.mark.e2e
 

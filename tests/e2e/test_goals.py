@@ -10,7 +10,7 @@ from temporalio.client import WorkflowHandle
 from activities.goals import GoalCheckResult
 from domain.outcome import OutcomeKind
 from protocol.errors import HelperRefused
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from starter.goals import goal_schedule_id
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, helper_request

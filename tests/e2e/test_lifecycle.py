@@ -11,7 +11,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from protocol.errors import HelperRefused, InvalidRequest
 from protocol.names import helper_workflow_id
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, helper_request
 

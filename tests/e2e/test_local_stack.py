@@ -1,7 +1,7 @@
-"""The local stack as a newcomer uses it: `python -m demo run` (what `make run` runs) stopped every way a person
+"""The local stack as a newcomer uses it: `python -m tools.demo run` (what `make run` runs) stopped every way a person
 stops it, restarted on its data, and reached from a second shell with the README's own commands.
 
-Each test runs the real command as its own process tree on five free ports, and checks what a person would:
+Each test runs the real command as its own process tree on six free ports, and checks what a person would:
 that no process and no port is left, that rows survive a restart, that pasted commands exit as documented.
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers import free_port_run, listenable
@@ -49,7 +50,7 @@ class Running:
 
     def left_behind(self) -> list[str]:
         """Processes still alive whose command line names this stack's data folder, and ports still held."""
-        left = [f"port {port}" for port in range(self.base, self.base + 5) if not listenable(port)]
+        left = [f"port {port}" for port in range(self.base, self.base + 6) if not listenable(port)]
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
@@ -62,12 +63,12 @@ class Running:
 
 
 def _start(tmp_path: Path, *, through_pipe: bool, data: Path | None = None, base: int | None = None) -> Running:
-    """`make run` (through a pipe) or `python -m demo run` as a terminal job: its own process group, like the
+    """`make run` (through a pipe) or `python -m tools.demo run` as a terminal job: its own process group, like the
     shell's foreground job."""
     data = data or tmp_path / "data"
-    base = base or free_port_run(5)
+    base = base or free_port_run(6)
     log = tmp_path / f"run-{time.monotonic_ns()}.log"
-    command = f"{sys.executable} -m demo run --data {data} --port-base {base}"
+    command = f"{sys.executable} -m tools.demo run --data {data} --port-base {base}"
     if through_pipe:
         # `make run | tee run.log`, as a person types it: Ctrl-C reaches make and tee too; tee dies first and
         # breaks the demo's stdout. (make's set-up step finds the environment installed and does nothing.)
@@ -89,7 +90,7 @@ def _demo_pid(running: Running) -> int:
                 command = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"demo" in command and b"run" in command and str(running.data).encode() in command:
+            if b"tools.demo" in command and b"run" in command and str(running.data).encode() in command:
                 return int(entry.name)
     raise AssertionError("the demo process is not running")
 
@@ -122,7 +123,7 @@ def cleanup() -> Iterator[list[Running]]:
 
 
 def test_ctrl_c_through_a_pipe_leaves_nothing_and_a_restart_keeps_the_rows(tmp_path: Path, cleanup: list[Running]):
-    """Issue 11: `make run | tee run.log` then Ctrl-C (SIGINT to the whole job; tee dies, the demo's stdout
+    """`make run | tee run.log` then Ctrl-C (SIGINT to the whole job; tee dies, the demo's stdout
     breaks) stops every process and frees every port. `make run` again on the same data resumes: the rows of
     the first run are still there and the second shell's starter lists them."""
     first = _start(tmp_path, through_pipe=True)
@@ -145,13 +146,18 @@ def test_ctrl_c_through_a_pipe_leaves_nothing_and_a_restart_keeps_the_rows(tmp_p
     )
     assert listed.returncode == 0, listed.stderr
     assert {"mail-report", "pick-venue", "market-scan"} <= {row["helper_id"] for row in json.loads(listed.stdout)}
+    # The starter API the run printed answers the same rows (R47).
+    assert f"Starter API (what Iva calls over HTTP, docs/api.md): http://127.0.0.1:{first.base + 5}/" in second.output()
+    served = httpx.get(f"http://127.0.0.1:{first.base + 5}/v1/owners/anna/helpers", timeout=30)
+    assert served.status_code == 200
+    assert {row["helper_id"] for row in served.json()} == {row["helper_id"] for row in json.loads(listed.stdout)}
     os.killpg(second.process.pid, signal.SIGINT)
     assert _stopped_cleanly(second) == []
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_every_other_way_of_stopping_leaves_nothing(tmp_path: Path, cleanup: list[Running], how: str):
-    """Issue 11: SIGTERM (a supervisor), SIGHUP (the terminal closed) and even SIGKILL of the demo process stop
+    """SIGTERM (a supervisor), SIGHUP (the terminal closed) and even SIGKILL of the demo process stop
     every part of the stack: no process, no port left (on Linux the children die with their parent)."""
     running = _start(tmp_path, through_pipe=False)
     cleanup.append(running)
@@ -161,14 +167,14 @@ def test_every_other_way_of_stopping_leaves_nothing(tmp_path: Path, cleanup: lis
 
 
 def test_a_second_make_run_refuses_without_touching_the_live_data(tmp_path: Path, cleanup: list[Running]):
-    """Issue 11: starting a second stack on ports in use says which process holds them and deletes nothing."""
+    """Starting a second stack on ports in use says which process holds them and deletes nothing."""
     running = _start(tmp_path, through_pipe=False)
     cleanup.append(running)
     running.wait_for(UP, timeout=120)
     before = _durable_files(running.data)
     settings = (running.data / "local.env").read_text()
     again = subprocess.run(
-        [sys.executable, "-m", "demo", "demo", "--data", str(running.data), "--port-base", str(running.base)],
+        [sys.executable, "-m", "tools.demo", "demo", "--data", str(running.data), "--port-base", str(running.base)],
         cwd=ROOT,
         capture_output=True,
         timeout=60,

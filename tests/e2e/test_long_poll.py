@@ -18,7 +18,7 @@ from contracts.core_api import SessionStatus
 from domain.limits import FollowTuning
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow
-from reference_chat.server import running_chat
+from reference.chat.server import running_chat
 from tests.e2e.conftest import Stack, _stack
 from tests.fakes.fake_core import FakeCore, FakeSession, serving_fake_core
 from tests.helpers import eventually, helper_request

@@ -21,21 +21,22 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.names import helper_workflow_id
-from reference_chat.server import running_chat
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.chat.server import running_chat
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.e2e.conftest import E2E_FOLLOW, Stack, _stack
 from tests.helpers import delete_workflow, eventually, helper_request, settings_for
-from worker import WORKFLOW_RUNNER, WORKFLOWS, activities_of
+from worker import WORKFLOW_RUNNER, WORKFLOWS, activities_of, deployment_of, follows_worker, promote
 
 pytestmark = pytest.mark.e2e
 
@@ -140,8 +141,8 @@ async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_h
         settings = settings_for(tmp_path, core_url, chat_url, max_open=4, follow=E2E_FOLLOW)
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         slow = _SlowAdmission(store, "queued")
-        core = CoreClient(settings.core_url, settings.policy.check_ms)
-        chat = ChatClient(settings.chat_url, settings.policy.check_ms)
+        core = CoreClient.of_worker(settings)
+        chat = ChatClient.of_worker(settings)
         worker = Worker(
             dev_env.client,
             task_queue=settings.task_queue,
@@ -150,9 +151,14 @@ async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_h
             activities=activities_of(
                 cast(HelperStore, slow), ResultDirectories(settings.results_dir), core, chat, settings
             ),  # type: ignore[arg-type]
+            deployment_config=deployment_of(settings),
+        )
+        follows = follows_worker(
+            dev_env.client, settings, SessionActivities(store, core, ResultDirectories(settings.results_dir))
         )
         try:
-            async with worker:
+            async with worker, follows:
+                await promote(dev_env.client, settings)
                 client = HelperClient(settings, store, dev_env.client)
                 owner = f"owner-{uuid.uuid4().hex[:8]}"
                 hold = scripted_task("Busy.", hold_until=f"{owner}-go")

@@ -21,9 +21,9 @@ from config.settings import Settings
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from protocol.errors import HelperRefused
-from reference_chat.server import running_chat
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.chat.server import running_chat
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW

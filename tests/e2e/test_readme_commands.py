@@ -1,9 +1,10 @@
 """The README's "Using it" commands, pasted as written into a second shell against a running local stack.
 
-The stack is the one `make run` starts (`demo.stack.Stack`: dev server, worker, reference core and chat, codec
+The stack is the one `make run` starts (`tools.demo.stack.Stack`: dev server, worker, reference core and chat, codec
 server), on free ports with its own data folder; the shell finds its settings through HELPER_ENV_FILE, as the
 README says for a stack outside the checkout. Each command runs in its own `bash -c` from the checkout and must
-exit as the README documents: every one 0, `watch` until interrupted.
+exit as the README documents: every one 0, `watch --id` once the helper has its outcome. The README's calls of the
+starter API ("Over HTTP") run as one shell script against the stack's service (R47).
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from demo.stack import Ports, Stack
 from tests.helpers import free_port_run
+from tools.demo.stack import Ports, Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -30,14 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 
-def readme_commands() -> list[str]:
-    """The commands of the first shell block under "## Using it", continuation lines joined."""
+def readme_commands(block_index: int = 0) -> list[str]:
+    """The commands of a shell block under "## Using it" (the first: the console script's; the second: the
+    starter API's), continuation lines joined."""
     section = README.read_text().split("## Using it", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block is not None, "the README's 'Using it' section has no sh block"
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert len(blocks) > block_index, "the README's 'Using it' section lacks a sh block"
     commands: list[str] = []
     pending = ""
-    for line in block.group(1).splitlines():
+    for line in blocks[block_index].splitlines():
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
             continue
@@ -48,8 +48,8 @@ def readme_commands() -> list[str]:
 
 @pytest.fixture
 async def local_stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    base = free_port_run(5)
-    stack = Stack(tmp_path / "data", Ports(*range(base, base + 5)))
+    base = free_port_run(6)
+    stack = Stack(tmp_path / "data", Ports(*range(base, base + 6)))
     try:
         await stack.start(fresh=True)
         yield stack
@@ -64,27 +64,13 @@ def _second_shell(stack: Stack) -> dict[str, str]:
 
 
 def _watch_until_outcome(command: str, env: dict[str, str], timeout: float = 90) -> tuple[int, str]:
-    """`watch` runs until Ctrl-C: read its lines until the helper has an outcome, then interrupt it."""
-    process = subprocess.Popen(
-        ["bash", "-c", f"exec {command}"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert process.stdout is not None
-    seen = ""
-    deadline = time.monotonic() + timeout
-    os.set_blocking(process.stdout.fileno(), False)
-    while "outcome" not in seen:
-        assert process.poll() is None, f"watch exited early ({process.returncode}): {seen}"
-        assert time.monotonic() < deadline, f"no outcome within {timeout} s: {seen}"
-        chunk = process.stdout.read()
-        seen += chunk.decode(errors="replace") if chunk else ""
-        time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
-    code = process.wait(timeout=30)
-    return code, seen
+    """`watch --id` prints the helper's lines and ends by itself once it has its outcome."""
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, timeout=timeout)
+    return done.returncode, done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
 
 
 async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack) -> None:
-    """Issue 11: the README's commands, pasted as written into a second shell while the stack runs, each exit 0
+    """The README's commands, pasted as written into a second shell while the stack runs, each exit 0
     with one JSON answer (watch prints live lines, until Ctrl-C or at once with --once); none prints a
     traceback."""
     commands = readme_commands()
@@ -98,7 +84,7 @@ async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack
         if watching and "--once" not in command:
             code, lines = await asyncio.to_thread(_watch_until_outcome, command, env)
             assert code == 0, lines
-            assert "report-q3" in lines
+            assert "report-q3" in lines and "outcome" in lines.splitlines()[-1], lines
             continue
         done = await asyncio.to_thread(
             subprocess.run, ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, timeout=120
@@ -113,7 +99,7 @@ async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack
 
 
 async def test_a_model_the_local_core_does_not_offer_is_refused_with_the_list(local_stack: Stack) -> None:
-    """Issue 11: the first release's README example (`--model gpt-5`) made a failed helper; now the starter asks
+    """The README's old example (`--model gpt-5`) made a failed helper; now the starter asks
     the local core's catalog and refuses it with exit 2, naming `scripted`, before anything is admitted."""
     command = [sys.executable, "-m", "starter", "start", "--owner", "anna", "--id", "x", "--model", "gpt-5"]
     done = await asyncio.to_thread(
@@ -122,3 +108,23 @@ async def test_a_model_the_local_core_does_not_offer_is_refused_with_the_list(lo
     assert done.returncode == 2, done.stdout
     error = json.loads(done.stdout)["error"]
     assert error["code"] == "invalid_request" and "it offers: scripted" in error["message"]
+
+
+async def test_the_readme_calls_of_the_starter_api_work(local_stack: Stack) -> None:
+    """The "Over HTTP" block, pasted as one script: every call answers JSON (the watch: events ending with the
+    outcome), none an error."""
+    commands = readme_commands(1)
+    assert commands[0].startswith("API=http://127.0.0.1:8340/"), commands[0]
+    commands[0] = commands[0].replace(":8340/", f":{local_stack.ports.api}/", 1)
+    separator = "=====the next call====="
+    script = "set -eu\n" + "".join(f"{command}\necho\necho {separator}\n" for command in commands)
+    done = await asyncio.to_thread(subprocess.run, ["bash", "-c", script], cwd=ROOT, capture_output=True, timeout=180)
+    assert done.returncode == 0, done.stderr.decode()
+    answers = done.stdout.decode().split(separator)[:-1]
+    assert len(answers) == len(commands)
+    for command, answer in zip(commands[1:], answers[1:], strict=True):
+        if "/watch" in command:
+            assert answer.strip().splitlines()[-1].startswith('data: {"reason": "outcome"'), answer
+            continue
+        value = json.loads(answer)
+        assert not (isinstance(value, dict) and "error" in value), f"{command}\n{answer}"

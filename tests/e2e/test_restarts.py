@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from demo.stack import Ports, Stack
 from domain.limits import FollowTuning, Policy
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from starter.client import HelperClient
-from tests.helpers import eventually, free_port, helper_request
+from tests.helpers import eventually, free_stack_ports, helper_request
+from tools.demo.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,7 @@ HELPERS = [f"h{n}" for n in range(1, 6)]
 
 @pytest.fixture
 async def processes(tmp_path: Path) -> AsyncIterator[Stack]:
-    stack = Stack(tmp_path / "data", Ports(free_port(), free_port(), free_port(), free_port(), free_port()))
+    stack = Stack(tmp_path / "data", free_stack_ports())
     try:
         await stack.start(fresh=True)
         yield stack

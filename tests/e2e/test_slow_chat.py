@@ -1,10 +1,7 @@
 """A chat that answers slowly holds up no admission (R26, R43).
 
-An offer's first attempt runs in the coordinator's workflow task, bounded at a second; a chat that takes longer
-is asked again from an activity, outside the task, so the owner's requests never wait for the chat beyond that
-second. As an unbounded local activity (tried once for its lower cost per helper) the offer held the
-coordinator's task: an admission made while a hanging chat was asked whether it was idle waited 16 s, the whole
-hang; with the default HELPER_CHECK_MS of 15 s an offer may take up to 35 s, more than the starter's 30 s.
+An offer runs as an activity, outside the coordinator's workflow task, so the owner's requests never wait for the
+chat: with the default HELPER_CHECK_MS of 15 s an offer may take up to 35 s, more than the starter's 30 s.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from protocol.names import coordinator_id
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from tests.e2e.conftest import Stack, _stack
 from tests.helpers import eventually, helper_request
 
@@ -110,8 +107,7 @@ async def test_an_admission_does_not_wait_for_an_offer_to_a_hanging_chat(
         waited = time.monotonic() - started
         assert admission.helper_id == "second"
         assert waited < ADMISSION_BOUND_S, f"the admission waited {waited:.1f} s for the offer"
-        # The offer itself still ends: its first attempt (in the coordinator's task) gave up after a second, and
-        # the activity that asked again gets the chat's answer and sends the event.
+        # The offer itself still ends: the activity gets the chat's answer and sends the event.
         await eventually(lambda: _events(chat), timeout=CHAT_HANG_S + 15)
         history = await stack.env.client.get_workflow_handle(coordinator_id(stack.owner)).fetch_history()
         offers = [
@@ -120,7 +116,7 @@ async def test_an_admission_does_not_wait_for_an_offer_to_a_hanging_chat(
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
             and event.activity_task_scheduled_event_attributes.activity_type.name == "offer_chat_event"
         ]
-        assert offers, "the slow chat's offer did not go on as an activity"
+        assert offers, "the slow chat's offer did not run as an activity"
 
 
 async def _events(chat: SlowChat) -> list[dict[str, Any]] | None:

@@ -15,11 +15,10 @@ from opentelemetry.trace import SpanKind
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from config.settings import Settings
 from observability import tracing
 from protocol.connection import connect_temporal
-from reference_chat.server import running_chat
-from reference_core.server import running_core
+from reference.chat.server import running_chat
+from reference.core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW
@@ -35,7 +34,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    assert tracing.install(Settings(), "helper-e2e", provider=provider)
+    assert tracing.install(False, "helper-e2e", provider=provider)
     try:
         yield exporter
     finally:

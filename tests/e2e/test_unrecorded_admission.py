@@ -25,7 +25,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.messages import COUNTS, HelperResult
 from protocol.names import coordinator_id, helper_workflow_id
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
 from store.results import ResultDirectories
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, helper_request
@@ -101,5 +101,12 @@ async def test_a_row_whose_unrecorded_admission_still_runs_is_closed_then_replac
     assert (await orphan.result()).outcome is OutcomeKind.CLOSED
     row = await eventually(functools.partial(_outcome, stack, "lost"), timeout=30)
     assert row.seq != UNRECORDED_SEQ and row.outcome_kind is OutcomeKind.COMPLETED
-    counts = await stack.env.client.get_workflow_handle(coordinator_id(stack.owner)).query(COUNTS, result_type=dict)
-    assert counts["running"] == 0 and counts["rows"] == 1 and counts["unreported"] == 1, counts
+    # The outcome is written before the helper hands its slot back: the book frees it a moment later.
+    coordinator = stack.env.client.get_workflow_handle(coordinator_id(stack.owner))
+
+    async def slot_returned() -> dict[str, int] | None:
+        counts: dict[str, int] = await coordinator.query(COUNTS, result_type=dict)
+        return counts if counts["running"] == 0 else None
+
+    counts = await eventually(slot_returned, timeout=30)
+    assert counts["rows"] == 1 and counts["unreported"] == 1, counts

@@ -1,11 +1,9 @@
-"""Worker Versioning on the dev server (docs/operations.md, "Rollout and rollback"): a helper started on build A stays
-on A after build B becomes current, and ends there; a helper admitted afterwards runs on B; the coordinator moves
-to B on its own; after a rollback to A the next helper runs on A. And the versioned workflow classes a versioned
-worker registers replay every recorded history, as the plain ones do (tests/replay)."""
+"""R45, Worker Versioning on the dev server (docs/operations.md, "Releases"): a helper started on build A stays on A
+after build B becomes current, and ends there; a helper admitted afterwards runs on B; the coordinator continues as
+new onto B and stays pinned there; after a rollback to A the next helper runs on A and the coordinator follows."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import uuid
@@ -14,43 +12,26 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, VersioningBehavior
-from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
-from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from config.settings import Settings
 from contracts.core_api import SessionStatus
 from protocol.names import coordinator_id, helper_workflow_id
-from reference_chat.server import running_chat
+from reference.chat.server import running_chat
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW
 from tests.fakes.fake_core import FakeCore, FakeSession, serving_fake_core
 from tests.helpers import eventually, helper_request, settings_for
-from tests.replay.test_replay import HISTORIES
-from worker import running_worker
-from workflows.versioned import VERSIONED_WORKFLOWS
+from worker import promote, running_worker
 
 pytestmark = pytest.mark.e2e
 
 
 async def _set_current(client: Client, deployment: str, build_id: str) -> None:
-    """`temporal worker deployment set-current-version`, asked until the version's worker has polled (bounded)."""
-    request = SetWorkerDeploymentCurrentVersionRequest(
-        namespace=client.namespace, deployment_name=deployment, build_id=build_id, identity="test"
-    )
-
-    async def done() -> bool:
-        try:
-            await client.workflow_service.set_worker_deployment_current_version(request)
-        except RPCError:  # the version is not known until its worker polls
-            return False
-        return True
-
-    await eventually(done, timeout=30, interval=0.5)
+    """`temporal worker deployment set-current-version`, as the worker promotes its own build (bounded)."""
+    await promote(client, Settings(deployment_name=deployment, build_id=build_id))
 
 
 async def _version_of(client: Client, workflow_id: str) -> tuple[str, int]:
@@ -71,6 +52,12 @@ async def _recorded_version_of(client: Client, workflow_id: str) -> tuple[str, i
     return found
 
 
+async def _run_id(client: Client, workflow_id: str) -> str:
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    assert run_id is not None
+    return run_id
+
+
 async def _task_builds(client: Client, workflow_id: str) -> set[str]:
     """The builds that completed the workflow's tasks."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
@@ -88,7 +75,8 @@ async def _finished(store: HelperStore, owner: str, helper_id: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def _worker(client: Client, settings: Settings, build_id: str) -> AsyncIterator[None]:
-    async with running_worker(client, settings.model_copy(update={"build_id": build_id})):
+    # The test promotes each build itself, as an operator does.
+    async with running_worker(client, settings.model_copy(update={"build_id": build_id, "promote_build": False})):
         yield
 
 
@@ -132,16 +120,19 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
                     assert await _task_builds(client, helper_workflow_id(owner, "on-a")) == {"a"}
                     assert await _task_builds(client, helper_workflow_id(owner, "on-b")) == {"b"}
 
-                    # The coordinator is AUTO_UPGRADE: it moves to B at a later workflow task of its own (here the
-                    # helpers' finished signals; an update's task right after the switch may still run on A).
+                    # The coordinator is PINNED too: at its next workflow task after B became current (here the
+                    # helpers' finished signals) it continues as new, and the new run starts on B and stays there.
+                    first_run = await _run_id(client, coordinator_id(owner))
+
                     async def on_b() -> bool:
                         return await _version_of(client, coordinator_id(owner)) == (
                             "b",
-                            VersioningBehavior.VERSIONING_BEHAVIOR_AUTO_UPGRADE,
+                            VersioningBehavior.VERSIONING_BEHAVIOR_PINNED,
                         )
 
                     await eventually(on_b, timeout=20, interval=0.2)
-                    assert await _task_builds(client, coordinator_id(owner)) == {"a", "b"}
+                    assert await _run_id(client, coordinator_id(owner)) != first_run
+                    assert await _task_builds(client, coordinator_id(owner)) == {"b"}
                     row = await store.get(owner, "on-a")
                     assert row is not None and row.outcome_kind is not None and row.outcome_kind.value == "completed"
 
@@ -155,14 +146,10 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
                     )
                     third.end(SessionStatus.COMPLETED, "finished on A again")
                     await eventually(functools.partial(_finished, store, owner, "back-on-a"), timeout=30)
+
+                    async def back_on_a() -> bool:
+                        return (await _version_of(client, coordinator_id(owner)))[0] == "a"
+
+                    await eventually(back_on_a, timeout=20, interval=0.2)
         finally:
             await store.close()
-
-
-@pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
-async def test_the_versioned_workflows_replay_every_recorded_history(path: Path) -> None:
-    """The subclasses only add a versioning behaviour: every release's histories replay on them unchanged."""
-    history = WorkflowHistory.from_json(path.stem, await asyncio.to_thread(path.read_text))
-    replayer = Replayer(workflows=VERSIONED_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{path.stem}: {result.replay_failure}"

@@ -40,7 +40,7 @@ from contracts.core_api import (
     StepUsage,
     StopReason,
 )
-from reference_core.server import HOST
+from reference.core.server import HOST
 
 # The endpoints, as named in `misbehave_on`, the `*_delay_s` and `*_lost` knobs, and `lose_next`.
 ENDPOINTS = frozenset({"create", "snapshot", "finish", "cancel", "reset"})
@@ -130,6 +130,9 @@ class FakeCore:
       running (only `finish_requested` is set).
     - `on_cancel`: "stop" stops at once (cancelled, `stopped: true`); "later" answers not-yet-stopped.
     - `reset_fails`: every reset answers 503 and keeps the session.
+    - `fail_next`: {"reset": 5} answers the next five resets with 503 (doing nothing), then answers come again;
+      `fail_every_other`: {"reset", "cancel"} answers every other call of those endpoints with 503, the first
+      included (a core that fails half its calls).
 
     Misbehaviour (`misbehave`, None for a faithful core), on the endpoints in `misbehave_on`:
     - answers instead of the endpoint (the core does nothing of what was asked):
@@ -187,6 +190,9 @@ class FakeCore:
     # "overflow", "huge_actions", "huge_message", "nul".
     misbehave: str | None = None
     reset_fails: bool = False
+    fail_next: dict[str, int] = field(default_factory=dict)
+    fail_every_other: set[str] = field(default_factory=set)
+    _calls_seen: dict[str, int] = field(default_factory=dict, repr=False)
     snapshot_calls: int = 0
     # The endpoints `misbehave` applies to; None: every call on a session, not create.
     misbehave_on: set[str] | None = None
@@ -330,6 +336,8 @@ class FakeCore:
     async def _answer(
         self, endpoint: str, session_id: str, request: Request, work: Callable[[bool], Response]
     ) -> Response:
+        if self._fails(endpoint):
+            return JSONResponse({"code": "unavailable", "message": "the core is failing"}, status_code=503)
         misbehaves = self._misbehaves_on(endpoint)
         bad = await self._bad_answer(session_id) if misbehaves else None
         response = bad if bad is not None else work(misbehaves and self.misbehave in SNAPSHOT_CHANGES)
@@ -365,6 +373,14 @@ class FakeCore:
                 await asyncio.sleep(0.03)
         finally:
             self._long_polls_now -= 1
+
+    def _fails(self, endpoint: str) -> bool:
+        seen = self._calls_seen[endpoint] = self._calls_seen.get(endpoint, 0) + 1
+        left = self.fail_next.get(endpoint, 0)
+        if left > 0:
+            self.fail_next[endpoint] = left - 1
+            return True
+        return endpoint in self.fail_every_other and seen % 2 == 1
 
     def _loses(self, endpoint: str) -> bool:
         left = self.lose_next.get(endpoint, 0)

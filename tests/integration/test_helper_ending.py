@@ -1,22 +1,24 @@
-"""A helper's ending is one local activity: the outcome, the notice, the reset's first try (R18-R20).
+"""A helper's ending: write the outcome, tell the coordinator, reset the session as cleanup (R8, R18-R20).
 
-On the time-skipping server, with the real worker and the fake core over HTTP: what the ending costs the
-helper's history, and what happens when the reset in it fails or hangs.
+On the time-skipping server, with the real worker and the fake core over HTTP: what the ending holds in the
+helper's history, and what becomes of a session whose reset the core fails, for a while or for good.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import time
-from datetime import UTC, datetime
+import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.rows import RowActivities
-from activities.session import CLEANUP_ATTEMPTS, FIRST_RESET_MAX_S
+from activities.session import SessionActivities
+from clients.core_client import CoreClient
 from contracts.core_api import SessionStatus
 from domain.activity_io import Finalize, RowKey, WrittenOutcome
 from domain.limits import Limits
@@ -27,7 +29,8 @@ from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, helper_request, history_events, local_activity_name
-from tests.integration.stack import time_stack
+from tests.integration.stack import TimeStack, time_stack
+from workflows.options import RESET_BUDGET
 
 
 async def _outcome(store: HelperStore, owner: str, helper_id: str) -> OutcomeKind | None:
@@ -39,66 +42,112 @@ def _local_activities(events: list[Any]) -> list[str]:
     return [name for name in map(local_activity_name, events) if name is not None]
 
 
+def _scheduled(events: list[Any]) -> list[str]:
+    return [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
 async def _completed(env: WorkflowEnvironment, owner: str, helper_id: str) -> list[Any] | None:
     events = await history_events(env.client, helper_workflow_id(owner, helper_id))
     return events if events and events[-1].HasField("workflow_execution_completed_event_attributes") else None
 
 
-async def test_a_quick_helper_ends_in_one_local_activity_after_its_open(time_env: WorkflowEnvironment, tmp_path: Path):
-    """R18-R20: a session that completes at once: the helper's history has the open and the ending, nothing
-    else; the outcome is written, the coordinator frees the slot (the next helper runs), the session is reset."""
+async def _completed_skipping(stack: TimeStack, owner: str, helper_id: str, budget: timedelta) -> list[Any]:
+    """Wait for the helper's workflow to complete, letting the server skip time (reset retries wait on it)."""
+    for _ in range(int(budget / timedelta(seconds=20)) + 30):
+        events = await _completed(stack.env, owner, helper_id)
+        if events is not None:
+            return events
+        await stack.env.sleep(timedelta(seconds=20))
+    raise AssertionError(f"{helper_id} did not complete within {budget} of skipped time")
+
+
+async def _finished_quickly(stack: TimeStack, helper_id: str) -> str:
+    """Start a helper whose session completes at once; returns the session's id once the outcome is written."""
+    await stack.client.start(helper_request("ida", helper_id))
+    session = await eventually(functools.partial(stack.core.session_of, helper_id))
+    session.add_step(100, 10, "done")
+    session.end(SessionStatus.COMPLETED)
+    await eventually(lambda: _outcome(stack.store, "ida", helper_id))
+    session_id: str = session.session_id
+    return session_id
+
+
+async def test_a_quick_helper_writes_its_outcome_passes_its_slot_on_and_resets_its_session(
+    time_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """R8, R18-R20: a session that completes at once: the outcome is written, the coordinator frees the slot
+    (the next helper runs), the session is reset. The history holds the open and the outcome's write as local
+    activities, the follow and the reset as activities, and the finished notice as one signal."""
     core = FakeCore()
-    async with time_stack(time_env, tmp_path, core) as stack:
-        await stack.client.start(helper_request("ida", "h1"))
-        session = await eventually(functools.partial(core.session_of, "h1"))
-        session.add_step(100, 10, "done")
-        session.end(SessionStatus.COMPLETED)
-        events = await eventually(lambda: _completed(time_env, "ida", "h1"), timeout=30)
-        assert await _outcome(stack.store, "ida", "h1") is OutcomeKind.COMPLETED
+    async with time_stack(time_env, tmp_path, core, max_running=1) as stack:
+        await _finished_quickly(stack, "h1")
         await stack.client.start(helper_request("ida", "h2"))  # runs: h1's slot came back
         await eventually(functools.partial(core.session_of, "h2"))
-    assert _local_activities(events) == ["open_session", "finalize_and_hand_back"]
-    assert core.reset_calls == 1
+        events = await eventually(lambda: _completed(time_env, "ida", "h1"), timeout=30)
+    assert await _outcome(stack.store, "ida", "h1") is OutcomeKind.COMPLETED
+    assert _local_activities(events) == ["open_session", "finalize_outcome"]
+    assert _scheduled(events)[-1] == "reset_session" and "follow_session" not in _scheduled(events)[1:]
+    signals = [e for e in events if e.HasField("signal_external_workflow_execution_initiated_event_attributes")]
+    assert len(signals) == 1
+    assert core.reset_calls == 1 and core.session_of("h1") is None
 
 
-async def test_a_failing_reset_is_retried_by_reset_session_and_parks_the_session(
-    time_env: WorkflowEnvironment, tmp_path: Path
-):
-    """R20: the reset's first try in the ending fails (the core answers 503); the outcome and the slot do not
-    wait for it, reset_session retries it and parks the session after its attempts."""
-    core = FakeCore(misbehave="503", misbehave_on={"reset"})
+@pytest.mark.parametrize(
+    "failing",
+    [{"fail_next": {"reset": 6}}, {"fail_every_other": {"reset"}}],
+    ids=["the first six resets fail", "every other call fails"],
+)
+async def test_a_reset_against_a_failing_core_keeps_trying_with_backoff_and_gets_through(
+    time_env: WorkflowEnvironment, tmp_path: Path, failing: dict[str, Any]
+) -> None:
+    """R20: a core that fails the reset six times in a row (a minute of backoff) or every other call still gets
+    the session reset: the reset is retried with backoff for minutes and the session is not parked. (Three
+    tries and then a park would leave the first core's session parked.)"""
+    core = FakeCore(**failing)
     async with time_stack(time_env, tmp_path, core) as stack:
-        await stack.client.start(helper_request("ida", "h1"))
-        session = await eventually(functools.partial(core.session_of, "h1"))
-        session.add_step(100, 10, "done")
-        session.end(SessionStatus.COMPLETED)
-        await eventually(lambda: _outcome(stack.store, "ida", "h1"))
+        await _finished_quickly(stack, "h1")
+        await _completed_skipping(stack, "ida", "h1", RESET_BUDGET)
+        parked = await stack.store.parked("ida")
+    assert parked == []
+    assert core.session_of("h1") is None, "the session was reset"
+    assert core.reset_calls >= 2
+
+
+async def test_a_reset_that_keeps_failing_parks_the_session_after_minutes_and_the_sweep_resets_it_later(
+    time_env: WorkflowEnvironment, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R20: a core that fails every reset: the outcome and the slot do not wait (the next helper runs); the
+    reset is tried for RESET_BUDGET, with backoff, then the session is parked and logged. Once the core is
+    back, the hourly sweep's `reset_kept_sessions` resets the parked session and it is no longer parked."""
+    core = FakeCore(reset_fails=True)
+    async with time_stack(time_env, tmp_path, core, max_running=1) as stack:
+        session_id = await _finished_quickly(stack, "h1")
         await stack.client.start(helper_request("ida", "h2"))
         await eventually(functools.partial(core.session_of, "h2"))  # the slot passed on before the reset ended
-        events = await eventually(lambda: _completed(time_env, "ida", "h1"), timeout=60)
+        with caplog.at_level(logging.WARNING):
+            events = await _completed_skipping(stack, "ida", "h1", 2 * RESET_BUDGET)
         parked = await stack.store.parked("ida")
-    assert _local_activities(events)[:2] == ["open_session", "finalize_and_hand_back"]
-    assert "reset_session" in _local_activities(events)
-    assert core.reset_calls >= 1 + CLEANUP_ATTEMPTS  # the first try, then reset_session's attempts
-    assert [p.helper_id for p in parked] == ["h1"]
-
-
-async def test_a_hanging_reset_holds_the_ending_no_longer_than_its_bound(time_env: WorkflowEnvironment, tmp_path: Path):
-    """R20, R10: a core whose reset never answers holds the ending's first try for at most FIRST_RESET_MAX_S
-    (or HELPER_CHECK_MS, if shorter), so the ending's activity never times out and repeats its write."""
-    core = FakeCore(misbehave="hang", misbehave_on={"reset"})
-    async with time_stack(time_env, tmp_path, core, check_ms=30_000) as stack:
-        await stack.client.start(helper_request("ida", "h1"))
-        session = await eventually(functools.partial(core.session_of, "h1"))
-        session.add_step(100, 10, "done")
-        started = time.monotonic()
-        session.end(SessionStatus.COMPLETED)
-        await eventually(lambda: _outcome(stack.store, "ida", "h1"))
-        finalized_after = time.monotonic() - started
-        await eventually(lambda: core.reset_calls >= 2, timeout=FIRST_RESET_MAX_S + 10)
-        reset_session_after = time.monotonic() - started
-    assert finalized_after < FIRST_RESET_MAX_S  # the outcome is written before the reset is tried
-    assert reset_session_after < FIRST_RESET_MAX_S + 5  # the first try gave up at its bound
+        calls_while_trying = core.reset_calls
+        finalized = next(e for e in events if local_activity_name(e) == "finalize_outcome")
+        park = next(e for e in events if local_activity_name(e) == "park_session")
+        core.reset_fails = False
+        client = CoreClient(stack.settings.core_url, stack.settings.policy.check_ms)
+        try:
+            sweep = SessionActivities(stack.store, client)
+            swept = await ActivityEnvironment().run(sweep.reset_kept_sessions)
+        finally:
+            await client.aclose()
+        still_parked = await stack.store.parked("ida")
+    tried_for = park.event_time.ToDatetime() - finalized.event_time.ToDatetime()
+    assert [p.session_id for p in parked] == [session_id]
+    assert tried_for >= RESET_BUDGET - timedelta(seconds=40), tried_for
+    assert calls_while_trying >= 6, "retried with backoff, not three times"
+    assert any("parking it" in record.getMessage() for record in caplog.records)
+    assert swept == 1 and still_parked == [] and core.session_of("h1") is None
 
 
 async def test_a_finalization_run_again_keeps_the_first_outcome(tmp_path: Path) -> None:

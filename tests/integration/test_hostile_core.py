@@ -1,6 +1,6 @@
 """A core that answers slowly, too much, or for the wrong session, on the time-skipping server (R35-R38).
 
-Each test is one case seen with an independent core (issue 8): the real worker, the real workflows, a
+Each test is one case seen with an independent core: the real worker, the real workflows, a
 fake core speaking real HTTP. Limits are short (deadline 60 s, grace 30 s) so a retried call in real time
 costs little; the timers in between are skipped.
 """
@@ -65,9 +65,10 @@ class RunningSessions:
 
 
 async def test_a_create_answered_too_late_never_leaves_a_session_running(time_env: WorkflowEnvironment, tmp_path):
-    """R9, R38, R35, R7: the core makes the session but answers every create after HELPER_CHECK_MS. At the hard
-    ceiling the helper fails with a plain sentence, then finds the session by its key, cancels and resets it
-    before the slot passes on: the owner never has more running sessions than slots."""
+    """R9, R38, R35, R7, R2: the core makes the session but answers every create after HELPER_CHECK_MS. At the
+    hard ceiling the helper fails with a plain sentence (no longer open: another helper is admitted), then finds
+    the session by its key, cancels and resets it before the slot passes on: the owner never has more running
+    sessions than slots."""
     core = FakeCore(create_delay_s=1.0)  # longer than the 0.4 s call bound, shorter than recovery's 1.6 s
     async with time_stack(time_env, tmp_path, core, max_running=1, max_open=2, **SHORT_POLICY) as stack:
         client, store = stack.client, stack.store
@@ -79,6 +80,8 @@ async def test_a_create_answered_too_late_never_leaves_a_session_running(time_en
         row = await eventually(lambda: _final(store, "ann", "slow-start"), timeout=60)
         assert row.outcome_kind is OutcomeKind.FAILED
         assert "did not confirm the start of the work in time" in (row.summary or "")
+        # Its outcome can be read, so it no longer counts as open, even while it still looks for the session (R2).
+        assert (await client.start(helper_request("ann", "third"))).status == "waiting"
         # The waiting helper got the slot only after the lost session was found and stopped.
         await eventually(lambda: core.session_of("next") is not None, timeout=60)
         core.create_delay_s = 0
@@ -183,7 +186,7 @@ async def test_a_snapshot_of_another_session_is_refused(time_env: WorkflowEnviro
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def test_control_characters_never_reach_the_store(time_env: WorkflowEnvironment, tmp_path, backend: str):
-    """R37, issue 10 (NUL): a core whose texts carry NUL and escape characters is stripped before anything is
+    """R37 (NUL): a core whose texts carry NUL and escape characters is stripped before anything is
     stored, so the writes succeed on PostgreSQL too (a NUL fails its inserts) and the outcome reads as the
     session's; a task with a NUL is refused at the door and writes nothing."""
     core = FakeCore(misbehave="nul", misbehave_on={"snapshot"})

@@ -1,4 +1,4 @@
-"""Sessions kept for a follow-up (issue 14, R20), against the reference core over HTTP and a real store: kept
+"""Sessions kept for a follow-up (R20), against the reference core over HTTP and a real store: kept
 instead of reset only when a follow-up may continue them, and reset by the sweep once nothing can."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from contracts.core_api import CreateSession, SessionLimits
 from domain.kept_sessions import KEPT_AT_MOST, reset_reason
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from store.helper_store import HelperStore
 from tests.helpers import eventually
 from tests.store.test_helper_store import row

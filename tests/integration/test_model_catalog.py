@@ -1,4 +1,4 @@
-"""The starter checks the model against the core's catalog before anything is admitted (issue 11)."""
+"""The starter checks the model against the core's catalog before anything is admitted."""
 
 from __future__ import annotations
 

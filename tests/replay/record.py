@@ -1,11 +1,10 @@
-"""Record the histories the replay test keeps: `python -m tests.replay.record` (writes tests/replay/histories/).
+"""Record the histories the replay test keeps: `python -m tests.replay.record` writes one history per path into
+tests/replay/histories/<build id>/, the folder of the build the worker polls as (config.settings.release_build_id).
 
-It writes only histories that do not exist yet, so the ones recorded by earlier code stay and keep proving
-that running workflows survive every change. Add a path by adding its scenario here; record a new
-generation of an existing path under a new name (`--suffix v2`). `--replace` overwrites, which is right
-only before a release has ever run the old code. Each history is one path a helper, a coordinator, a
-Goal check or the sweep can take, produced with the real parts: the dev server or the time-skipping
-server, the worker, the reference core or the programmable fake core.
+It writes only histories that do not exist yet; `--replace` overwrites them, which is right while the build has
+not been released. A new release records into a folder of its own (docs/operations.md, "Releases"). Each history
+is one path a helper, a coordinator, a Goal check or the sweep can take, produced with the real parts: the dev
+server or the time-skipping server, the worker, the reference core or the programmable fake core.
 """
 
 from __future__ import annotations
@@ -25,12 +24,13 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from config.settings import release_build_id
 from domain.limits import FollowTuning, Limits
 from protocol.errors import HelperRefused
 from protocol.names import coordinator_id, helper_workflow_id
-from reference_chat.server import running_chat
-from reference_core.script import scripted_task
-from reference_core.server import running_core
+from reference.chat.server import running_chat
+from reference.core.script import scripted_task
+from reference.core.server import running_core
 from starter.client import HelperClient
 from starter.goals import goal_schedule_id
 from store.helper_store import HelperStore
@@ -40,10 +40,9 @@ from tests.helpers import delete_workflow, eventually, helper_request, settings_
 from worker import running_worker
 from workflows.maintenance import SweepWorkflow
 
-HISTORIES = Path(__file__).parent / "histories"
+HISTORIES = Path(__file__).parent / "histories" / release_build_id()
 FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000, liveness_ms=25_000)
 OWNER = "recorded"
-SUFFIX = [""]
 REPLACE = [False]
 
 
@@ -57,7 +56,7 @@ async def _save(client: Client, workflow_id: str, name: str, *, completed: bool 
     if completed:
         await eventually(lambda: _completed(client, workflow_id), timeout=30)
     history = await handle.fetch_history()
-    target = HISTORIES / f"{name}{SUFFIX[0]}.json"
+    target = HISTORIES / f"{name}.json"
     if target.exists() and not REPLACE[0]:
         print(f"kept {target.name} (exists; --replace to overwrite)")
         return
@@ -110,7 +109,7 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
                 await http.post(f"{core_url}/v1/demo/latches/wave-refused/release")
             for helper_id in wave:
                 await eventually(functools.partial(_final, client, helper_id), timeout=30)
-            # A follow-up continues the question's kept session (issue 14).
+            # A follow-up continues the question's kept session.
             answer = scripted_task("Taxi is fine.", steps=1, step_ms=50, recall="Venue")
             await client.start(helper_request(OWNER, "follow-up", answer, follow_up="question"))
             await eventually(functools.partial(_final, client, "follow-up"), timeout=30)
@@ -279,10 +278,8 @@ async def _row_final(store: HelperStore, owner: str) -> bool:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.replay.record")
-    parser.add_argument("--suffix", default="", help="record under <name>-<suffix>.json, keeping the old ones")
     parser.add_argument("--replace", action="store_true", help="overwrite existing histories")
     arguments = parser.parse_args()
-    SUFFIX[0] = f"-{arguments.suffix}" if arguments.suffix else ""
     REPLACE[0] = arguments.replace
     HISTORIES.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:

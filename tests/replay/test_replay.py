@@ -1,7 +1,9 @@
-"""Recorded histories of every outcome path replay against today's workflow code (R19, R25).
+"""The current build's recorded histories, one per path, replay against today's workflow code (R19, R25, R45).
 
-A change that would break running helpers or coordinators (a new command, a reordered activity, a removed
-signal) fails here instead of in production. `python -m tests.replay.record` records new histories.
+Workflows stay on the build they started on (Worker Versioning), so the code of a build must make exactly the
+decisions its own histories recorded: a change that adds a command, reorders an activity or drops a signal fails
+here, and then belongs to a new build (docs/operations.md, "Releases"). `python -m tests.replay.record` records
+the histories.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from config.settings import release_build_id
 from worker import WORKFLOWS
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+BUILD_HISTORIES = Path(__file__).parent / "histories" / release_build_id()
+HISTORIES = sorted(BUILD_HISTORIES.glob("*.json"))
 EXPECTED = {
     "helper-completed",
     "helper-question",
@@ -29,18 +33,18 @@ EXPECTED = {
     "helper-deadline-partial",
     "helper-hard-ceiling",
     "helper-lost-create",
-    "helper-follow-up-v4",
+    "helper-follow-up",
     "coordinator-lifecycle",
-    "coordinator-regrant-v5",
+    "coordinator-regrant",
     "goal-check",
     "sweep",
 }
 
 
-def test_every_outcome_path_has_a_recorded_history() -> None:
-    """R18: at least one recorded history per outcome path, so none can silently lose its replay guard
-    (later generations of a path are kept beside the first, as <name>-<suffix>.json)."""
-    assert {path.stem for path in HISTORIES} >= EXPECTED
+def test_every_path_of_the_build_has_a_recorded_history() -> None:
+    """R18, R45: exactly one recorded history per path, in the folder of the build the worker polls as."""
+    found = {path.stem for path in HISTORIES}
+    assert found == EXPECTED, f"record them with python -m tests.replay.record ({BUILD_HISTORIES})"
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])

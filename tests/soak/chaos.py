@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from demo.stack import BIN, HOST, Stack, StackError
-from demo.stack import wait_for_http as stack_wait_for_http
-from reference_core.script import scripted_task
+from reference.core.script import scripted_task
+from tests.soak.postgres_server import PostgresServer
+from tools.demo.stack import BIN, HOST, Stack, StackError
+from tools.demo.stack import wait_for_http as stack_wait_for_http
 
 STARTER = BIN / "helper-starter"
 DONE, REFUSED, INVALID, UNAVAILABLE = 0, 1, 2, 3
@@ -33,6 +35,8 @@ DONE, REFUSED, INVALID, UNAVAILABLE = 0, 1, 2, 3
 # question or authorization session is paused, and its reset (R20) follows the slot hand-off.
 ACTIVE_STATUSES = ("running", "question", "authorization")
 MAX_RUNNING = 3
+# A replica stopped with SIGTERM must exit within this (Kubernetes' terminationGracePeriodSeconds).
+TERMINATION_GRACE_S = 30.0
 
 
 class Clock:
@@ -379,17 +383,26 @@ class Owner:
 @dataclass(frozen=True)
 class Fault:
     at: float  # seconds on the soak clock
-    kind: str  # worker | temporal | core | chat
+    kind: str  # worker | rolling | temporal | postgres | core | chat
     down: float  # seconds the process stays down
 
 
-# Killed one at a time, in a seeded order; the chat's outage overlaps them (it blocks no write).
-FAULT_KINDS = {"worker": 4, "temporal": 2, "core": 2}
-DOWNTIME = {"worker": (0.5, 3.0), "temporal": (1.0, 3.0), "core": (0.0, 1.5), "chat": (12.0, 20.0)}
+# Seconds each kind of process stays down. A rolling restart stops the replicas one by one with SIGTERM and
+# starts each again at once, as Kubernetes rolls a Deployment.
+DOWNTIME = {
+    "worker": (0.5, 3.0),
+    "temporal": (1.0, 3.0),
+    "core": (0.0, 1.5),
+    "postgres": (1.0, 4.0),
+    "rolling": (0.0, 0.0),
+    "chat": (12.0, 20.0),
+}
 
 
-def plan_faults(rng: random.Random, begin: float, end: float) -> list[Fault]:
-    kinds = [kind for kind, count in FAULT_KINDS.items() for _ in range(count)]
+def plan_faults(rng: random.Random, begin: float, end: float, counts: dict[str, int]) -> list[Fault]:
+    """`counts` faults of each kind, one at a time in a seeded order; the chat's outage overlaps them (it blocks
+    no write)."""
+    kinds = [kind for kind, count in counts.items() for _ in range(count)]
     rng.shuffle(kinds)
     step = (end - begin) / len(kinds)
     schedule = [
@@ -418,16 +431,26 @@ class InjectedFault:
 class Injector:
     """Runs the fault schedule against the stack, one fault at a time, and waits for each process to answer."""
 
-    def __init__(self, stack: Stack, journal: Journal, clock: Clock, health_url: str, store_db: Path) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        journal: Journal,
+        clock: Clock,
+        tables: StoreTables,
+        rng: random.Random,
+        postgres: PostgresServer | None = None,
+    ) -> None:
         self.stack = stack
-        self.store_db = store_db
+        self.tables = tables
         self.journal = journal
         self.clock = clock
-        self.health_url = health_url
+        self.rng = rng
+        self.postgres = postgres
         self.injected: list[InjectedFault] = []
+        self.stops: list[tuple[str, float, bool]] = []  # replica, seconds from SIGTERM to exit, exited by itself
 
     async def run(self, schedule: list[Fault], *, not_after: float) -> None:
-        """The chat's outage runs beside the others; worker, server and core faults one after another."""
+        """The chat's outage runs beside the others; the other faults one after another."""
         outages = [asyncio.create_task(self._at(fault, not_after)) for fault in schedule if fault.kind == "chat"]
         try:
             for fault in schedule:
@@ -446,45 +469,75 @@ class Injector:
             return
         await self.inject(fault)
 
+    def _health_url(self, name: str) -> str:
+        return f"http://{HOST}:{self.stack.worker_health_ports[self.stack.worker_names.index(name)]}/livez"
+
     async def inject(self, fault: Fault) -> None:
-        aimed = await self._aim_at_admission() if fault.kind == "worker" else False
-        name = {"core": "reference-core", "chat": "reference-chat"}.get(fault.kind, fault.kind)
         killed_at = self.clock()
-        self.stack.kill(name)
-        self.journal.note(
-            f"fault: SIGKILL {name} (down {fault.down:.1f} s{', aimed at an admission' if aimed else ''})"
-        )
-        await asyncio.sleep(fault.down)
-        await self.stack.respawn(name)  # waits for Temporal itself; the others below
-        if fault.kind == "worker":
-            await wait_for_http(self.stack, f"{self.health_url}/livez", timeout=60)
-        elif fault.kind == "core":
-            await wait_for_http(self.stack, f"http://{HOST}:{self.stack.ports.core}/healthz", timeout=30)
-        elif fault.kind == "chat":
-            await wait_for_http(self.stack, f"http://{HOST}:{self.stack.ports.chat}/healthz", timeout=30)
+        aimed = False
+        if fault.kind == "rolling":
+            name = "every worker replica"
+            await self._rolling_restart()
+        elif fault.kind == "postgres":
+            name = "postgres"
+            assert self.postgres is not None, "a postgres fault needs the soak's own PostgreSQL server"
+            await self.postgres.stop("immediate")
+            self.journal.note(f"fault: PostgreSQL stopped at once (down {fault.down:.1f} s)")
+            await asyncio.sleep(fault.down)
+            await self.postgres.start()
+        else:
+            if fault.kind == "worker":
+                aimed = await self._aim_at_admission()
+                name = self.rng.choice(self.stack.worker_names)
+            else:
+                name = {"core": "reference-core", "chat": "reference-chat"}.get(fault.kind, fault.kind)
+            self.stack.kill(name)
+            self.journal.note(
+                f"fault: SIGKILL {name} (down {fault.down:.1f} s{', aimed at an admission' if aimed else ''})"
+            )
+            await asyncio.sleep(fault.down)
+            await self.stack.respawn(name)  # waits for Temporal itself; the others below
+            if fault.kind == "worker":
+                await wait_for_http(self.stack, self._health_url(name), timeout=60)
+            elif fault.kind == "core":
+                await wait_for_http(self.stack, f"http://{HOST}:{self.stack.ports.core}/healthz", timeout=30)
+            elif fault.kind == "chat":
+                await wait_for_http(self.stack, f"http://{HOST}:{self.stack.ports.chat}/healthz", timeout=30)
         back = self.clock() - killed_at
         self.injected.append(InjectedFault(fault.kind, round(killed_at, 1), fault.down, round(back, 1), aimed))
         self.journal.note(f"fault: {name} answers again after {back:.1f} s")
 
+    async def _rolling_restart(self) -> None:
+        for name in self.stack.worker_names:
+            process = dict(self.stack.processes)[name]
+            seconds = await self.stack.terminate(name, TERMINATION_GRACE_S)
+            by_itself = process.returncode == 0
+            self.stops.append((name, round(seconds, 1), by_itself))
+            self.journal.note(
+                f"rolling restart: {name} exited {'by itself' if by_itself else 'only to SIGKILL'} "
+                f"{seconds:.1f} s after SIGTERM"
+            )
+            await self.stack.respawn(name)
+            await wait_for_http(self.stack, self._health_url(name), timeout=60)
+
     async def _aim_at_admission(self, polls: int = 800) -> bool:
-        """Wait (up to 8 s) for an admission's row to appear: the coordinator's workflow task is then between
-        the row write and its completion, the moment issue 8 says a killed worker can run a helper twice."""
-        store = sqlite3.connect(self.store_db, timeout=0.5, isolation_level=None)
+        """Wait (up to about 8 s) for an admission's row to appear: the coordinator's workflow task is then
+        between the row write and its completion, the moment a killed worker could run a helper twice."""
+        query = "SELECT owner, helper_id, seq FROM helper_rows"
         try:
-            query = "SELECT owner, helper_id, seq FROM helper_rows"
-            seen = set(store.execute(query).fetchall())
-            for _ in range(polls):
-                await asyncio.sleep(0.01)
-                try:
-                    now = set(store.execute(query).fetchall())
-                except sqlite3.Error:
-                    continue
-                if now - seen:
-                    self.journal.note(f"aiming: new admission row {sorted(now - seen)}")
-                    return True
-                seen = now
-        finally:
-            store.close()
+            seen = set(await self.tables.fetch(query))
+        except StoreUnreadable:
+            return False
+        for _ in range(polls):
+            await asyncio.sleep(0.01)
+            try:
+                now = set(await self.tables.fetch(query))
+            except StoreUnreadable:
+                continue
+            if now - seen:
+                self.journal.note(f"aiming: new admission row {sorted(now - seen)}")
+                return True
+            seen = now
         return False
 
 
@@ -493,6 +546,46 @@ async def wait_for_http(stack: Stack, url: str, timeout: float) -> None:
         await stack_wait_for_http(url, url, stack, timeout)
     except StackError as error:
         raise AssertionError(f"harness: {error}") from None
+
+
+# --- the store, read directly -----------------------------------------------------------------------------
+
+
+class StoreUnreadable(Exception):
+    """The store did not answer a probe (it is being restarted, or busy)."""
+
+
+class StoreTables:
+    """The store's tables read with the bare driver, never through the product's code: a SQLite file or a
+    PostgreSQL database (one connection, opened again after the server restarts)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite_path = url.split(":///", 1)[1] if url.startswith("sqlite") else None
+        self._connection: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def fetch(self, query: str, timeout: float = 5.0) -> list[tuple[Any, ...]]:
+        if self.sqlite_path is not None:
+            try:
+                with contextlib.closing(sqlite3.connect(self.sqlite_path, timeout=0.5, isolation_level=None)) as db:
+                    return list(db.execute(query).fetchall())
+            except sqlite3.Error as error:
+                raise StoreUnreadable(str(error)) from error
+        async with self._lock:
+            try:
+                if self._connection is None:
+                    dsn = self.url.replace("postgresql+asyncpg://", "postgresql://", 1)
+                    self._connection = await asyncpg.connect(dsn, timeout=timeout)
+                return [tuple(record) for record in await self._connection.fetch(query, timeout=timeout)]
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                await self.close()
+                raise StoreUnreadable(repr(error)) from error
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            connection.terminate()
 
 
 # --- sampling running sessions ---------------------------------------------------------------------------
@@ -508,8 +601,10 @@ class Peak:
 class Sampler:
     """Every 100 ms: the core's sessions going on per owner, and the store's running rows per owner."""
 
-    def __init__(self, core_db: Path, store_db: Path, clock: Clock, interval: float = 0.1, limit: int = 6_000) -> None:
-        self.core_db, self.store_db, self.clock = core_db, store_db, clock
+    def __init__(
+        self, core_db: Path, tables: StoreTables, clock: Clock, interval: float = 0.1, limit: int = 6_000
+    ) -> None:
+        self.core_db, self.tables, self.clock = core_db, tables, clock
         self.interval, self.limit = interval, limit
         self.samples = 0
         self.failed_samples = 0
@@ -529,25 +624,23 @@ class Sampler:
 
     async def _run(self) -> None:
         core = sqlite3.connect(self.core_db, timeout=0.5, isolation_level=None)
-        store = sqlite3.connect(self.store_db, timeout=0.5, isolation_level=None)
         try:
             for _ in range(self.limit):
                 try:
-                    self.sample(core, store)
-                except sqlite3.Error:
+                    now = self.clock()
+                    sessions = core.execute(
+                        "SELECT owner, helper_id, status FROM sessions WHERE reset_at IS NULL AND status IN (?, ?, ?)",
+                        ACTIVE_STATUSES,
+                    ).fetchall()
+                    rows = await self.tables.fetch("SELECT owner, helper_id FROM helper_rows WHERE state = 'running'")
+                    self.sample(now, sessions, rows)
+                except (sqlite3.Error, StoreUnreadable):
                     self.failed_samples += 1
                 await asyncio.sleep(self.interval)
         finally:
             core.close()
-            store.close()
 
-    def sample(self, core: sqlite3.Connection, store: sqlite3.Connection) -> None:
-        now = self.clock()
-        sessions = core.execute(
-            "SELECT owner, helper_id, status FROM sessions WHERE reset_at IS NULL AND status IN (?, ?, ?)",
-            ACTIVE_STATUSES,
-        ).fetchall()
-        rows = store.execute("SELECT owner, helper_id FROM helper_rows WHERE state = 'running'").fetchall()
+    def sample(self, now: float, sessions: list[tuple[Any, ...]], rows: list[tuple[Any, ...]]) -> None:
         self.samples += 1
         active: dict[str, list[str]] = {}
         running: dict[str, list[str]] = {}
@@ -584,21 +677,23 @@ class StoreRow:
     result_dir: str
 
 
-def store_rows(store_db: Path) -> dict[tuple[str, str], StoreRow]:
-    with sqlite3.connect(store_db, timeout=5) as db:
-        found = db.execute("SELECT owner, helper_id, seq, state, outcome_kind, result_dir FROM helper_rows").fetchall()
+async def store_rows(tables: StoreTables) -> dict[tuple[str, str], StoreRow]:
+    found = await tables.fetch("SELECT owner, helper_id, seq, state, outcome_kind, result_dir FROM helper_rows")
     return {(r[0], r[1]): StoreRow(*r) for r in found}
 
 
-def usage_records(store_db: Path) -> Counter[tuple[str, str]]:
-    with sqlite3.connect(store_db, timeout=5) as db:
-        found = db.execute("SELECT owner, helper_id FROM helper_usage").fetchall()
-    return Counter((r[0], r[1]) for r in found)
+@dataclass
+class StoreEvidence:
+    rows: dict[tuple[str, str], StoreRow]
+    usage: Counter[tuple[str, str]]  # usage records per helper: one per finalization
+    outcomes: Counter[str]  # usage records per outcome kind
 
 
-def usage_kinds(store_db: Path) -> Counter[str]:
-    with sqlite3.connect(store_db, timeout=5) as db:
-        return Counter(r[0] for r in db.execute("SELECT outcome_kind FROM helper_usage").fetchall())
+async def store_evidence(tables: StoreTables) -> StoreEvidence:
+    usage = await tables.fetch("SELECT owner, helper_id, outcome_kind FROM helper_usage")
+    return StoreEvidence(
+        await store_rows(tables), Counter((r[0], r[1]) for r in usage), Counter(str(r[2]) for r in usage)
+    )
 
 
 def core_sessions(core_db: Path) -> dict[tuple[str, str, str], list[tuple[str, str | None, bool]]]:

@@ -1,10 +1,12 @@
-"""A bounded chaos soak (issue 8): owners driven through `helper-starter` while the stack's processes die.
+"""A bounded chaos soak: owners driven through `helper-starter` while the stack's processes die.
 
 Four owners start, close, read and deliver helpers through the console script, as Iva does, while a seeded
-schedule SIGKILLs and respawns the worker (aimed at admissions in flight), kills the Temporal dev server and
+schedule SIGKILLs and respawns a worker (aimed at admissions in flight), kills the Temporal dev server and
 restarts it on its SQLite file, restarts the reference core on its file and port, and takes the reference
-chat down for a while. Then the faults stop, every helper drains, and the store, the core's database and
-Temporal's histories are checked:
+chat down for a while. It runs in two layouts: one worker on the SQLite store (the local stack's default), and
+three worker replicas on a PostgreSQL server of the soak's own (a deployment's layout), where a rolling restart
+stops the replicas one by one with SIGTERM and PostgreSQL itself is stopped at once and started again. Then the
+faults stop, every helper drains, and the store, the core's database and Temporal's histories are checked:
 
 1. every admitted helper has exactly one outcome (R19; a row is removed only after delivery or a close);
 2. never more than 3 running sessions per owner, in the core and in the store (R6, R7, R38);
@@ -13,11 +15,12 @@ Temporal's histories are checked:
 5. no orphan result directory (R29);
 6. no workflow task failed (R25, R35), but for the server turning back a completion a new event overtook;
 7. no helper workflow still runs after the drain (R35);
-8. the starter keeps its own contract throughout: one JSON object on stdout, exit 0-3, within its timeout.
+8. the starter keeps its own contract throughout: one JSON object on stdout, exit 0-3, within its timeout;
+9. a replica stopped with SIGTERM exits by itself within its termination grace, however many follows it holds.
 
 Run it alone with `pytest -m soak -s` (`SOAK_SEED=n` for another schedule); the summary paragraph is printed at
 the end, and the journal (`soak-journal.log`), each helper's story (`soak-helpers.json`) and the processes'
-logs (`data/logs/`) stay in the test's temporary directory. About two and a half minutes on two cores.
+logs (`data/logs/`) stay in the test's temporary directory. About two and a half minutes per layout on two cores.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ import random
 import socket
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from demo.stack import HOST, Ports, Stack
 from protocol.connection import connect_for
 from protocol.names import helper_workflow_id
+from tests.helpers import free_stack_ports
 from tests.soak.chaos import (
     MAX_RUNNING,
     Clock,
@@ -45,6 +49,8 @@ from tests.soak.chaos import (
     Peak,
     Sampler,
     Starter,
+    StoreEvidence,
+    StoreTables,
     TemporalEvidence,
     core_sessions,
     eventually_true,
@@ -52,15 +58,16 @@ from tests.soak.chaos import (
     plan_faults,
     plan_helpers,
     running_helper_count,
+    store_evidence,
     store_rows,
     temporal_evidence,
     trails,
-    usage_kinds,
-    usage_records,
     wait_for_http,
 )
+from tests.soak.postgres_server import PostgresServer, postgres_binaries
+from tools.demo.stack import HOST, Stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.soak]
+pytestmark = [pytest.mark.e2e, pytest.mark.soak, pytest.mark.slow]
 
 SEED = int(os.environ.get("SOAK_SEED", "8"))  # the fault schedule and every owner's plan follow from it
 OWNERS = ["anna", "boris", "chen", "dara"]
@@ -91,30 +98,59 @@ POLICY_ENV = {
 }
 
 
+@dataclass(frozen=True)
+class Layout:
+    workers: int
+    postgres: bool
+    faults: dict[str, int]  # how many of each kind, in a seeded order
+
+
+LAYOUTS = {
+    "one-worker-sqlite": Layout(1, False, {"worker": 4, "temporal": 2, "core": 2}),
+    "three-replicas-postgresql": Layout(3, True, {"worker": 3, "rolling": 1, "temporal": 1, "postgres": 2, "core": 1}),
+}
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])
 
 
-async def test_chaos_soak_keeps_every_promise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """R6, R7, R9, R19, R25, R27-R29, R35, R38: under worker, server, core and chat faults, every admitted
-    helper ends once, no owner exceeds three running sessions, nothing runs twice and nothing is lost."""
-    health_port = _free_port()
-    # Stack.environment() copies os.environ, so this is how the worker and the starters get the policy.
-    for name, value in {**POLICY_ENV, "HELPER_HEALTH_BIND": f"{HOST}:{health_port}"}.items():
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+async def test_chaos_soak_keeps_every_promise(
+    layout_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R6, R7, R9, R19, R25, R27-R29, R35, R38, R46: under worker, server, store, core and chat faults, every
+    admitted helper ends once, no owner exceeds three running sessions, nothing runs twice and nothing is lost."""
+    layout = LAYOUTS[layout_name]
+    if layout.postgres and postgres_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
+    # Stack.environment() copies os.environ, so this is how the workers and the starters get the policy.
+    for name, value in POLICY_ENV.items():
         monkeypatch.setenv(name, value)
     data = tmp_path / "data"
-    stack = Stack(data, Ports(_free_port(), _free_port(), _free_port(), _free_port(), _free_port()))
-    health_url = f"http://{HOST}:{health_port}"
+    postgres = PostgresServer(_free_port()) if layout.postgres else None
+    stack = Stack(
+        data,
+        free_stack_ports(),
+        workers=layout.workers,
+        store_url=postgres.url if postgres else None,
+        worker_health_ports=tuple(_free_port() for _ in range(layout.workers)),
+    )
+    tables = StoreTables(stack.settings().store_url)
     rng = random.Random(SEED)
     clock = Clock()
     journal = Journal(clock)
     starter: Starter | None = None
     sampler: Sampler | None = None
     try:
+        if postgres is not None:
+            await postgres.initialize()
+            await postgres.start()
         await stack.start(fresh=True)
-        await wait_for_http(stack, f"{health_url}/livez", timeout=60)
+        for port in stack.worker_health_ports:
+            await wait_for_http(stack, f"http://{HOST}:{port}/livez", timeout=60)
         clock = Clock()
         journal = Journal(clock)
         starter = Starter(stack.environment(), journal)
@@ -129,10 +165,10 @@ async def test_chaos_soak_keeps_every_promise(tmp_path: Path, monkeypatch: pytes
             )
             for name in OWNERS
         ]
-        schedule = plan_faults(rng, FAULTS_FROM, FAULTS_UNTIL)
+        schedule = plan_faults(rng, FAULTS_FROM, FAULTS_UNTIL, layout.faults)
         journal.note(f"fault schedule: {[(f.at, f.kind, f.down) for f in schedule]}")
-        injector = Injector(stack, journal, clock, health_url, data / "helpers.sqlite3")
-        sampler = Sampler(data / "core.sqlite3", data / "helpers.sqlite3", clock)
+        injector = Injector(stack, journal, clock, tables, random.Random(f"{SEED}/replicas"), postgres)
+        sampler = Sampler(data / "core.sqlite3", tables, clock)
         sampler.start()
 
         async with asyncio.timeout(CHAOS_TIMEOUT):
@@ -150,7 +186,7 @@ async def test_chaos_soak_keeps_every_promise(tmp_path: Path, monkeypatch: pytes
         client = await connect_for(stack.settings())
 
         async def drained() -> bool:
-            rows = store_rows(data / "helpers.sqlite3").values()
+            rows = (await store_rows(tables)).values()
             if any(row.outcome_kind is None or row.state in ("waiting", "running") for row in rows):
                 return False
             return await running_helper_count(client) == 0
@@ -166,15 +202,30 @@ async def test_chaos_soak_keeps_every_promise(tmp_path: Path, monkeypatch: pytes
             answer = await owner.call(clock() + 20, "unreported", "--owner", owner.name)
             listed[owner.name] = {view["helper_id"] for view in answer.output} if answer.ok else None
         evidence = await temporal_evidence(client)
+        stored = await store_evidence(tables)
         findings, summary = _judge(
-            owners, starter, injector, sampler, evidence, listed, data, drained_in_time, drain_seconds, clock()
+            layout_name,
+            owners,
+            starter,
+            injector,
+            sampler,
+            evidence,
+            stored,
+            listed,
+            data,
+            drained_in_time,
+            drain_seconds,
+            clock(),
         )
     finally:
         if sampler is not None:
             await sampler.stop()
         if starter is not None:
             starter.kill_all()
+        await tables.close()
         stack.stop()
+        if postgres is not None:
+            postgres.remove()
         journal.write(tmp_path / "soak-journal.log")
 
     print("\n" + summary + f"\n(logs and journal under {tmp_path})", flush=True)
@@ -187,19 +238,21 @@ async def test_chaos_soak_keeps_every_promise(tmp_path: Path, monkeypatch: pytes
 
 
 def _judge(
+    layout_name: str,
     owners: list[Owner],
     starter: Starter,
     injector: Injector,
     sampler: Sampler,
     evidence: TemporalEvidence,
+    stored: StoreEvidence,
     listed: dict[str, set[str] | None],
     data: Path,
     drained: bool,
     drain_seconds: float,
     wall: float,
 ) -> tuple[dict[str, list[str]], str]:
-    rows = store_rows(data / "helpers.sqlite3")
-    usage = usage_records(data / "helpers.sqlite3")
+    rows = stored.rows
+    usage = stored.usage
     sessions = core_sessions(data / "core.sqlite3")
     records = {(owner.name, r.spec.helper_id): r for owner in owners for r in owner.records.values()}
     admitted = {key: r for key, r in records.items() if r.admitted}
@@ -212,6 +265,7 @@ def _judge(
         "6 no workflow task failure": [],
         "7 no helper running after the drain": [],
         "8 the starter always answers": [],
+        "9 a stopped replica exits within its grace": [],
         "harness": [],
     }
 
@@ -317,6 +371,11 @@ def _judge(
 
     # 8. The starter's contract: one JSON object on stdout, exit 0-3, within its own timeout.
     findings["8 the starter always answers"] = list(starter.abnormal)
+    findings["9 a stopped replica exits within its grace"] = [
+        f"{name} was SIGKILLed {seconds} s after SIGTERM"
+        for name, seconds, by_itself in injector.stops
+        if not by_itself
+    ]
     # The harness's own mistakes: an invalid start, an admitted helper Temporal never heard of.
     findings["harness"] += [
         f"{o}/{r.spec.helper_id} start invalid: {r.refused}"
@@ -359,7 +418,8 @@ def _judge(
     not_tried = sum(1 for r in records.values() if not r.attempts)
     refused = sum(1 for r in records.values() if r.refused)
     unanswered = sum(1 for r in records.values() if r.unanswered)
-    outcomes = usage_kinds(data / "helpers.sqlite3")
+    outcomes = stored.outcomes
+    stops = ", ".join(f"{name} {seconds} s" for name, seconds, _ in injector.stops) or "none"
     max_sessions = max(per_helper.values(), default=0)
     paused_left = sum(
         1
@@ -371,7 +431,8 @@ def _judge(
     causes = ", ".join(f"{cause} ×{n}" for cause, n in evidence.failure_causes.most_common()) or "none"
     failed_names = [name for name, lines in findings.items() if lines]
     summary = (
-        f"Chaos soak (seed {SEED}, {len(owners)} owners, {sys.platform}): {len(records)} helpers planned "
+        f"Chaos soak ({layout_name}, seed {SEED}, {len(owners)} owners, {sys.platform}): {len(records)} helpers "
+        f"planned "
         f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))} among the admitted), {len(admitted)} admitted "
         f"by an exit-0 start ({retried} after more than one call, {refused_once} refused too_many_open at least "
         f"once; {refused} refused for good, {unanswered} left unanswered, {not_tried} not started before the "
@@ -384,7 +445,8 @@ def _judge(
         f"delivered, {sum(1 for k in admitted if k not in rows)} rows removed after delivery or a close; "
         f"faults injected: {len(injector.injected)} "
         f"({', '.join(f'{kind} ×{n}' for kind, n in sorted(faults.items()))}; {aimed} worker kills aimed at an "
-        f"admission (killed as its row appeared); chat down {chat_down:.0f} s in all); outcomes by kind: "
+        f"admission (killed as its row appeared); chat down {chat_down:.0f} s in all; SIGTERM to exit: {stops}); "
+        f"outcomes by kind: "
         f"{', '.join(f'{k} {n}' for k, n in outcomes.most_common())}; max core sessions going per owner "
         f"(running/question/authorization): {worst(sampler.core_active)}, max running core sessions per owner: "
         f"{worst(sampler.core_running)}, max running store rows per owner: {worst(sampler.store_running)} "

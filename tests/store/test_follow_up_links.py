@@ -1,4 +1,4 @@
-"""Follow-ups in the store (issue 14): the admission links both rows and delivers the earlier one, in one
+"""Follow-ups in the store: the admission links both rows and delivers the earlier one, in one
 transaction, guarded by the earlier row's generation; on SQLite and PostgreSQL."""
 
 from __future__ import annotations

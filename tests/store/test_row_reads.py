@@ -25,6 +25,7 @@ from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
 from store.database import SchemaNotCurrent
 from store.helper_store import HelperStore, RowChanges, row_table
+from store.revisions import REVISIONS
 from store.row_reads import (
     HELPER_ROW_COLUMNS,
     USAGE_COLUMNS,
@@ -153,7 +154,7 @@ async def test_the_bare_schema_check_is_the_stores(store_url: str) -> None:
     assert address is not None
     store = await HelperStore.connect(store_url)
     try:
-        for version, refused in (("0001", "at 0001, this code needs 0003"), ("0099_newer", None)):
+        for version, refused in (("0001", f"at 0001, this code needs {REVISIONS[-1]}"), ("0099_newer", None)):
             async with store.engine.begin() as connection:
                 await connection.execute(text(f"UPDATE alembic_version SET version_num = '{version}'"))
             if refused:
@@ -163,7 +164,7 @@ async def test_the_bare_schema_check_is_the_stores(store_url: str) -> None:
                 await (await open_bare_reader(address)).close()
         async with store.engine.begin() as connection:
             await connection.execute(text("DROP TABLE alembic_version"))
-        with pytest.raises(SchemaNotCurrent, match="at nothing, this code needs 0003"):
+        with pytest.raises(SchemaNotCurrent, match=f"at nothing, this code needs {REVISIONS[-1]}"):
             await open_bare_reader(address)
     finally:
         await store.close()

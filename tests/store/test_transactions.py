@@ -1,110 +1,151 @@
-"""Where the store's transactions run: a SQLite file's on the store's own thread, one hop from the event loop;
-PostgreSQL's and an in-memory SQLite's on the async engine. Whichever way, a transaction commits whole or not
-at all, and what it wrote is what the other reads see (R27)."""
+"""A store write is one transaction on the async engine: it commits whole or not at all, also when it fails or is
+cancelled halfway (a helper's store write races its hard ceiling, R35), and it never keeps its connection: the
+next write applies (R19, R25)."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from pathlib import Path
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy import insert, text
+from sqlalchemy.pool import QueuePool
 
-from store.database import create_engine
-from store.transactions import Transactions
-from tests.conftest import POSTGRES_URL
-from tests.helpers import fresh_postgres_database
+from domain.outcome import OutcomeKind
+from domain.rows import RowState
+from domain.work import Usage
+from store.helper_store import HelperStore, RowChanges, row_table
+from store.statements import to_columns, usage_table
+from tests.store.test_helper_store import T0, backend, row, running, store  # noqa: F401  (the fixture)
 
-
-def _thread_name(connection: Connection) -> str:
-    return threading.current_thread().name
-
-
-async def test_a_sqlite_files_transactions_run_on_the_stores_own_thread(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}")
-    transactions = Transactions(engine)
-    try:
-        assert (await transactions.write(_thread_name)).startswith("store")
-        assert (await transactions.read(_thread_name)).startswith("store")
-        await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
-        await transactions.write(lambda connection: connection.execute(text("INSERT INTO t VALUES (1)")))
-        # Committed: the async engine, another connection, sees it.
-        async with engine.connect() as connection:
-            assert (await connection.execute(text("SELECT count(*) FROM t"))).scalar_one() == 1
-    finally:
-        await transactions.close()
-        await engine.dispose()
+BOUND_S = 10  # every wait in these tests; a write that still hangs then has leaked
 
 
-def _insert_then_fail(connection: Connection) -> None:
-    connection.execute(text("INSERT INTO t VALUES (2)"))
-    raise RuntimeError("the work failed after its first statement")
+def _usage_columns(owner: str, helper_id: str, seq: int) -> dict[str, object]:
+    return {
+        "owner": owner,
+        "helper_id": helper_id,
+        "seq": seq,
+        "goal_id": None,
+        "model": "gpt-large",
+        "outcome_kind": "completed",
+        "steps": 0,
+        "work_tokens": 0,
+        "input_tokens": 0,
+        "started_at": None,
+        "finished_at": T0,
+    }
 
 
-async def _a_raising_transaction_writes_nothing(transactions: Transactions) -> None:
-    await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
+async def _rows_and_usage(store: HelperStore) -> tuple[int, int]:  # noqa: F811
+    async with store.engine.connect() as connection:
+        rows = (await connection.execute(text("SELECT count(*) FROM helper_rows"))).scalar_one()
+        lines = (await connection.execute(text("SELECT count(*) FROM helper_usage"))).scalar_one()
+    return int(rows), int(lines)
+
+
+def _checked_out(store: HelperStore) -> int:  # noqa: F811
+    pool = store.engine.pool
+    assert isinstance(pool, QueuePool), pool  # a file's or a server's engine pools its connections
+    return pool.checkedout()
+
+
+async def test_a_transaction_that_fails_halfway_writes_nothing(store: HelperStore) -> None:  # noqa: F811
+    """The first statement applied, the second failed: the first is undone too."""
     with pytest.raises(RuntimeError, match="after its first statement"):
-        await transactions.write(_insert_then_fail)
-    count = await transactions.read(lambda connection: connection.execute(text("SELECT count(*) FROM t")))
-    assert count.scalar_one() == 0
+        async with store.engine.begin() as connection:
+            await connection.execute(insert(row_table).values(to_columns(row("h1"))))
+            raise RuntimeError("the write failed after its first statement")
+    assert await _rows_and_usage(store) == (0, 0)
+    assert _checked_out(store) == 0
 
 
-@pytest.mark.parametrize("where", ["file", "memory"])
-async def test_a_transaction_that_raises_writes_nothing(tmp_path: Path, where: str) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}" if where == "file" else "sqlite+aiosqlite://"
-    engine = create_engine(url)
-    transactions = Transactions(engine)
-    try:
-        await _a_raising_transaction_writes_nothing(transactions)
-    finally:
-        await transactions.close()
-        await engine.dispose()
+async def test_a_transaction_cancelled_halfway_writes_nothing_and_frees_its_connection(
+    store: HelperStore,  # noqa: F811
+) -> None:
+    """A caller that stops waiting between two statements (its activity cancelled) leaves no half transaction
+    and no connection checked out."""
+    first_done = asyncio.Event()
+
+    async def two_statements() -> None:
+        async with store.engine.begin() as connection:
+            await connection.execute(insert(row_table).values(to_columns(row("h1"))))
+            first_done.set()
+            await asyncio.sleep(BOUND_S)
+            await connection.execute(insert(usage_table).values(_usage_columns("anna", "h1", 1)))
+
+    task = asyncio.create_task(two_statements())
+    async with asyncio.timeout(BOUND_S):
+        await first_done.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert await _rows_and_usage(store) == (0, 0)
+    assert _checked_out(store) == 0
+    assert await store.insert_admitted(row("h1"))
 
 
-async def test_an_in_memory_sqlite_stays_on_the_async_engine() -> None:
-    """An in-memory database is private to its connection: a second engine would see another, empty one."""
-    engine = create_engine("sqlite+aiosqlite://")
-    transactions = Transactions(engine)
-    try:
-        assert await transactions.write(_thread_name) == threading.current_thread().name
-    finally:
-        await transactions.close()
-        await engine.dispose()
+@asynccontextmanager
+async def _blocking_the_outcome(store: HelperStore) -> AsyncIterator[Callable[[], Awaitable[None]]]:  # noqa: F811
+    """Another writer holds what the finalizer's write needs, until the yielded `release` is awaited: on SQLite the
+    database's write lock (the row's update waits), on PostgreSQL the usage line's key (the row's update applies,
+    the usage line waits: the write is cancelled halfway)."""
+    if backend(store) == "sqlite":
+        path = store.engine.url.database
+        assert path is not None
+        lock_holder = sqlite3.connect(path, isolation_level=None)
+        lock_holder.execute("BEGIN IMMEDIATE")
 
+        async def release_sqlite() -> None:
+            lock_holder.execute("ROLLBACK")
 
-async def test_postgresql_transactions_run_on_the_async_engine() -> None:
-    async with fresh_postgres_database(POSTGRES_URL) as url:
-        engine = create_engine(url)
-        transactions = Transactions(engine)
         try:
-            assert await transactions.write(_thread_name) == threading.current_thread().name
-            await _a_raising_transaction_writes_nothing(transactions)
+            yield release_sqlite
         finally:
-            await transactions.close()
-            await engine.dispose()
+            lock_holder.close()
+        return
+    async with store.engine.connect() as holder:
+        await holder.execute(insert(usage_table).values(_usage_columns("anna", "h1", 1)))  # uncommitted
+
+        async def release_postgres() -> None:
+            await holder.rollback()
+
+        yield release_postgres
 
 
-async def test_a_write_cancelled_on_the_stores_thread_still_ends_and_frees_its_connection(tmp_path: Path) -> None:
-    """A caller that stops waiting (an activity cancelled, a bound passed) does not stop the transaction: it
-    commits on the store's thread, and the next write gets a connection (every write is guarded, so a retry of
-    one that did commit changes nothing)."""
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}")
-    transactions = Transactions(engine)
+async def test_a_finalizer_cancelled_while_it_waits_for_another_writer_leaves_the_row_as_it_was(
+    store: HelperStore,  # noqa: F811
+) -> None:
+    """R19, R35: the outcome and its usage line are written together or not at all. Cancelled while another
+    writer holds what it needs, the write changes nothing, keeps no connection, and a retry applies once."""
+    before = await running(store)
+    outcome: RowChanges = {
+        "state": RowState.UNREPORTED,
+        "outcome_kind": OutcomeKind.COMPLETED,
+        "summary": "done",
+        "finished_at": T0 + timedelta(minutes=5),
+    }
+    usage = Usage(steps=2, work_tokens=20, input_tokens=3)
 
-    def slow_insert(connection: Connection) -> None:
-        connection.execute(text("INSERT INTO t VALUES (1)"))
-        time.sleep(0.3)
+    def finalize() -> Coroutine[None, None, bool]:
+        return store.write_outcome(before, 3, usage, **outcome)
 
-    try:
-        await transactions.write(lambda connection: connection.execute(text("CREATE TABLE t (n INTEGER)")))
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(transactions.write(slow_insert), timeout=0.05)
-        await transactions.write(lambda connection: connection.execute(text("INSERT INTO t VALUES (2)")))
-        count = await transactions.read(lambda connection: connection.execute(text("SELECT count(*) FROM t")))
-        assert count.scalar_one() == 2
-    finally:
-        await transactions.close()
-        await engine.dispose()
+    async with asyncio.timeout(BOUND_S):
+        async with _blocking_the_outcome(store) as release:
+            task = asyncio.create_task(finalize())
+            await asyncio.sleep(0.3)  # the write now waits for the other writer
+            assert not task.done()
+            task.cancel()
+            await release()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert await store.get("anna", "h1") == before
+        assert await store.usage("anna") == []
+        assert _checked_out(store) == 0
+        assert await finalize()
+    after = await store.get("anna", "h1")
+    assert after is not None and after.state is RowState.UNREPORTED and after.generation == 3
+    assert len(await store.usage("anna")) == 1

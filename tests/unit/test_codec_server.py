@@ -20,7 +20,7 @@ from temporalio.api.common.v1 import Payload, Payloads
 from codec.auth import Authorizer, AuthSettings
 from codec.encryption import ENCODING, KEY_ID, EncryptionCodec, codec_from, new_key
 from codec.server import create_app
-from reference_core.server import serving
+from reference.core.server import serving
 from tests.unit.test_codec_auth import STATIC_TOKEN, IdentityProvider
 
 ORIGIN = "https://temporal-ui.example.test"

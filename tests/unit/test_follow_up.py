@@ -1,4 +1,4 @@
-"""Follow-ups in the owner book (issue 14): who may be followed up, once, and what the admission changes."""
+"""Follow-ups in the owner book: who may be followed up, once, and what the admission changes."""
 
 from __future__ import annotations
 
@@ -129,6 +129,17 @@ def test_the_earlier_row_is_not_evicted_while_its_follow_up_is_open() -> None:
     assert rows_to_evict(book, room_needed=2) is None
     finish(book, "h2", OutcomeKind.COMPLETED)
     assert rows_to_evict(book, room_needed=2) == ["h1"]
+
+
+def test_a_follow_up_never_evicts_the_row_it_continues() -> None:
+    """R3: rows are full and the oldest delivered row is the very one a follow-up continues: another row makes room,
+    or the follow-up is refused; its earlier row, which it reads its context from, stays."""
+    book = finished_book(OutcomeKind.PARTIAL, max_rows=2, max_open=2)
+    deliver(book, "h1")
+    admit(book, "h2")  # running: not evictable, so only h1 could make room
+    decision = decide_admission(book, follow_up("f1", "h1"))
+    assert isinstance(decision, Refusal) and decision.code is RefusalCode.ROWS_FULL, decision
+    assert "h1" in book.entries
 
 
 def test_an_admission_undone_puts_the_earlier_helper_back_as_it_was() -> None:

@@ -24,13 +24,12 @@ from domain.book.state import EventState, RefusalCode
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
-from health import serving_health
+from health import StoreGauges, serving_health
 from observability import recording
 from observability.metrics import REGISTRY
-from observability.refusals import refusal_reason
-from observability.store_gauges import StoreGauges
 from protocol.errors import ErrorType
 from protocol.messages import ADMIT
+from protocol.refusals import refusal_reason
 from store.helper_store import HelperStore
 from tests.fakes.answering_server import serving_answers
 from tests.helpers import free_port
@@ -79,6 +78,13 @@ def test_an_unknown_label_value_is_counted_as_other_and_never_raises() -> None:
     assert delta("helper_runtime_outcomes_total", finalize, kind="other") == 1
     refuse = lambda: recording.refused("bogus")  # noqa: E731
     assert delta("helper_runtime_admissions_total", refuse, result="refused", reason="other") == 1
+
+
+def test_the_closed_label_sets_are_the_domains_names() -> None:
+    """Observability spells its label values itself (it imports no layer); they are the domain's names."""
+    assert {kind.value for kind in OutcomeKind} == recording.OUTCOME_KINDS
+    assert {code.value for code in RefusalCode} == recording.REFUSAL_REASONS
+    assert {state.value for state in EventState} - {"pending", "attempting"} == recording.FINAL_CHAT_STATES
 
 
 def test_admissions_count_once_per_row_written() -> None:
@@ -233,9 +239,22 @@ async def test_store_writes_are_timed_by_operation_and_stale_writes_are_conflict
     assert await store.write_state("anna", "h1", 1, 3, state=RowState.RUNNING)
     assert not await store.write_state("anna", "h1", 1, 2, state=RowState.CLOSED)  # older generation: not applied
     assert value("helper_runtime_store_write_seconds_count", operation="admit") - admits == 1
-    # Outside an activity write_state is named `state`; inside one, by its activity (finalize, close, ...).
+    # Unnamed, write_state is `state`; an activity names it (finalize, close, ...): `names_store_writes`.
     assert value("helper_runtime_store_write_seconds_count", operation="state") - states == 2
     assert value("helper_runtime_store_conflicts_total") - conflicts == 1
+
+
+async def test_a_shared_store_write_is_named_by_its_caller(store: HelperStore) -> None:
+    @recording.names_store_writes("close")
+    async def mark_closed() -> bool:
+        return await store.write_state("anna", "h1", 1, 2, state=RowState.CLOSED)
+
+    closes = value("helper_runtime_store_write_seconds_count", operation="close")
+    states = value("helper_runtime_store_write_seconds_count", operation="state")
+    assert await store.insert_admitted(row("h1", 1))
+    assert await mark_closed()
+    assert value("helper_runtime_store_write_seconds_count", operation="close") - closes == 1
+    assert value("helper_runtime_store_write_seconds_count", operation="state") == states
 
 
 async def test_the_store_gauges_count_rows_by_state_and_helpers_past_their_ceiling(store: HelperStore) -> None:

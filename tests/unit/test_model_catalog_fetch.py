@@ -105,14 +105,12 @@ async def test_no_core_listening_means_no_catalog() -> None:
 
 
 def test_https_and_proxies_stay_with_the_core_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    """R43: where httpx's own TLS trust or proxy handling would decide, the starter asks through `CoreClient`."""
-    for name in catalog.PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
-    assert catalog._plain_http("http://127.0.0.1:8310")
-    assert not catalog._plain_http("https://core.example.com")
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.com:3128")
-    assert not catalog._plain_http("http://127.0.0.1:8310")
+    """R43: where httpx's own TLS trust or proxy handling would decide (HELPER_CORE_PROXY), the starter asks through
+    `CoreClient`; the environment's proxy variables decide nothing, as they decide nothing for the core client."""
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example.com:3128")
+    assert catalog._plain_http("http://127.0.0.1:8310", None)
+    assert not catalog._plain_http("https://core.example.com", None)
+    assert not catalog._plain_http("http://127.0.0.1:8310", "http://proxy.example.com:3128")
 
 
 def test_the_cap_is_the_core_clients() -> None:

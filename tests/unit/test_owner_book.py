@@ -423,6 +423,66 @@ def test_notice_keeps_the_newer_generation() -> None:
     assert book.entries["h1"].generation == 7
 
 
+def test_an_outcome_the_owner_can_read_is_not_open_while_its_helper_keeps_its_slot_to_find_a_lost_session() -> None:
+    """R2, R38: a helper whose create was never answered writes its outcome and says so at once, holding its
+    slot: it is no longer open (no refusal names it, its outcome can be read and delivered), but the slot waits
+    until the lost session is found and stopped; the second notice frees it and passes it on."""
+    book = book_of()
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    held = FinishedNotice(helper_id="h1", seq=1, kind=OutcomeKind.FAILED, generation=3, finished_at=T0, slot_held=True)
+    e = apply_finished(book, held)
+    assert e is not None and e.state is RowState.UNREPORTED and e.finding_lost_session
+    assert book.open_ids() == ["h2", "h3"] and book.slot_holders() == ["h1", "h2", "h3"]
+    decision = decide_admission(book, request("h4"))
+    assert isinstance(decision, Admit) and not decision.starts_now, "admitted, and it waits for the slot"
+    assert admit(book, "h4") == []
+    assert decide_read(book, ["h1"]) is None, "the outcome can be read"
+    assert apply_finished(book, held) is None, "a repeat of the first notice changes nothing"
+    assert grant_slots(book, T0) == []
+    freed = held.model_copy(update={"slot_held": False})
+    assert apply_finished(book, freed) is e
+    assert not e.holds_slot and not e.finding_lost_session and e.lease_until is None
+    assert grant_slots(book, T0) == ["h4"]
+    assert apply_finished(book, freed) is None and grant_slots(book, T0) == []
+
+
+def test_a_helper_that_keeps_its_slot_is_refused_by_nobody_and_its_refusals_name_only_open_helpers() -> None:
+    """R2, R38: with three open helpers and one finished helper still holding its slot, the refusal of a fifth
+    names the three open ones only: an outcome the owner can read never counts as open."""
+    book = book_of(max_running=4)
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    apply_finished(
+        book,
+        FinishedNotice(helper_id="h1", seq=1, kind=OutcomeKind.FAILED, generation=3, finished_at=T0, slot_held=True),
+    )
+    admit(book, "h4")
+    refusal = decide_admission(book, request("h5"))
+    assert isinstance(refusal, Refusal) and refusal.open_ids == ["h2", "h3", "h4"]
+    assert "h1" not in refusal.message
+
+
+def test_a_lease_that_ends_frees_a_slot_kept_to_find_a_lost_session() -> None:
+    """R7, R38: a helper that never sends its second notice loses its slot at its lease's end like any other."""
+    book = book_of()
+    admit(book, "h1")
+    apply_finished(
+        book,
+        FinishedNotice(helper_id="h1", seq=1, kind=OutcomeKind.FAILED, generation=3, finished_at=T0, slot_held=True),
+    )
+    lease = book.entries["h1"].lease_until
+    assert lease is not None and expired_leases(book, lease) == ["h1"]
+    assert release_slot(book, "h1") and not book.entries["h1"].finding_lost_session
+
+
+def test_a_delivered_row_whose_helper_keeps_its_slot_is_closed_not_removed() -> None:
+    """R23, R38: closing a delivered helper removes its row, except while its helper still holds the slot (the
+    slot would leave with the row): then it is closed, and retention removes it once the slot is free."""
+    row = entry("x", 1, RowState.DELIVERED).model_copy(update={"holds_slot": True, "finding_lost_session": True})
+    assert decide_close(full_book(row), "x") is CloseAction.WRITE_CLOSED
+
+
 def test_helper_closed_while_waiting_leaves_the_queue() -> None:
     """R6, R21: a waiting helper closed by its owner never takes a slot."""
     book = book_of(max_running=1)

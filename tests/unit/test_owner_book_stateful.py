@@ -94,6 +94,8 @@ EXERCISED = [
         )
     ),
     "closed while holding a slot",
+    "finished, keeping its slot to find a lost session",
+    "slot freed after the lost session's search",
     "coordinator closed a unreported row",
     "coordinator closed a delivered row",
     "removed on close",
@@ -215,7 +217,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         return [e.helper_id for e in self.book.entries.values() if not e.helper_writes]
 
     def _followable(self) -> list[str]:
-        """Outcomes waiting for the owner that nobody followed up yet (issue 14)."""
+        """Outcomes waiting for the owner that nobody followed up yet."""
         return [
             e.helper_id
             for e in self.book.entries.values()
@@ -311,7 +313,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._followable()))
     @rule(which=pick)
     def follow_up(self, which: int) -> None:
-        """Issue 14: the owner answers a question, an authorization wait or a partial outcome."""
+        """The owner answers a question, an authorization wait or a partial outcome."""
         self._step()
         book, policy = self.book, self.book.policy
         candidates = self._followable()
@@ -344,7 +346,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(e.followed_up_by in self.book.entries for e in self.book.entries.values()))
     @rule(which=pick)
     def follow_up_again(self, which: int) -> None:
-        """Issue 14: a second follow-up of the same outcome answers with the first and changes nothing."""
+        """A second follow-up of the same outcome answers with the first and changes nothing."""
         self._step()
         earlier = [e for e in self.book.entries.values() if e.followed_up_by in self.book.entries]
         chosen = earlier[which % len(earlier)]
@@ -358,7 +360,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.book.entries))
     @rule(which=pick)
     def follow_up_not_possible(self, which: int) -> None:
-        """Issue 14: a helper still working, closed, or with an outcome that waits for nobody is refused."""
+        """A helper still working, closed, or with an outcome that waits for nobody is refused."""
         self._step()
         followable = set(self._followable())
         others = [e for e in self.book.entries.values() if e.helper_id not in followable and e.followed_up_by is None]
@@ -393,6 +395,45 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self._step()
         helpers = sorted(self._running_helpers())
         self._finish(helpers[which % len(helpers)], kind, generation_step)
+
+    @precondition(lambda self: any(self.book.entries[h].holds_slot for h in self._running_helpers()))
+    @rule(which=pick, kind=st.sampled_from(RUNNING_KINDS))
+    def helper_finishes_while_it_finds_a_lost_session(self, which: int, kind: OutcomeKind) -> None:
+        """R2, R38: a helper whose create was never answered writes its outcome and tells the coordinator at once:
+        it is no longer open and its outcome can be read, but it keeps its slot until the lost session is found
+        and stopped."""
+        self._step()
+        helpers = sorted(h for h in self._running_helpers() if self.book.entries[h].holds_slot)
+        helper_id = helpers[which % len(helpers)]
+        entry = self.book.entries[helper_id]
+        notice = FinishedNotice(
+            helper_id=helper_id, kind=kind, generation=entry.generation + 1, finished_at=self.now, slot_held=True
+        )
+        assert apply_finished(self.book, notice) is entry
+        assert not entry.helper_writes and entry.holds_slot and entry.finding_lost_session
+        assert helper_id not in self._open() and helper_id not in self.book.open_ids()
+        assert entry.state in (RowState.UNREPORTED, RowState.CLOSED) and entry.outcome_kind is kind
+        assert self._grant() == [], "the slot stays with the helper while it searches"
+        STEPS.saw("finished, keeping its slot to find a lost session")
+
+    @precondition(lambda self: any(e.finding_lost_session for e in self.book.entries.values()))
+    @rule(which=pick)
+    def lost_session_search_ends(self, which: int) -> None:
+        """R7, R8, R38: the second notice frees the slot, which passes on at once."""
+        self._step()
+        ids = sorted(e.helper_id for e in self.book.entries.values() if e.finding_lost_session)
+        entry = self.book.entries[ids[which % len(ids)]]
+        assert entry.outcome_kind is not None and entry.finished_at is not None
+        notice = FinishedNotice(
+            helper_id=entry.helper_id,
+            kind=entry.outcome_kind,
+            generation=entry.generation,
+            finished_at=entry.finished_at,
+        )
+        assert apply_finished(self.book, notice) is entry
+        assert not entry.holds_slot and not entry.finding_lost_session
+        self._grant()
+        STEPS.saw("slot freed after the lost session's search")
 
     @precondition(lambda self: bool(self.book.queue) and bool(self._running_helpers()))
     @rule(which=pick, kind=st.sampled_from(RUNNING_KINDS))
@@ -440,12 +481,19 @@ class OwnerBookMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._finished()))
     @rule(which=pick, kind=st.sampled_from(list(OutcomeKind)))
     def repeated_notice(self, which: int, kind: OutcomeKind) -> None:
-        """R19: a repeated HELPER_FINISHED changes nothing."""
+        """R19: a repeated HELPER_FINISHED changes nothing (for a helper still finding a lost session, a repeat of
+        its first notice, which keeps the slot)."""
         self._step()
         ids = sorted(self._finished())
         helper_id = ids[which % len(ids)]
         before = self.book.model_dump()
-        notice = FinishedNotice(helper_id=helper_id, kind=kind, generation=10_000, finished_at=self.now)
+        notice = FinishedNotice(
+            helper_id=helper_id,
+            kind=kind,
+            generation=10_000,
+            finished_at=self.now,
+            slot_held=self.book.entries[helper_id].finding_lost_session,
+        )
         assert apply_finished(self.book, notice) is None
         assert self._grant() == []
         assert self.book.model_dump() == before
@@ -505,7 +553,9 @@ class OwnerBookMachine(RuleBasedStateMachine):
             assert request_close(self.book, helper_id) is first, "the helper is signalled once"
             assert entry.close_requested and request_close(self.book, helper_id) is False
             self.close_requested.add(helper_id)
-        elif state is RowState.UNREPORTED or (state is RowState.DELIVERED and goal is not None):
+        elif state is RowState.UNREPORTED or (state is RowState.DELIVERED and (goal is not None or entry.holds_slot)):
+            # A delivered row whose helper still holds its slot (finding a lost session, R38) is closed, not
+            # removed: it leaves with retention once the slot is free.
             assert action is CloseAction.WRITE_CLOSED
             generation = entry.generation
             event_before = self.book.event
@@ -722,7 +772,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
 
     @invariant()
     def follow_ups_are_linked_both_ways(self) -> None:
-        """Issue 14: each follow-up names its earlier helper and, while both are kept, is named back; one each."""
+        """Each follow-up names its earlier helper and, while both are kept, is named back; one each."""
         named = [e.followed_up_by for e in self.book.entries.values() if e.followed_up_by is not None]
         assert len(named) == len(set(named))
         for entry in self.book.entries.values():
@@ -741,7 +791,8 @@ class OwnerBookMachine(RuleBasedStateMachine):
         assert len(seqs) == len(set(seqs)) and all(s < self.book.next_seq for s in seqs)
         for entry in self.book.entries.values():
             if entry.holds_slot:
-                assert entry.helper_writes and entry.lease_until is not None
+                assert entry.helper_writes or entry.finding_lost_session, entry
+                assert entry.lease_until is not None
             if entry.state is RowState.WAITING:
                 assert entry.helper_writes and entry.helper_id in self.book.queue
             if not entry.helper_writes:

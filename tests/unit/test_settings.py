@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import Settings, SettingsError
+from config.settings import Settings, SettingsError, release_build_id
 from domain.limits import (
     HELPER_CEILING_TOKENS,
     HELPER_CHECK_MS,
@@ -197,11 +197,27 @@ def test_encryption_is_required_unless_temporal_is_on_this_machine(address: str,
 
 @pytest.mark.parametrize(
     "variable",
-    ["HELPER_CODEC_REQUIRED", "HELPER_CODEC_ALLOW_PLAINTEXT", "HELPER_MIGRATE_ON_START", "HELPER_WORKFLOW_SANDBOX"],
+    ["HELPER_CODEC_REQUIRED", "HELPER_CODEC_ALLOW_PLAINTEXT", "HELPER_MIGRATE_ON_START", "HELPER_PROMOTE_BUILD"],
 )
 def test_a_flag_that_is_neither_true_nor_false_names_the_variable(variable: str) -> None:
     with pytest.raises(SettingsError, match=variable):
         Settings.from_env({variable: "maybe"})
+
+
+def test_every_worker_is_a_build_of_one_worker_deployment() -> None:
+    """R45: Worker Versioning is always on: by default the worker polls as the installed release of the
+    deployment `helper-runtime` and makes that build current; a cluster names its build and promotes by hand."""
+    from worker import deployment_of
+
+    default = deployment_of(Settings.from_env({}))
+    assert default.use_worker_versioning
+    assert (default.version.deployment_name, default.version.build_id) == ("helper-runtime", release_build_id())
+    assert Settings.from_env({}).promote_build
+    named = Settings.from_env({"HELPER_BUILD_ID": "2026-12-02.1", "HELPER_PROMOTE_BUILD": "false"})
+    assert deployment_of(named).version.build_id == "2026-12-02.1" and not named.promote_build
+    for variable in ("HELPER_BUILD_ID", "HELPER_DEPLOYMENT_NAME"):
+        with pytest.raises(SettingsError, match=variable):
+            Settings.from_env({variable: ""})
 
 
 def test_the_worker_refuses_to_start_without_keys_for_a_remote_temporal() -> None:

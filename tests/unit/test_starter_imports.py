@@ -88,17 +88,6 @@ def test_a_write_command_loads_the_temporal_client_not_the_worker(env: dict[str,
         assert not imported & {"httpx", "clients"}
 
 
-def test_the_goal_check_is_named_as_the_worker_registers_it() -> None:
-    """R43: `starter.goals` names the Goal check's workflow type without importing the workflow module."""
-    from temporalio import workflow
-
-    from starter.goals import GOAL_CHECK_WORKFLOW
-    from workflows.goal_check import GoalCheckWorkflow
-
-    definition = workflow._Definition.from_class(GoalCheckWorkflow)
-    assert definition is not None and definition.name == GOAL_CHECK_WORKFLOW
-
-
 def test_the_model_check_of_a_write_loads_no_httpx() -> None:
     """R43: `start` and `goal add` ask the model catalog on the standard library (`starter.catalog`), not httpx."""
     probe = (

@@ -1,5 +1,5 @@
 """Temporal's own client configuration is honoured as the `temporal` CLI honours it: a temporal.toml profile
-names the address and namespace unless the environment or the code sets them (issue 13, R39)."""
+names the address and namespace unless the environment or the code sets them (R39)."""
 
 from __future__ import annotations
 

@@ -12,15 +12,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from temporalio.common import VersioningBehavior
 
 from clients.core_client import CoreClient, CoreUnavailable
 from config.settings import Settings, SettingsError
 from observability import tracing
 from tests.fakes.answering_server import serving_answers
 from tests.unit.test_starter_imports import _imported_by, env  # noqa: F401  # `env`: the module's store fixture
-from worker import WORKFLOWS, deployment_of
-from workflows.versioned import VERSIONED_WORKFLOWS
 
 
 @pytest.fixture
@@ -28,7 +25,7 @@ def in_memory() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    assert tracing.install(Settings(), "test", provider=provider)
+    assert tracing.install(False, "test", provider=provider)
     try:
         yield exporter
     finally:
@@ -38,7 +35,7 @@ def in_memory() -> Iterator[InMemorySpanExporter]:
 def test_nothing_configured_installs_nothing() -> None:
     settings = Settings.from_env({})
     assert not settings.tracing_enabled
-    assert tracing.install(settings, "helper-worker") is False
+    assert tracing.install(settings.tracing_enabled, "helper-worker") is False
     assert not tracing.enabled()
     assert tracing.interceptors() == []
     # The core client's span is one shared no-op context: nothing is created per call.
@@ -96,30 +93,3 @@ async def test_each_core_call_is_a_client_span(in_memory: InMemorySpanExporter) 
     assert spans[0].attributes is not None and spans[0].attributes["url.path"] == "/v1/models"
     assert spans[0].status.status_code is StatusCode.UNSET
     assert tracing.interceptors() and type(tracing.interceptors()[0]).__name__ == "TracingInterceptor"
-
-
-def test_worker_versioning_is_off_unless_both_settings_are_given() -> None:
-    assert deployment_of(Settings.from_env({})) is None
-    assert deployment_of(Settings.from_env({"HELPER_DEPLOYMENT_NAME": "", "HELPER_BUILD_ID": ""})) is None
-    with pytest.raises(SettingsError, match="HELPER_BUILD_ID"):
-        Settings.from_env({"HELPER_DEPLOYMENT_NAME": "helper-runtime"})
-    config = deployment_of(Settings.from_env({"HELPER_DEPLOYMENT_NAME": "helper-runtime", "HELPER_BUILD_ID": "b7"}))
-    assert config is not None and config.use_worker_versioning
-    assert (config.version.deployment_name, config.version.build_id) == ("helper-runtime", "b7")
-
-
-def test_a_versioned_worker_pins_helpers_and_lets_the_coordinator_upgrade() -> None:
-    """Under Worker Versioning every workflow declares its behaviour (the SDK refuses a versioned worker
-    otherwise): a helper ends on the build it started on, the long-lived coordinator moves on. The classes an
-    unversioned worker registers declare none: the server refuses a behaviour from an unversioned worker."""
-    from temporalio import workflow
-
-    def behaviours(classes: list[type]) -> dict[str, VersioningBehavior | None]:
-        definitions = [workflow._Definition.must_from_class(cls) for cls in classes]
-        return {d.name or "": d.versioning_behavior for d in definitions}
-
-    assert set(behaviours(WORKFLOWS).values()) == {VersioningBehavior.UNSPECIFIED}
-    versioned = behaviours(VERSIONED_WORKFLOWS)
-    assert versioned.keys() == behaviours(WORKFLOWS).keys(), "the same workflow names"
-    assert versioned.pop("CoordinatorWorkflow") is VersioningBehavior.AUTO_UPGRADE
-    assert set(versioned.values()) == {VersioningBehavior.PINNED}, versioned

@@ -9,6 +9,7 @@ import asyncio
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -264,3 +265,60 @@ def test_a_follow_up_names_the_helper_it_continues_and_the_earlier_one_says_who_
     ]
     running = follow_up.model_copy(update={"state": RowState.RUNNING})
     assert _texts(live, running) == ["got a slot · running now"]
+
+
+def test_a_watch_of_one_helper_ends_by_itself_once_the_helper_has_its_outcome(
+    watched_store: dict[str, str], tmp_path: Path
+) -> None:
+    """As `gh run watch` ends with its run: no Ctrl-C is needed once the helper's outcome is in its row (R47)."""
+    database = watched_store["HELPER_STORE_URL"].removeprefix("sqlite+aiosqlite:///")
+
+    async def insert() -> None:
+        store = await HelperStore.connect(watched_store["HELPER_STORE_URL"])
+        try:
+            row = HelperRow(
+                owner="boris",
+                helper_id="obzor",
+                seq=1,
+                state=RowState.RUNNING,
+                task="Обзор рынка",
+                language="ru",
+                model="scripted",
+                limits=Limits(),
+                result_dir=str(tmp_path / "obzor"),
+                admitted_at=NOW,
+                steps=2,
+                work_tokens=4000,
+                generation=1,
+                updated_at=NOW,
+            )
+            assert await store.insert_admitted(row)
+        finally:
+            await store.close()
+
+    asyncio.run(insert())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "starter", "watch", "--owner", "boris", "--id", "obzor"],
+        cwd=ROOT,
+        env=watched_store,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready, "watch printed nothing within 60 s"
+        first = process.stdout.readline().decode()
+        with sqlite3.connect(database) as connection:
+            connection.execute(
+                "UPDATE helper_rows SET state = 'unreported', outcome_kind = 'completed', summary = 'Готово.' "
+                "WHERE owner = 'boris' AND helper_id = 'obzor'"
+            )
+        out, err = process.communicate(timeout=30)  # no signal: the watch ends by itself
+    finally:
+        process.kill()
+    assert _message(first) == "boris/obzor              admitted · running now\n"
+    assert process.returncode == 0 and err == b""
+    assert [_message(line) for line in out.decode().splitlines()][-1] == (
+        "boris/obzor              unreported · outcome completed: Готово."
+    )

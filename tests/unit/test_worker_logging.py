@@ -16,7 +16,7 @@ SNAPSHOT = {"session_id": "s-1", "status": "running", "steps": [], "input_tokens
 
 async def test_core_requests_are_not_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
     """R10: two core requests a second per followed helper would drown the log: at INFO a hundred core calls
-    log nothing (the worker's client is aiohttp; httpx, of the reference core's model, logs warnings only)."""
+    log nothing (httpx, the worker's clients' library, logs warnings only)."""
     root = logging.getLogger()
     level = root.level
     try:
@@ -33,4 +33,4 @@ async def test_core_requests_are_not_logged_at_info(caplog: pytest.LogCaptureFix
                 await core.aclose()
     finally:
         root.setLevel(level)
-    assert [record for record in caplog.records if record.name.startswith(("aiohttp", "httpx", "clients"))] == []
+    assert [record for record in caplog.records if record.name.startswith(("httpx", "httpcore", "clients"))] == []

@@ -1,9 +1,8 @@
 """A failed admission leaves nothing behind (R2, R5): the real coordinator on the dev server, stand-in activities.
 
-The admission's write is a local activity; its refusal reaches the coordinator as a bare ApplicationError
-(workflows.failures). The coordinator caught only ActivityError, so a refused write failed the coordinator's
-workflow task, and every later admission of that owner with it ("Workflow Task in failed state"), until a
-worker with the fix took the task.
+A refused admission write must not fail the coordinator's workflow task (every later admission of the owner would
+wait behind it): the admission is refused with the write's reason, its row is taken away again, and its place and
+slot go to the next helper.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from protocol.errors import Unavailable
 from protocol.messages import COUNTS
 from protocol.names import coordinator_id
 from tests.helpers import helper_request, settings_for
+from worker import deployment_of, promote
 from workflows.coordinator import CoordinatorWorkflow
 
 REFUSED_ID = "clash"
@@ -52,7 +52,9 @@ async def test_a_refused_admission_write_frees_its_place_and_says_why(dev_env: W
         task_queue=settings.task_queue,
         workflows=[CoordinatorWorkflow],
         activities=[admit_helper, remove_rows],
+        deployment_config=deployment_of(settings),
     ):
+        await promote(dev_env.client, settings)
         with pytest.raises(Unavailable, match="exists with another admission"):
             await admit(dev_env.client, settings, helper_request(owner, REFUSED_ID))
         counts = await dev_env.client.get_workflow_handle(coordinator_id(owner)).query(COUNTS, result_type=dict)

@@ -22,22 +22,19 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.notices import tell_finished
 from contracts.core_api import SessionStatus
 from domain.activity_io import (
     CancelResult,
     Finalize,
     Finalized,
-    HandBack,
-    HandedBack,
     HelperStart,
     MarkClosed,
     OpenedSession,
     OpenSession,
+    ParkSession,
     RecoveredSession,
     RecoverSession,
     SessionRef,
-    TellFinished,
     WrittenOutcome,
 )
 from domain.book import FinishedNotice
@@ -48,7 +45,7 @@ from domain.rows import RowState
 from domain.work import Usage
 from protocol.errors import ErrorType
 from protocol.messages import CLOSE, HELPER_CLOSED, HELPER_FINISHED, HelperResult, Token
-from protocol.names import HELPER_OUTCOME, coordinator_id, helper_workflow_id
+from protocol.names import HELPER_OUTCOME, coordinator_id, follows_task_queue, helper_workflow_id
 from workflows.helper import HelperWorkflow
 
 LIMITS = Limits(deadline_ms=60_000, grace_ms=30_000)
@@ -65,6 +62,7 @@ class Script:
     open_hangs: bool = False  # the create is never answered
     open_down: int = 0  # the first creates find the core down (retried), then it answers
     reset_refused: bool = False  # the core refuses the reset for good
+    reset_fails: int = 0  # the first resets fail (retried with backoff), then the core resets
     open_delay_s: float = 0.0  # the first create takes this long (real time: it holds the workflow task)
     cancel_stops: bool = True
     looked: FollowResult | None = None  # what the open's first look saw (a verdict), if anything
@@ -131,7 +129,14 @@ async def reset_session(ref: SessionRef) -> bool:
     script().calls.append(("reset", ref))
     if script().reset_refused:
         raise ApplicationError("core refused (409): session busy", type=ErrorType.CORE_REJECTED, non_retryable=True)
+    if script().names().count("reset") <= script().reset_fails:
+        raise ApplicationError("core down", type=ErrorType.CORE_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN)
     return True
+
+
+@activity.defn(name="park_session")
+async def park_session(park: ParkSession) -> None:
+    script().calls.append(("park", park))
 
 
 @activity.defn(name="recover_session")
@@ -155,21 +160,6 @@ async def finalize_outcome(final: Finalize) -> Finalized:
     return Finalized(applied=True, summary=final.explanation[:100], result_dir="/tmp/x")
 
 
-@activity.defn(name="finalize_and_hand_back")
-async def finalize_and_hand_back(hand_back: HandBack) -> HandedBack:
-    """The write and the reset's first try recorded as above, with the real notice to the recording coordinator
-    between them; a refused reset is left to reset_session, as the real activity leaves a failed one."""
-    finalized = await finalize_outcome(hand_back.final)
-    notice = hand_back.notice
-    if finalized.already is not None:
-        notice = notice.model_copy(update={"kind": finalized.already.kind})
-    await tell_finished(TellFinished(owner=hand_back.final.row.owner, notice=notice))
-    if hand_back.reset is None or script().reset_refused:
-        return HandedBack(finalized=finalized, reset=False)
-    script().calls.append(("reset", hand_back.reset))
-    return HandedBack(finalized=finalized, reset=True)
-
-
 @workflow.defn(name="RecordingCoordinator")
 class RecordingCoordinator:
     """Stands in for the coordinator: it records what the helper tells it."""
@@ -183,7 +173,7 @@ class RecordingCoordinator:
 
     @workflow.signal(name=HELPER_FINISHED)
     def finished(self, notice: FinishedNotice) -> None:
-        self.notices.append(f"finished:{notice.kind.value}")
+        self.notices.append(f"finished:{notice.kind.value}" + (":slot held" if notice.slot_held else ""))
 
     @workflow.signal(name=HELPER_CLOSED)
     def closed(self, helper_id: str) -> None:
@@ -211,17 +201,19 @@ async def run(time_env: WorkflowEnvironment) -> AsyncIterator[Run]:
         finish_session,
         cancel_session,
         reset_session,
+        park_session,
         recover_session,
         mark_closed,
         finalize_outcome,
-        finalize_and_hand_back,
-        tell_finished,  # the real one: it signals the recording coordinator below
     ]
-    async with Worker(
-        time_env.client,
-        task_queue=task_queue,
-        workflows=[HelperWorkflow, RecordingCoordinator],
-        activities=activities,
+    async with (
+        Worker(
+            time_env.client,
+            task_queue=task_queue,
+            workflows=[HelperWorkflow, RecordingCoordinator],
+            activities=[fn for fn in activities if fn is not follow_session],
+        ),
+        Worker(time_env.client, task_queue=follows_task_queue(task_queue), activities=[follow_session]),
     ):
         owner = f"o{uuid.uuid4().hex[:6]}"
         await time_env.client.start_workflow(RecordingCoordinator.run, id=coordinator_id(owner), task_queue=task_queue)
@@ -298,27 +290,28 @@ async def test_an_outcome_written_by_a_lost_task_is_the_one_the_workflow_ends_wi
     assert description.typed_search_attributes.get(HELPER_OUTCOME) == "completed"
 
 
-async def test_a_quick_helper_opens_in_its_first_task_and_ends_in_its_second(run: Run) -> None:
-    """R9, R44: the open's first attempt is a local activity in the task that starts running, so a quick helper
-    costs two workflow tasks and one activity task (the follow) instead of three and two."""
+async def test_a_quick_helper_holds_the_open_the_follow_the_outcome_the_notice_and_the_reset(run: Run) -> None:
+    """R8, R9, R19, R20, R44: a quick helper's history: the open's first attempt and the outcome's write as
+    local activities (markers), the follow and the reset as activities, the finished notice as one signal."""
     script().follow = [terminal(SessionStatus.COMPLETED)]
     kind, _, _ = await _outcome(run)
     events, scheduled = await _history(run)
     assert kind == OutcomeKind.COMPLETED
-    assert events.count("WORKFLOW_TASK_COMPLETED") == 2
-    assert scheduled == ["follow_session"]
+    assert scheduled == ["follow_session", "reset_session"]
+    assert events.count("MARKER_RECORDED") == 2
+    assert events.count("SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED") == 1
 
 
-async def test_a_session_seen_ended_at_its_open_completes_in_one_task(run: Run) -> None:
+async def test_a_session_seen_ended_at_its_open_needs_no_follow(run: Run) -> None:
     """R9, R18, R44: the open's first look (bounded by a second of waiting) saw the session end: no follow
-    activity, and the helper is finalized, handed back and reset in the task that opened it."""
+    activity; the outcome carries what the look saw."""
     script().looked = terminal(SessionStatus.COMPLETED)
     kind, final, told = await _outcome(run)
-    events, scheduled = await _history(run)
+    _, scheduled = await _history(run)
     assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
     assert final.usage is not None and final.usage.steps == 2, "the outcome carries what the look saw"
     assert script().names() == ["open", "finalize", "reset"]
-    assert events.count("WORKFLOW_TASK_COMPLETED") == 1 and scheduled == []
+    assert scheduled == ["reset_session"]
     look = script().calls[0][1].first_look
     assert look is not None and look.wait_ms <= 1_000 and look.ceiling_tokens == LIMITS.ceiling_tokens
 
@@ -351,17 +344,30 @@ async def test_a_first_open_that_finds_the_core_down_goes_on_as_an_activity(run:
     assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
     assert len(opens) == 3 and len({request.idempotency_key for request in opens}) == 1
     _, scheduled = await _history(run)
-    assert scheduled == ["open_session", "follow_session"]
+    assert scheduled == ["open_session", "follow_session", "reset_session"]
 
 
-async def test_a_reset_the_core_refuses_leaves_the_outcome_and_the_slot(run: Run) -> None:
-    """R20: the reset is cleanup: a core that refuses it for good changes neither the outcome nor the notice,
-    and the workflow still completes (a local activity's refusal arrives unwrapped, see workflows.failures)."""
+async def test_a_reset_the_core_refuses_parks_the_session_and_leaves_the_outcome_and_the_slot(run: Run) -> None:
+    """R20: the reset is cleanup: a core that refuses it changes neither the outcome nor the notice; the session
+    is parked (for the hourly sweep) and the workflow completes."""
     script().reset_refused = True
     script().follow = [terminal(SessionStatus.COMPLETED)]
     kind, _, told = await _outcome(run)
     assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
-    assert script().names() == ["open", "follow", "finalize", "reset"]
+    assert script().names() == ["open", "follow", "finalize", "reset", "park"]
+    park = script().calls[-1][1]
+    assert park.session_id == "s-1" and "session busy" in park.error
+
+
+async def test_a_reset_that_fails_for_a_while_is_retried_with_backoff_not_parked(run: Run) -> None:
+    """R20: a core that fails the reset for about a minute (six failures, the retries backing off) still gets
+    it: the session is reset, not parked. Three tries and a park would leave it parked."""
+    script().reset_fails = 6
+    script().follow = [terminal(SessionStatus.COMPLETED)]
+    kind, _, told = await _outcome(run)
+    assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
+    assert script().names().count("reset") == 7
+    assert "park" not in script().names()
 
 
 async def test_question(run: Run) -> None:
@@ -429,8 +435,8 @@ async def test_hard_ceiling_while_the_core_never_finishes(run: Run) -> None:
 
 
 async def test_an_unanswered_create_is_found_before_the_slot_passes_on(run: Run) -> None:
-    """R38: no create answered by the hard ceiling: failed, then the session is looked up by its key and
-    stopped, and only then is the coordinator told (the slot passes on)."""
+    """R38, R2: no create answered by the hard ceiling: failed, and the coordinator told so at once with the slot
+    still held; the session is looked up by its key and stopped, and only then does the slot pass on."""
     script().open_hangs = True
     kind, final, told = await _outcome(run)
     assert kind == OutcomeKind.FAILED and "did not confirm the start" in final.explanation
@@ -438,7 +444,8 @@ async def test_an_unanswered_create_is_found_before_the_slot_passes_on(run: Run)
     assert names.index("recover") > names.index("finalize")
     recover = next(request for name, request in script().calls if name == "recover")
     assert recover.idempotency_key.startswith(helper_workflow_id(run.owner, "h1"))
-    assert told == ["finished:failed"]
+    # The outcome is told at once (the helper is no longer open), the slot only after the search (R38).
+    assert told == ["finished:failed:slot held", "finished:failed"]
 
 
 async def test_close_while_running_keeps_the_slot_until_the_core_confirms(run: Run) -> None:

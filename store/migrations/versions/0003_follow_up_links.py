@@ -1,4 +1,4 @@
-"""Follow-ups (issue 14): a row names the earlier helper it continues, and the earlier row names its follow-up;
+"""Follow-ups: a row names the earlier helper it continues, and the earlier row names its follow-up;
 sessions kept for a follow-up instead of being reset at once are listed until their cleanup.
 
 Both columns are nullable and have no default, so workers of the previous release keep inserting and updating

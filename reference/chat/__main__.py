@@ -1,0 +1,44 @@
+"""Run the reference chat: `python -m reference.chat --host 127.0.0.1 --port 8320 [--state-file F]`.
+
+Each option falls back to an environment variable: REFERENCE_CHAT_HOST, REFERENCE_CHAT_PORT,
+REFERENCE_CHAT_STATE_FILE, REFERENCE_CHAT_LOG_LEVEL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from reference.chat.app import create_app
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="reference-chat", description=__doc__)
+    parser.add_argument("--host", default=os.environ.get("REFERENCE_CHAT_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("REFERENCE_CHAT_PORT", "8320")))
+    state_file = os.environ.get("REFERENCE_CHAT_STATE_FILE")
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=Path(state_file) if state_file else None,
+        help="JSON-lines file that keeps idle flags and event keys across restarts (default: memory only)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("REFERENCE_CHAT_LOG_LEVEL", "info"))
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
+    logging.basicConfig(level=arguments.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(
+        create_app(arguments.state_file), host=arguments.host, port=arguments.port, log_level=arguments.log_level
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The starter's answers as JSON, for the console script and the HTTP service alike: an answer is its model's
+JSON form, an error is `{"error": {"code", "message", ...}}` with echoed inputs cut short and no password (R42)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from protocol.errors import StarterError
+from starter.inputs import ECHO_MAX_CHARS, clip, redact
+
+MESSAGE_MAX_CHARS = 1_000  # a message is cut here whatever it says
+PROBLEMS_MAX = 20
+
+_LONG_WORD = re.compile(rf"\S{{{2 * ECHO_MAX_CHARS + 1},}}")
+
+
+def answer_json(value: Any) -> Any:
+    """An answer (a model, a list of them, or plain JSON) as plain JSON."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [answer_json(item) for item in value]
+    return value
+
+
+def safe_text(text: str, inputs: Sequence[str]) -> str:
+    """A message as it may be shown: echoed inputs cut to a short prefix, no password, bounded length."""
+    for value in sorted({v for v in inputs if len(v) > ECHO_MAX_CHARS}, key=len, reverse=True):
+        text = text.replace(repr(value)[1:-1], clip(repr(value)[1:-1])).replace(value, clip(value))
+    text = _LONG_WORD.sub(lambda match: clip(match.group(0)), redact(text))
+    return clip(text, MESSAGE_MAX_CHARS)
+
+
+def error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
+    """The error's one JSON object; `inputs` are what the caller sent, so none is echoed whole."""
+    output = error.as_json()
+    body = output["error"]
+    body["message"] = safe_text(str(body.get("message", "")), inputs)
+    if isinstance(body.get("problems"), list):
+        body["problems"] = [safe_text(str(problem), inputs) for problem in body["problems"][:PROBLEMS_MAX]]
+    return output

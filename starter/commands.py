@@ -1,0 +1,109 @@
+"""Every starter command, once: its input checks and what it runs once connected, for the console script
+(`starter.cli`) and the HTTP service (`starter.service`) alike, so both validate the same way, answer with the
+same JSON bodies and refuse with the same codes (R42, R47).
+
+Building a command connects to nothing: an invalid request is refused before the store or Temporal is asked
+(R42). A read command runs on a `StoreReader`; a write command (`writes`) on a `HelperClient`, which also holds
+the Temporal client. This module stays light to import: a read command must not load Temporal (R43).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from config.settings import Settings
+from domain.rows import RowState
+from starter import inputs
+from starter.inputs import check_delivered, check_ids, check_read, parse_request
+
+# A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes).
+Operation = Callable[[Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A validated command: its name, whether it writes (and so needs Temporal), and what to run."""
+
+    name: str
+    writes: bool
+    run: Operation
+
+
+def start(fields: dict[str, Any], settings: Settings) -> Command:
+    """Admit a helper (R1, R4, R5). `fields` are the request's: owner, helper_id, task, boundary, language,
+    model, goal_id, limits, follow_up."""
+    request = parse_request(fields, settings)
+    return Command("start", True, lambda client: client.start(request))
+
+
+def list_helpers(owner: str, states: Sequence[str] | None) -> Command:
+    check_ids(owner, [])
+    wanted = [RowState(state) for state in states] if states else None
+    return Command("list", False, lambda client: client.list_helpers(owner, wanted))
+
+
+def show(owner: str, helper_id: str) -> Command:
+    check_ids(owner, [helper_id])
+    return Command("show", False, lambda client: client.show(owner, helper_id))
+
+
+def close(owner: str, helper_id: str) -> Command:
+    check_ids(owner, [helper_id])
+    return Command("close", True, lambda client: client.close(owner, helper_id))
+
+
+def unreported(owner: str) -> Command:
+    check_ids(owner, [])
+    return Command("unreported", False, lambda client: client.unreported(owner))
+
+
+def read(owner: str, turn: str, helper_ids: list[str]) -> Command:
+    check_read(owner, turn, helper_ids)
+    return Command("read", True, lambda client: client.read(owner, turn, helper_ids))
+
+
+def delivered(owner: str, turn: str, answer_chars: int) -> Command:
+    check_delivered(owner, turn, answer_chars)
+    return Command("delivered", True, lambda client: client.delivered(owner, turn, answer_chars))
+
+
+def usage(owner: str) -> Command:
+    check_ids(owner, [])
+    return Command("usage", False, lambda client: client.usage(owner))
+
+
+def watch(owner: str, helper_id: str | None) -> None:
+    """A watch's checks; what it runs differs by where its lines go (a terminal, an event stream)."""
+    check_ids(owner, [] if helper_id is None else [helper_id])
+
+
+# --- Goals: Temporal Schedules whose checks are helpers (R30) ----------------------------------------------
+
+
+def add_goal(fields: dict[str, Any], every: str) -> Command:
+    """Create a Goal; `every` as the owner says it ('30m', '1h', '1d'), `fields` the rest of the Goal."""
+    goal = inputs.parse_goal({**fields, "every_ms": inputs.every_ms(every)})
+    return Command("goal add", True, lambda client: client.add_goal(goal))
+
+
+def list_goals(owner: str) -> Command:
+    check_ids(owner, [])
+    return Command("goal list", True, lambda client: client.list_goals(owner))
+
+
+def pause_goal(owner: str, goal_id: str, *, paused: bool) -> Command:
+    inputs.check_goal_ids(owner, goal_id)
+    name = "goal pause" if paused else "goal resume"
+    return Command(name, True, lambda client: client.pause_goal(owner, goal_id, paused=paused))
+
+
+def run_goal(owner: str, goal_id: str) -> Command:
+    inputs.check_goal_ids(owner, goal_id)
+    return Command("goal run", True, lambda client: client.run_goal_now(owner, goal_id))
+
+
+def remove_goal(owner: str, goal_id: str) -> Command:
+    inputs.check_goal_ids(owner, goal_id)
+    return Command("goal remove", True, lambda client: client.remove_goal(owner, goal_id))

@@ -1,0 +1,590 @@
+"""The service's HTTP app: every starter command as a route, with the console script's checks, JSON bodies and
+refusals (`starter.commands`, `starter.answers`), and its exit codes as HTTP statuses (R42, R47):
+
+| exit | meaning | status |
+| --- | --- | --- |
+| 0 | done | 200; 201 when `start` admitted a new helper or `goal add` created a Goal |
+| 1 | refused | 404 for an unknown helper or Goal, 409 for any other refusal (limits, not followable, …) |
+| 2 | invalid | 422 (400 when the body is not JSON); 500 `invalid_configuration` for the service's own settings |
+| 3 | unavailable | 503 with Retry-After: asking again is safe |
+
+Beyond the console script: 401 `unauthorized` without the service token, 413 `too_large` for a body over the
+cap. Live lines are Server-Sent Events. docs/api.md describes it all.
+"""
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from config.settings import Settings
+from domain.rows import Admission, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
+from protocol.errors import (
+    UNKNOWN_HELPER,
+    HelperRefused,
+    InvalidConfiguration,
+    InvalidRequest,
+    StarterError,
+    Unavailable,
+)
+from starter import commands
+from starter.answers import answer_json, error_json
+from starter.commands import Command
+from starter.goals import GoalView
+from starter.reads import StoreReader, UsageReport
+from starter.service import metrics
+from starter.service.bodies import (
+    GOAL_ID_SCHEMA,
+    ID_SCHEMA,
+    DeliveredBody,
+    EndEvent,
+    ErrorBody,
+    GoalBody,
+    LineEvent,
+    ReadBody,
+    StartBody,
+)
+from starter.service.connections import Connections
+from starter.service.settings import ServiceSettings
+from starter.watch import has_outcome, live_lines
+
+log = logging.getLogger("helper_api")
+
+API_VERSION = "1"
+READY_CHECK_S = 2.0
+RETRY_AFTER_S = "1"
+NOT_FOUND_CODES = {"unknown_helper", "unknown_goal"}
+
+
+# Path parameters, described as the console script checks them (the checks are `starter.commands`').
+Owner = Annotated[str, Path(description="the owner's id", json_schema_extra=ID_SCHEMA)]
+HelperId = Annotated[str, Path(description="the helper's id", json_schema_extra=ID_SCHEMA)]
+GoalId = Annotated[str, Path(description="the Goal's id", json_schema_extra=GOAL_ID_SCHEMA)]
+
+
+def status_of(error: StarterError) -> int:
+    """The HTTP status of a starter error: its exit code, in HTTP's words."""
+    if isinstance(error, InvalidConfiguration):
+        return 500
+    if isinstance(error, InvalidRequest):
+        return 422
+    if isinstance(error, Unavailable):
+        return 503
+    if isinstance(error, HelperRefused) and error.code in NOT_FOUND_CODES:
+        return 404
+    return 409
+
+
+def error_response(error: StarterError, inputs: Iterable[str] = (), status: int | None = None) -> JSONResponse:
+    status = status or status_of(error)
+    headers = {"Retry-After": RETRY_AFTER_S} if status == 503 else None
+    return JSONResponse(error_json(error, list(inputs)), status, headers=headers)
+
+
+def _plain_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (400, "invalid_request: the body is not JSON"),
+        (401, "unauthorized: no or a wrong service token"),
+        (409, "refused: a limit, or the helper is not in a state that allows it"),
+        (413, "too_large: the body is over HELPER_API_MAX_BODY_BYTES"),
+        (422, "invalid_request: the request does not pass the starter's checks; nothing was written"),
+        (503, "unavailable: the store or Temporal did not answer in time; asking again is safe"),
+    )
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "unknown_helper or unknown_goal"}
+}
+
+
+@dataclass
+class ServiceState:
+    """What the routes share besides the connections: whether the service stops, and the open streams."""
+
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    watches: set[asyncio.Event] = field(default_factory=set)
+
+    def stop(self) -> None:
+        """Begin the shutdown: /readyz answers 503 and every live-lines stream ends with `shutdown`."""
+        self.stopping.set()
+        for watch in self.watches:
+            watch.set()
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A live-lines stream's request, checked, with the reader it polls."""
+
+    owner: str
+    helper_id: str | None
+    once: bool
+    reader: StoreReader
+
+
+class Guard:
+    """Before any route: the service token on /v1 (a caller without it reads and changes nothing), and the body
+    cap (the body is read up to the cap before the route sees it, so an oversized one costs no more)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        if self.token is not None and not self._authorized(scope):
+            response = _plain_error(
+                401,
+                "unauthorized",
+                "send the service token: Authorization: Bearer <HELPER_API_TOKEN>",
+                {"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        body = bytearray()
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        too_large = declared.isdigit() and int(declared) > self.max_body_bytes
+        while not too_large:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the caller went away before its body arrived
+            body += message.get("body", b"")
+            too_large = len(body) > self.max_body_bytes
+            if not message.get("more_body", False):
+                break
+        if too_large:
+            too_much = f"the request body is over {self.max_body_bytes} bytes (HELPER_API_MAX_BODY_BYTES)"
+            await _plain_error(413, "too_large", too_much)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self.token is not None
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, credential = given.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self.token)
+
+
+class Measured:
+    """Requests by route template and status, and their latency (`starter.service.metrics`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", metrics.UNMATCHED_ROUTE)
+            metrics.REQUESTS.labels(route, scope["method"], str(status)).inc()
+            metrics.REQUEST_SECONDS.labels(route, scope["method"]).observe(time.perf_counter() - began)
+
+
+def _problems(error: RequestValidationError) -> list[str]:
+    problems = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem.get("loc", ())[1:]) or "body"
+        problems.append(f"{where}: {problem.get('msg', 'is not valid')}")
+    return problems
+
+
+def _inputs(request: Request, *values: Any) -> list[str]:
+    """What the caller sent, so an error echoes none of it whole (`starter.answers.safe_text`)."""
+    found = [str(value) for value in request.path_params.values()]
+    found += [str(value) for value in request.query_params.values()]
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    for value in values:
+        walk(value.model_dump() if hasattr(value, "model_dump") else value)
+    return found
+
+
+def create_app(settings: Settings, service: ServiceSettings, connections: Connections | None = None) -> FastAPI:
+    """The app; `connections` (the store and Temporal) open on first use and close when the app stops."""
+    held = connections or Connections(settings, service.store_pool_size)
+    state = ServiceState()
+    timeout_s = service.request_timeout_ms / 1000
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.stop()
+        await held.aclose()
+
+    app = FastAPI(
+        title="helper-runtime starter API",
+        version=API_VERSION,
+        description="Iva's helpers over HTTP: the commands of `helper-starter`, with its checks, JSON bodies and "
+        "refusals; live lines as Server-Sent Events. See docs/api.md.",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.service = state
+    app.state.connections = held
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = _problems(error)
+        not_json = any(problem.get("type") == "json_invalid" for problem in error.errors())
+        refusal = InvalidRequest("; ".join(problems[:3]), {"problems": problems})
+        return error_response(refusal, _inputs(request), 400 if not_json else 422)
+
+    @app.exception_handler(StarterError)
+    async def refused(request: Request, error: StarterError) -> JSONResponse:
+        return error_response(error, _inputs(request))  # a refusal before the route ran (a stream's checks)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # every method of the path, not only those of the first route that matched
+            path = request.url.path
+            methods = {
+                m for r in app.routes if isinstance(r, APIRoute) and r.path_regex.match(path) for m in (r.methods or ())
+            }
+            headers["Allow"] = ", ".join(sorted(methods))
+        return _plain_error(error.status_code, code, str(error.detail), headers or None)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, error: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        kind = type(error).__name__
+        return error_response(Unavailable(f"the starter failed unexpectedly ({kind}); it is safe to ask again"))
+
+    async def answer(
+        request: Request,
+        build: Callable[[], Command],
+        *bodies: Any,
+        created: Callable[[Any], bool] | None = None,
+    ) -> Response:
+        """Validate (connecting to nothing), connect if need be, run, answer: the console script's steps."""
+        try:
+            command = build()
+            async with asyncio.timeout(timeout_s):
+                client = await (held.writer() if command.writes else held.reader())
+                value = await command.run(client)
+        except StarterError as error:
+            return error_response(error, _inputs(request, *bodies))
+        except TimeoutError:
+            return error_response(Unavailable(f"no answer within {timeout_s:g} s; asking again is safe"))
+        status = 201 if created is not None and created(value) else 200
+        return JSONResponse(answer_json(value), status)
+
+    v1 = APIRouter(prefix="/v1/owners/{owner}", responses=ERRORS)
+
+    @v1.post(
+        "/helpers",
+        summary="start: admit a helper",
+        status_code=201,
+        responses={201: {"model": Admission}, 200: {"model": Admission, "description": "the helper existed"}},
+        response_model=None,
+    )
+    async def start(owner: Owner, body: StartBody, request: Request) -> Response:
+        """Admit a helper; asking again with the same helper_id is harmless (200 with `existing`). When this
+        answers, the row exists and the helper's workflow runs (R4)."""
+        return await answer(
+            request,
+            lambda: commands.start(body.fields(owner), settings),
+            body,
+            created=lambda admission: not admission.existing,
+        )
+
+    @v1.get("/helpers", summary="list: the owner's helper rows", responses={200: {"model": list[HelperView]}})
+    async def list_helpers(
+        owner: Owner, request: Request, state: Annotated[list[RowState] | None, Query()] = None
+    ) -> Response:
+        """The owner's helper rows, read from the store (works while Temporal is down)."""
+        states = [s.value for s in state] if state else None
+        return await answer(request, lambda: commands.list_helpers(owner, states))
+
+    @v1.get(
+        "/helpers/{helper_id}",
+        summary="show: one helper with its full outcome text",
+        responses={200: {"model": HelperView}, **NOT_FOUND},
+    )
+    async def show(owner: Owner, helper_id: HelperId, request: Request) -> Response:
+        return await answer(request, lambda: commands.show(owner, helper_id))
+
+    @v1.post(
+        "/helpers/{helper_id}/close",
+        summary="close a helper (running, ready or delivered)",
+        responses={200: {"model": CloseAnswer}, **NOT_FOUND},
+    )
+    async def close(owner: Owner, helper_id: HelperId, request: Request) -> Response:
+        """A running helper keeps its slot until the core confirms the stop (R7, R21)."""
+        return await answer(request, lambda: commands.close(owner, helper_id))
+
+    @v1.get(
+        "/unreported",
+        summary="unreported: finalized outcomes not yet delivered",
+        responses={200: {"model": list[HelperView]}},
+    )
+    async def unreported(owner: Owner, request: Request) -> Response:
+        """For the chat's next instruction, from the store alone (R27)."""
+        return await answer(request, lambda: commands.unreported(owner))
+
+    @v1.post(
+        "/read",
+        summary="read: a chat turn read these outcomes",
+        responses={200: {"model": ReadAnswer}, **NOT_FOUND},
+    )
+    async def read(owner: Owner, body: ReadBody, request: Request) -> Response:
+        """Before the turn answers; nothing is delivered yet (R28)."""
+        return await answer(request, lambda: commands.read(owner, body.turn, body.helper_ids), body)
+
+    @v1.post(
+        "/delivered",
+        summary="delivered: the turn answered and completed",
+        responses={200: {"model": DeliveredAnswer}},
+    )
+    async def delivered(owner: Owner, body: DeliveredBody, request: Request) -> Response:
+        """The turn sent a nonempty answer and completed: what it read is delivered (R28)."""
+        return await answer(request, lambda: commands.delivered(owner, body.turn, body.answer_chars), body)
+
+    @v1.get("/usage", summary="usage per helper and per model", responses={200: {"model": UsageReport}})
+    async def usage(owner: Owner, request: Request) -> Response:
+        return await answer(request, lambda: commands.usage(owner))
+
+    @v1.post(
+        "/goals",
+        summary="goal add: create a Goal and its Schedule",
+        status_code=201,
+        responses={201: {"model": GoalView}},
+        response_model=None,
+    )
+    async def add_goal(owner: Owner, body: GoalBody, request: Request) -> Response:
+        fields = {"owner": owner, **body.model_dump(exclude={"every"})}
+        return await answer(request, lambda: commands.add_goal(fields, body.every), body, created=lambda _: True)
+
+    @v1.get("/goals", summary="goal list: the owner's Goals", responses={200: {"model": list[GoalView]}})
+    async def list_goals(owner: Owner, request: Request) -> Response:
+        return await answer(request, lambda: commands.list_goals(owner))
+
+    @v1.post("/goals/{goal_id}/pause", summary="goal pause", responses={200: {"model": GoalView}, **NOT_FOUND})
+    async def pause_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
+        return await answer(request, lambda: commands.pause_goal(owner, goal_id, paused=True))
+
+    @v1.post("/goals/{goal_id}/resume", summary="goal resume", responses={200: {"model": GoalView}, **NOT_FOUND})
+    async def resume_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
+        return await answer(request, lambda: commands.pause_goal(owner, goal_id, paused=False))
+
+    @v1.post(
+        "/goals/{goal_id}/run", summary="goal run: one check now", responses={200: {"model": GoalView}, **NOT_FOUND}
+    )
+    async def run_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
+        return await answer(request, lambda: commands.run_goal(owner, goal_id))
+
+    @v1.delete(
+        "/goals/{goal_id}",
+        summary="goal remove: the Goal and its Schedule",
+        responses={200: {"model": dict[str, str]}, **NOT_FOUND},
+    )
+    async def remove_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
+        return await answer(request, lambda: commands.remove_goal(owner, goal_id))
+
+    # --- live lines --------------------------------------------------------------------------------------
+
+    async def watch_of(owner: str, helper_id: str | None, once: bool) -> Watch:
+        """Checked and connected before the stream begins, so a refusal is still one JSON object."""
+        try:
+            commands.watch(owner, helper_id)
+            if state.stopping.is_set() or len(state.watches) >= service.max_watches:
+                raise Unavailable(f"the service holds {len(state.watches)} live-lines streams; connect again later")
+            async with asyncio.timeout(timeout_s):
+                reader = await held.reader()
+                if once and helper_id is not None and await reader.store.get(owner, helper_id) is None:
+                    raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
+        except TimeoutError:
+            raise Unavailable(f"the store did not answer within {timeout_s:g} s") from None
+        return Watch(owner, helper_id, once, reader)
+
+    async def owner_watch(
+        owner: Owner,
+        helper_id: Annotated[
+            str | None, Query(description="only this helper, until it has its outcome", json_schema_extra=ID_SCHEMA)
+        ] = None,
+        once: bool = False,
+    ) -> Watch:
+        return await watch_of(owner, helper_id, once)
+
+    async def helper_watch(owner: Owner, helper_id: HelperId, once: bool = False) -> Watch:
+        return await watch_of(owner, helper_id, once)
+
+    async def stream(watch: Watch) -> AsyncIterator[ServerSentEvent]:
+        ended = asyncio.Event()
+        state.watches.add(ended)
+        metrics.WATCHES.inc()
+        timer = asyncio.get_running_loop().call_later(service.watch_max_ms / 1000, ended.set)
+        seen: dict[str, Any] = {}
+        try:
+            try:
+                async for line in live_lines(watch.reader, watch.owner, watch.helper_id, once=watch.once, stop=ended):
+                    seen[line.helper_id] = line
+                    event = LineEvent(
+                        at=line.at, owner=watch.owner, helper_id=line.helper_id, state=line.state, text=line.text
+                    )
+                    yield ServerSentEvent(event="line", data=event.model_dump(mode="json"))
+            except StarterError as error:
+                yield ServerSentEvent(event="error", data=error_json(error, [watch.owner, watch.helper_id or ""]))
+                return
+            reason: Any
+            outcome = None
+            if state.stopping.is_set():
+                reason = "shutdown"
+            elif ended.is_set():
+                reason = "time"
+            elif watch.once:
+                reason = "once"
+            else:
+                reason = "outcome"
+                views = await watch.reader.list_helpers(watch.owner)
+                views = [view for view in views if view.helper_id == watch.helper_id]
+                outcome = views[0].outcome_kind if has_outcome(views) else None
+            yield ServerSentEvent(
+                event="end", data=EndEvent(reason=reason, outcome_kind=outcome).model_dump(mode="json")
+            )
+        finally:
+            timer.cancel()
+            state.watches.discard(ended)
+            metrics.WATCHES.dec()
+
+    sse_doc: dict[int | str, dict[str, Any]] = {
+        200: {
+            "description": "text/event-stream: `event: line` (a LineEvent) for each change, `event: end` (an "
+            "EndEvent) last, `event: error` (an ErrorBody) when the store stops answering; `: ping` comments "
+            "keep an idle stream open",
+        }
+    }
+
+    @v1.get(
+        "/watch",
+        summary="watch: live lines of the owner's helpers",
+        response_class=EventSourceResponse,
+        responses={**sse_doc, **NOT_FOUND},
+    )
+    async def watch_owner(watch: Annotated[Watch, Depends(owner_watch)]) -> AsyncIterable[ServerSentEvent]:
+        """Until the caller goes away (or HELPER_API_WATCH_MAX_MS); with `helper_id`, until that helper has its
+        outcome; with `once`, the current lines."""
+        async for event in stream(watch):
+            yield event
+
+    @v1.get(
+        "/helpers/{helper_id}/watch",
+        summary="watch one helper until it has its outcome",
+        response_class=EventSourceResponse,
+        responses={**sse_doc, **NOT_FOUND},
+    )
+    async def watch_helper(watch: Annotated[Watch, Depends(helper_watch)]) -> AsyncIterable[ServerSentEvent]:
+        """Ends by itself once the helper has its outcome, as `helper-starter watch --id` does."""
+        async for event in stream(watch):
+            yield event
+
+    app.include_router(v1)
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document, with the live-lines events' schemas, which no route names as a body."""
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+            for operation in (o for item in document["paths"].values() for o in item.values()):
+                for status, response in operation["responses"].items():
+                    if int(status) >= 400:  # an error is JSON, a live-lines stream's too
+                        response["content"] = error_body
+            for model in (LineEvent, EndEvent):
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    # --- probes and metrics: no token, no owner data ---------------------------------------------------
+
+    @app.get("/livez", include_in_schema=False)
+    async def livez() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        """Ready while the store answers: the reads need nothing else. Temporal is reported, not required."""
+        status: dict[str, Any] = {"ok": True, "temporal_connected": held.temporal_connected}
+        try:
+            if state.stopping.is_set():
+                raise Unavailable("the service is stopping")
+            async with asyncio.timeout(READY_CHECK_S):
+                reader = await held.reader()
+                await reader.store.ping()
+        except (StarterError, TimeoutError, OSError) as error:
+            status.update(ok=False, store=str(error) or "no answer within 2 s")
+            return JSONResponse(status, 503)
+        return JSONResponse(status)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def with_guards(app: FastAPI, service: ServiceSettings) -> ASGIApp:
+    """The app behind its guard (token, body cap) and its measurements: what uvicorn serves."""
+    return Measured(Guard(app, service.token, service.max_body_bytes))
+
+
+def openapi_text(document: dict[str, Any]) -> str:
+    """The committed form: sorted keys, two-space indent, UTF-8, one trailing newline."""
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -1,0 +1,131 @@
+"""The JSON bodies the service takes and gives, beyond the answers the console script prints (which are the
+models of `domain.rows`, `starter.reads` and `starter.goals`): the requests, the error object and the live-lines
+events. Unknown fields are refused, as unknown options are on the command line."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.goals import GOAL_ID_MAX
+from domain.limits import (
+    HELPER_BOUNDARY_ITEM_MAX_CHARS,
+    HELPER_BOUNDARY_MAX_ITEMS,
+    HELPER_TASK_MAX_CHARS,
+    LimitOverrides,
+)
+from domain.outcome import OutcomeKind
+from domain.requests import ID_PATTERN
+from domain.rows import RowState
+from domain.texts import SUPPORTED_LANGUAGES
+from starter.inputs import TURN_MAX_CHARS
+
+# What the document says of each field. The checks themselves are the console script's (`starter.commands`), so
+# a refusal reads the same from both; these only describe them. Beyond them, a request is checked against the
+# runtime's state: the core's model catalog, the boundary's grammar, the configured limits (docs/api.md).
+ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": 64}
+GOAL_ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": GOAL_ID_MAX}
+TURN_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": TURN_MAX_CHARS, "pattern": r"\S"}
+TASK_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": HELPER_TASK_MAX_CHARS, "pattern": r"\S"}
+MODEL_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": 100, "pattern": r"\S"}
+LANGUAGE_SCHEMA: dict[str, Any] = {"enum": list(SUPPORTED_LANGUAGES)}
+BOUNDARY_SCHEMA: dict[str, Any] = {
+    "maxItems": HELPER_BOUNDARY_MAX_ITEMS,
+    "items": {"type": "string", "minLength": 1, "maxLength": HELPER_BOUNDARY_ITEM_MAX_CHARS},
+}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartBody(_Body):
+    """`start`: the owner is the path's."""
+
+    helper_id: str = Field(
+        description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        json_schema_extra=ID_SCHEMA,
+    )
+    task: str = Field(description="the task text (1-20,000 characters)", json_schema_extra=TASK_SCHEMA)
+    model: str = Field(
+        description="the owner's selected model, a name from the core's catalog", json_schema_extra=MODEL_SCHEMA
+    )
+    boundary: list[str] = Field(
+        default_factory=list,
+        description="what the owner allowed: 'send_mail to <address>[, ...]' or 'create_event with <address>[, ...]'",
+        json_schema_extra=BOUNDARY_SCHEMA,
+    )
+    language: str = Field(default="en", description="the owner's language", json_schema_extra=LANGUAGE_SCHEMA)
+    goal_id: str | None = Field(default=None, description="the Goal this check belongs to")
+    follow_up: str | None = Field(
+        default=None,
+        description="the earlier helper whose question, authorization wait or partial outcome this continues",
+    )
+    limits: LimitOverrides | None = Field(default=None, description="tighter limits (at most the configured ones)")
+
+    def fields(self, owner: str) -> dict[str, Any]:
+        limits = self.limits.model_dump(exclude_none=True) if self.limits is not None else None
+        return {**self.model_dump(exclude={"limits"}), "owner": owner, "limits": limits or None}
+
+
+class ReadBody(_Body):
+    """`read`: chat turn `turn` read these outcomes (before it answers)."""
+
+    turn: str = Field(description="the chat turn's id (1-200 characters)", json_schema_extra=TURN_SCHEMA)
+    helper_ids: list[str] = Field(
+        description="the helpers whose outcomes the turn read", json_schema_extra={"minItems": 1, "items": ID_SCHEMA}
+    )
+
+
+class DeliveredBody(_Body):
+    """`delivered`: the turn answered (nonempty) and completed."""
+
+    turn: str = Field(description="the chat turn's id (1-200 characters)", json_schema_extra=TURN_SCHEMA)
+    answer_chars: int = Field(description="length of the answer the turn sent (> 0)", json_schema_extra={"minimum": 1})
+
+
+class GoalBody(_Body):
+    """`goal add`: the owner is the path's."""
+
+    goal_id: str = Field(description="1-40 letters, digits, '.', '_' or '-'", json_schema_extra=GOAL_ID_SCHEMA)
+    every: str = Field(description="how often a check runs: 30m, 1h, 1d (1 minute to 366 days)")
+    task: str = Field(description="the task each check runs (1-20,000 characters)", json_schema_extra=TASK_SCHEMA)
+    model: str = Field(
+        description="the owner's selected model, a name from the core's catalog", json_schema_extra=MODEL_SCHEMA
+    )
+    boundary: list[str] = Field(default_factory=list, json_schema_extra=BOUNDARY_SCHEMA)
+    language: str = Field(default="en", json_schema_extra=LANGUAGE_SCHEMA)
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="machine-readable: invalid_request, unknown_helper, too_many_open, unavailable, …")
+    message: str
+    problems: list[str] | None = None
+    open_ids: list[str] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error, as the console script prints it (R42)."""
+
+    error: ErrorDetail
+
+
+class LineEvent(BaseModel):
+    """`event: line`: one live line, what changed about one helper."""
+
+    at: datetime
+    owner: str
+    helper_id: str
+    state: RowState | None
+    text: str = Field(description="what changed, as `helper-starter watch` prints it")
+
+
+class EndEvent(BaseModel):
+    """`event: end`, the stream's last: why it ended. `outcome`: the one helper watched has its outcome; `once`:
+    the current lines were asked for; `time`: HELPER_API_WATCH_MAX_MS passed (connect again); `shutdown`: the
+    service stops (connect again)."""
+
+    reason: Literal["outcome", "once", "time", "shutdown"]
+    outcome_kind: OutcomeKind | None = None

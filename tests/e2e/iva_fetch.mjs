@@ -1,0 +1,51 @@
+// Iva's side of the starter API, as a TypeScript service would call it: Node's built-in fetch, no packages.
+// Usage: node iva_fetch.mjs <base URL> <owner> <helper id>. Prints one JSON object: what each call answered.
+const [base, owner, helperId] = process.argv.slice(2);
+const api = `${base}/v1/owners/${owner}`;
+const bound = () => AbortSignal.timeout(60_000);
+
+async function call(method, path, body) {
+  const response = await fetch(`${api}${path}`, {
+    method,
+    headers: body === undefined ? {} : { "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal: bound(),
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+// Server-Sent Events from fetch's body stream: events are separated by a blank line.
+async function watch(path) {
+  const response = await fetch(`${api}${path}`, { headers: { accept: "text/event-stream" }, signal: bound() });
+  const events = [];
+  const decoder = new TextDecoder();
+  let buffered = "";
+  for await (const chunk of response.body) {
+    buffered += decoder.decode(chunk, { stream: true });
+    let split;
+    while ((split = buffered.indexOf("\n\n")) >= 0) {
+      const block = buffered.slice(0, split);
+      buffered = buffered.slice(split + 2);
+      const event = { event: "message", data: "" };
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) event.event = line.slice(7);
+        else if (line.startsWith("data: ")) event.data += line.slice(6);
+      }
+      if (event.data) events.push({ event: event.event, data: JSON.parse(event.data) });
+    }
+  }
+  return { status: response.status, contentType: response.headers.get("content-type"), events };
+}
+
+const answers = {};
+answers.start = await call("POST", "/helpers", { helper_id: helperId, model: "scripted", task: "Find the Q3 report" });
+answers.again = await call("POST", "/helpers", { helper_id: helperId, model: "scripted", task: "Find the Q3 report" });
+answers.invalid = await call("POST", "/helpers", { helper_id: "no spaces", model: "scripted", task: "x" });
+answers.watch = await watch(`/helpers/${helperId}/watch`); // ends by itself with the outcome
+answers.list = await call("GET", "/helpers");
+answers.unreported = await call("GET", "/unreported");
+answers.read = await call("POST", "/read", { turn: "turn-1", helper_ids: [helperId] });
+answers.delivered = await call("POST", "/delivered", { turn: "turn-1", answer_chars: 120 });
+answers.close = await call("POST", `/helpers/${helperId}/close`);
+answers.after = await call("GET", "/helpers");
+process.stdout.write(JSON.stringify(answers));

@@ -1,0 +1,261 @@
+"""R47, R42, R40, R34: the HTTP service keeps the console script's contract. The same invalid input gets the same
+JSON error from both; exit codes become statuses; a caller without the service token reads and changes nothing;
+the service refuses to listen beyond loopback without a token; bodies are bounded; the checked-in OpenAPI document
+is the app's. These run on a real SQLite store, with no Temporal (writes are refused or unavailable)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from config.settings import Settings
+from starter.service.app import create_app, openapi_text, with_guards
+from starter.service.openapi import DOCS_COPY, openapi_document
+from starter.service.settings import ServiceSettings, ServiceSettingsError
+from store.helper_store import HelperStore
+from tests.helpers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "s3cret-token-for-the-tests"
+NOWHERE = "127.0.0.1:9"  # nothing listens: a write finds Temporal unavailable
+
+
+@pytest.fixture
+async def settings(tmp_path: Path) -> Settings:
+    store_url = f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}"
+    store = await HelperStore.connect(store_url, run_migrations=True)
+    await store.close()
+    return Settings(
+        store_url=store_url, results_dir=tmp_path / "results", temporal_address=NOWHERE, starter_timeout_ms=3_000
+    )
+
+
+@pytest.fixture
+def cli_env(settings: Settings) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))},
+        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_RESULTS_DIR": str(settings.results_dir),
+        "TEMPORAL_ADDRESS": NOWHERE,
+        "HELPER_STARTER_TIMEOUT_MS": "3000",
+        "HELPER_ENV_FILE": os.devnull,
+    }
+
+
+async def _client(settings: Settings, **service: Any) -> AsyncIterator[httpx.AsyncClient]:
+    options = ServiceSettings(**service)
+    app = create_app(settings, options)
+    transport = httpx.ASGITransport(app=with_guards(app, options))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
+        yield client
+    await app.state.connections.aclose()
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in _client(settings):
+        yield client
+
+
+@pytest.fixture
+async def guarded_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in _client(settings, token=TOKEN, max_body_bytes=4096):
+        yield client
+
+
+def _cli(argv: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run([sys.executable, "-m", "starter", *argv], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    return done.returncode, json.loads(done.stdout)
+
+
+# The same request through the console script and through the service: (argv, method, path, body, status).
+SAME_AS_CLI = [
+    (["list", "--owner=_anna"], "GET", "/v1/owners/_anna/helpers", None, 422),
+    (["show", "--owner", "anna", "--id=-dash"], "GET", "/v1/owners/anna/helpers/-dash", None, 422),
+    (["show", "--owner", "anna", "--id", "nobody"], "GET", "/v1/owners/anna/helpers/nobody", None, 404),
+    (
+        ["start", "--owner", "anna", "--id", "h1", "--model", "scripted", "--task", "   ", "--language", "de"],
+        "POST",
+        "/v1/owners/anna/helpers",
+        {"helper_id": "h1", "model": "scripted", "task": "   ", "language": "de"},
+        422,
+    ),
+    (
+        ["read", "--owner", "anna", "--turn", "t\x01", "h1"],
+        "POST",
+        "/v1/owners/anna/read",
+        {"turn": "t\x01", "helper_ids": ["h1"]},
+        422,
+    ),
+    (
+        ["delivered", "--owner", "anna", "--turn", "t-1", "--answer-chars", "0"],
+        "POST",
+        "/v1/owners/anna/delivered",
+        {"turn": "t-1", "answer_chars": 0},
+        422,
+    ),
+    (
+        ["goal", "add", "--owner", "anna", "--goal", "inbox", "--every", "1s", "--model", "scripted", "--task", "x"],
+        "POST",
+        "/v1/owners/anna/goals",
+        {"goal_id": "inbox", "every": "1s", "model": "scripted", "task": "x"},
+        422,
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "method", "path", "body", "status"), SAME_AS_CLI, ids=lambda v: str(v)[:30])
+async def test_the_service_answers_as_the_console_script(
+    api: httpx.AsyncClient,
+    cli_env: dict[str, str],
+    argv: list[str],
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    status: int,
+) -> None:
+    """The same input gets the same error object (code, message, problems) and its exit code's status."""
+    exit_code, printed = _cli(argv, cli_env)
+    answered = await api.request(method, path, json=body)
+    assert answered.status_code == status
+    assert {404: 1, 422: 2}[status] == exit_code
+    assert answered.json() == printed
+
+
+async def test_reads_answer_from_the_store_without_temporal(api: httpx.AsyncClient) -> None:
+    for path in ("/v1/owners/anna/helpers", "/v1/owners/anna/unreported", "/v1/owners/anna/helpers?state=running"):
+        answered = await api.get(path)
+        assert answered.status_code == 200 and answered.json() == []
+    usage = await api.get("/v1/owners/anna/usage")
+    assert usage.status_code == 200 and usage.json() == {"owner": "anna", "helpers": [], "by_model": []}
+    ready = await api.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ok"] is True
+
+
+async def test_a_write_without_temporal_is_unavailable_and_safe_to_repeat(api: httpx.AsyncClient) -> None:
+    answered = await api.post("/v1/owners/anna/helpers/h1/close")
+    assert answered.status_code == 503
+    assert answered.headers["retry-after"] == "1"
+    assert answered.json()["error"]["code"] == "unavailable"
+
+
+async def test_a_body_that_is_not_json_is_400_and_an_unknown_field_422(api: httpx.AsyncClient) -> None:
+    headers = {"content-type": "application/json"}
+    answered = await api.post("/v1/owners/anna/read", content=b"{not json", headers=headers)
+    assert answered.status_code == 400 and answered.json()["error"]["code"] == "invalid_request"
+    answered = await api.post("/v1/owners/anna/read", json={"turn": "t", "helper_ids": ["h"], "owner": "boris"})
+    assert answered.status_code == 422
+    assert answered.json()["error"]["problems"] == ["owner: Extra inputs are not permitted"]
+
+
+async def test_a_caller_without_the_token_reads_and_changes_nothing(guarded_api: httpx.AsyncClient) -> None:
+    """R34, R47: 401 before anything is read, validated or written."""
+    start = {"helper_id": "h1", "model": "scripted", "task": "Find the Q3 report"}
+    for headers in ({}, {"authorization": "Bearer wrong-token-of-the-same-kind"}, {"authorization": TOKEN}):
+        for method, path, body in (
+            ("GET", "/v1/owners/anna/helpers", None),
+            ("GET", "/v1/owners/anna/unreported", None),
+            ("GET", "/v1/owners/anna/watch?once=true", None),
+            ("POST", "/v1/owners/anna/helpers", start),
+            ("POST", "/v1/owners/anna/helpers", {"not": "valid"}),
+            ("POST", "/v1/owners/anna/delivered", {"turn": "t", "answer_chars": 3}),
+        ):
+            answered = await guarded_api.request(method, path, json=body, headers=headers)
+            assert answered.status_code == 401, (method, path, headers)
+            assert answered.headers["www-authenticate"] == "Bearer"
+            assert answered.json()["error"]["code"] == "unauthorized"
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    listed = await guarded_api.get("/v1/owners/anna/helpers", headers=bearer)
+    assert listed.status_code == 200 and listed.json() == []
+    assert (await guarded_api.get("/livez")).status_code == 200  # probes need no token
+
+
+async def test_a_body_over_the_cap_is_refused_before_it_is_read_whole(guarded_api: httpx.AsyncClient) -> None:
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    task = "x" * 5000
+    body = {"helper_id": "h1", "model": "scripted", "task": task}
+    answered = await guarded_api.post("/v1/owners/anna/helpers", json=body, headers=bearer)
+    assert answered.status_code == 413 and answered.json()["error"]["code"] == "too_large"
+
+
+async def test_metrics_count_requests_by_route_template_never_by_owner(api: httpx.AsyncClient) -> None:
+    await api.get("/v1/owners/zoe-metrics/helpers")
+    text = (await api.get("/metrics")).text
+    assert 'route="/v1/owners/{owner}/helpers"' in text
+    assert "zoe-metrics" not in text
+
+
+def test_off_loopback_without_a_token_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ServiceSettingsError, match="HELPER_API_TOKEN"):
+        ServiceSettings.from_env({"HELPER_API_BIND": "0.0.0.0:8340"})
+    with pytest.raises(ServiceSettingsError, match="HELPER_API_TOKEN is too short"):
+        ServiceSettings.from_env({"HELPER_API_TOKEN": "short"})
+    with pytest.raises(ServiceSettingsError, match="HELPER_API_TLS_KEY"):
+        ServiceSettings.from_env({"HELPER_API_TLS_CERT": "/etc/hostname"})
+    assert ServiceSettings.from_env({"HELPER_API_BIND": "0.0.0.0:8340", "HELPER_API_TOKEN": TOKEN}).port == 8340
+    assert ServiceSettings.from_env({}).bind == "127.0.0.1:8340"
+
+
+def test_serve_refuses_to_start_off_loopback_without_a_token(cli_env: dict[str, str]) -> None:
+    exit_code, printed = _cli(["serve", "--bind", "0.0.0.0:18399"], cli_env)
+    assert exit_code == 2
+    assert printed["error"]["code"] == "invalid_configuration"
+    assert "HELPER_API_TOKEN" in printed["error"]["message"]
+
+
+def test_the_checked_in_openapi_document_is_the_apps() -> None:
+    """docs/api/openapi.json is regenerated by `python -m starter.service.openapi > docs/api/openapi.json`."""
+    assert DOCS_COPY.read_text(encoding="utf-8") == openapi_text(openapi_document()), (
+        "docs/api/openapi.json is stale: run python -m starter.service.openapi > docs/api/openapi.json"
+    )
+
+
+async def test_a_watch_once_of_an_unknown_helper_is_404_before_the_stream(api: httpx.AsyncClient) -> None:
+    answered = await api.get("/v1/owners/anna/helpers/nobody/watch", params={"once": "true"})
+    assert answered.status_code == 404
+    assert answered.json()["error"] == {"code": "unknown_helper", "message": "There is no helper nobody."}
+    streamed = await api.get("/v1/owners/anna/watch", params={"once": "true"})
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    assert streamed.text.strip().splitlines() == ["event: end", 'data: {"reason": "once", "outcome_kind": null}']
+
+
+def test_sigterm_ends_the_live_lines_streams_and_the_service(settings: Settings, cli_env: dict[str, str]) -> None:
+    """A stopping service ends every stream with `event: end` (reason shutdown) and exits 0 within its grace."""
+    port = free_port()
+    env = {**cli_env, "HELPER_API_SHUTDOWN_GRACE_MS": "5000"}
+    service = subprocess.Popen(
+        [sys.executable, "-m", "starter", "serve", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if client.get("/livez").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert service.poll() is None and time.monotonic() < deadline, "the service did not start"
+                time.sleep(0.1)
+            with client.stream("GET", "/v1/owners/anna/watch") as stream:
+                assert stream.status_code == 200
+                service.send_signal(signal.SIGTERM)
+                received = "".join(stream.iter_text())
+        assert service.wait(timeout=30) == 0
+    finally:
+        service.kill()
+    assert received.strip().splitlines()[-2:] == ["event: end", 'data: {"reason": "shutdown", "outcome_kind": null}']

@@ -1,0 +1,237 @@
+"""What one helper costs in billable Temporal actions, per way it ends (R44), from the dev server's own counter.
+
+    .venv/bin/python -m tools.bench.actions [--minutes 3] [--paths partial,completed,question,authorization,closed]
+
+Temporal Cloud bills actions: workflow starts, activities and their retries, heartbeats that reach the server,
+timers, signals, updates, search-attribute upserts, local-activity markers. The dev server counts them in its
+Prometheus `action` counter (`--metrics-port`), by `action_type`. Each path runs one helper at a time, with the
+deployment's defaults (long polls of 20 s, a 110 s heartbeat timeout, 25-minute follow windows) against a core
+that offers long poll and does nothing until the path's end: the worst case for heartbeats. The helper's
+deadline is `--minutes`; the `partial` path lasts the whole deadline, the others end halfway. Each count runs
+from the admission to the owner's turn that reads and delivers the outcome, so it holds everything a helper
+causes: the coordinator's update, signals and timers, the helper's activities, heartbeats and markers, the chat
+offer.
+
+The heartbeats grow with time, the rest does not: the line `per 45 minutes` adds, to the fixed part, what a
+45-minute follow sends (one heartbeat at the start of each attempt, then one per throttle interval, 80 % of the
+heartbeat timeout) and its retries. `--minutes 45` measures it directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import re
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from config.settings import Settings
+from contracts.core_api import Authorization, SessionStatus
+from domain.limits import FollowTuning, Limits, Policy
+from domain.requests import HelperRequest
+from protocol.names import HELPER_OUTCOME, HELPER_OWNER, HELPER_STATE, helper_workflow_id
+from reference.chat.server import running_chat
+from starter.client import HelperClient
+from store.helper_store import HelperStore
+from tests.fakes.fake_core import FakeCore, FakeSession, serving_fake_core
+from tools.bench.common import BIN, free_port
+from worker import running_worker
+
+OWNER = "bench"
+PATHS = ("partial", "completed", "question", "authorization", "closed")
+TARGET = 60
+_ACTION_LINE = re.compile(r"^action\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+async def read_actions(http: httpx.AsyncClient, metrics_url: str) -> Counter[str]:
+    """The dev server's `action` counter for the `default` namespace, by action type."""
+    text = (await http.get(metrics_url)).text
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        match = _ACTION_LINE.match(line)
+        if match is None:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        if labels.get("namespace") == "default":
+            counts[labels.get("action_type", "?")] += round(float(match["value"]))
+    return counts
+
+
+@dataclass
+class ActionStack:
+    env: WorkflowEnvironment
+    client: HelperClient
+    store: HelperStore
+    core: FakeCore
+    metrics_url: str
+    http: httpx.AsyncClient
+
+
+@contextlib.asynccontextmanager
+async def action_stack(deadline_minutes: float) -> AsyncIterator[ActionStack]:
+    metrics_port = free_port()
+    with tempfile.TemporaryDirectory() as scratch:
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=str(BIN / "temporal"),
+            data_converter=pydantic_data_converter,
+            search_attributes=[HELPER_OWNER, HELPER_STATE, HELPER_OUTCOME],
+            dev_server_log_level="error",
+            dev_server_extra_args=["--metrics-port", str(metrics_port)],
+        )
+        core = FakeCore(long_poll="honest", on_finish="partial")
+        try:
+            async with serving_fake_core(core) as core_url, running_chat() as chat_url:
+                settings = Settings(
+                    store_url=f"sqlite+aiosqlite:///{Path(scratch) / 'helpers.sqlite3'}",
+                    results_dir=Path(scratch) / "results",
+                    core_url=core_url,
+                    chat_url=chat_url,
+                    task_queue="bench-actions",
+                    # The deployment's defaults but the deadline (and a grace it fits in).
+                    policy=Policy(
+                        limits=Limits(deadline_ms=round(deadline_minutes * 60_000)),
+                        follow=FollowTuning(),
+                    ),
+                )
+                store = await HelperStore.connect(settings.store_url, run_migrations=True)
+                async with running_worker(env.client, settings), httpx.AsyncClient() as http:
+                    yield ActionStack(
+                        env,
+                        HelperClient(settings, store, env.client),
+                        store,
+                        core,
+                        f"http://127.0.0.1:{metrics_port}/metrics",
+                        http,
+                    )
+                await store.close()
+        finally:
+            await env.shutdown()
+
+
+async def _until(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition() if callable(condition) else condition
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout:.0f} s")
+        await asyncio.sleep(0.1)
+
+
+async def _workflow_closed(stack: ActionStack, helper_id: str) -> bool:
+    description = await stack.env.client.get_workflow_handle(helper_workflow_id(OWNER, helper_id)).describe()
+    return description.status is not None and description.status.name != "RUNNING"
+
+
+async def run_path(
+    stack: ActionStack, path: str, deadline_minutes: float, number: int
+) -> tuple[Counter[str], float, int]:
+    """One helper through `path`; the actions from its admission to the turn that delivered its outcome."""
+    helper_id = f"{path}-{number}"
+    before = await read_actions(stack.http, stack.metrics_url)
+    started = time.monotonic()
+    await stack.client.start(HelperRequest(owner=OWNER, helper_id=helper_id, task=f"Bench {path}.", model="scripted"))
+    await _until(lambda: stack.core.session_of(helper_id) is not None, 60, "the session")
+    session = stack.core.session_of(helper_id)
+    assert session is not None
+    session.add_step(2_000, 300, "Looked at the first thing.")
+    if path != "partial":
+        await asyncio.sleep(deadline_minutes * 60 / 2)
+        _end(stack, session, path, helper_id)
+        if path == "closed":
+            await stack.client.close(OWNER, helper_id)
+    await _until(lambda: _workflow_closed(stack, helper_id), deadline_minutes * 60 + 300, "the helper's end")
+    lasted = time.monotonic() - started
+    if path != "closed":
+        turn = f"turn-{helper_id}"
+        await stack.client.read(OWNER, turn, [helper_id])
+        await stack.client.delivered(OWNER, turn, 200)
+    await asyncio.sleep(5)  # the chat offer and the coordinator's answers settle
+    after = await read_actions(stack.http, stack.metrics_url)
+    return after - before, lasted, stack.core.reads_by_session.get(session.session_id, 0)
+
+
+def _per_45_minutes(fixed: int, lasted_s: float) -> tuple[int, int, int]:
+    """A 45-minute helper: the fixed actions measured, minus the follow retries already in them, plus the
+    retries and heartbeats of a 45-minute follow at the SDK's throttle (80 % of the heartbeat timeout)."""
+    tuning = FollowTuning()
+    window_s, throttle_s, whole_s = tuning.window_ms / 1000, 0.8 * tuning.liveness_ms / 1000, 45 * 60
+    attempts_measured = math.ceil(lasted_s / window_s)
+    attempts = math.ceil(whole_s / window_s)
+    # Each attempt heartbeats at once, then once a throttle interval while it lasts.
+    sent = attempts + math.floor(whole_s / throttle_s)
+    retries = attempts - attempts_measured
+    return fixed + retries + sent, retries, sent
+
+
+def _end(stack: ActionStack, session: FakeSession, path: str, helper_id: str) -> None:
+    match path:
+        case "completed":
+            session.end(SessionStatus.COMPLETED, "Found it.")
+        case "question":
+            session.status = SessionStatus.QUESTION
+            session.question = "Which quarter?"
+        case "authorization":
+            session.status = SessionStatus.AUTHORIZATION
+            session.authorization = Authorization(action="pay invoice 1044")
+        case "closed":
+            pass  # the owner closes it; the fake core stops on the cancel
+
+
+async def main(minutes: float, paths: list[str]) -> int:
+    async with action_stack(minutes) as stack:
+        # The owner's coordinator exists before the first count: its start is the owner's, not a helper's.
+        await stack.client.start(HelperRequest(owner=OWNER, helper_id="warm-up", task="Warm up.", model="scripted"))
+        await stack.client.close(OWNER, "warm-up")
+        await asyncio.sleep(3)
+        worst = 0
+        for number, path in enumerate(paths):
+            counts, lasted, reads = await run_path(stack, path, minutes, number)
+            total = sum(counts.values())
+            heartbeats = counts.get("grpc_RecordActivityTaskHeartbeat", 0)
+            projected, retries, sent = _per_45_minutes(total - heartbeats, lasted)
+            worst = max(worst, projected if path == "partial" else total)
+            kinds = ", ".join(
+                f"{kind.removeprefix('grpc_').removeprefix('command_')} {n}" for kind, n in counts.most_common()
+            )
+            print(f"{path}: {total} actions in {lasted / 60:.1f} min ({kinds})")
+            if path == "partial":
+                per_minute = reads / (lasted / 60)
+                polled = 60_000 / FollowTuning().poll_ms
+                print(
+                    f"core reads per running helper a minute: project {per_minute:.1f} | baseline (polled every "
+                    f"{FollowTuning().poll_ms} ms, 60,000 / HELPER_POLL_MS) {polled:.0f} | ratio "
+                    f"x{per_minute / polled:.3f}  (target <= 6 a minute)"
+                )
+                print(
+                    f"  per 45 minutes: {projected} actions (fixed {total - heartbeats}, heartbeats {sent}, "
+                    f"follow retries {retries})  target <= {TARGET}"
+                )
+        print(f"billable actions per 45-minute helper: project {worst} | target {TARGET} | ratio x{worst / TARGET:.2f}")
+        return 0 if worst <= TARGET else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=3.0, help="the helper's deadline (default 3)")
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
+    arguments = parser.parse_args()
+    chosen = [path.strip() for path in arguments.paths.split(",") if path.strip()]
+    unknown = sorted(set(chosen) - set(PATHS))
+    if unknown:
+        parser.error(f"unknown paths: {', '.join(unknown)}")
+    raise SystemExit(asyncio.run(main(arguments.minutes, chosen)))

@@ -1,0 +1,188 @@
+"""`python -m tools.demo run` (keeps the stack up until stopped) and `python -m tools.demo demo` (exits with a verdict).
+
+`run` keeps its data folder across restarts: a restarted stack resumes with its rows, histories and codec key
+(`make clean` starts over). `demo` always starts from an empty folder of its own. Both stop every process they
+started however they are stopped: Ctrl-C in a terminal or through a pipe, SIGTERM, SIGHUP (the terminal
+closed), and, on Linux, even when this process is killed outright.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from starter.client import HelperClient
+from tools.demo.scenario import ANNA, BORIS, run_scenario
+from tools.demo.stack import Ports, Stack, StackError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _TolerantStream:
+    """stdout that survives its reader going away (`make run | tee log` and Ctrl-C kills tee first): a write to a
+    broken pipe or a closed terminal is dropped instead of raising, so stopping the stack always completes."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._broken = False
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                self._stream.write(text)
+            except OSError:  # BrokenPipeError, or EIO from a terminal that is gone
+                self._give_up()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._give_up()
+
+    def _give_up(self) -> None:
+        self._broken = True
+        # The interpreter flushes stdout once more at exit; point the descriptor at /dev/null so that cannot fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+async def main_async(mode: str, data: Path, ports: Ports, workers: int) -> int:
+    stack = Stack(data=data, ports=ports, workers=workers)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        print(f"Starting the stack in {data}/ (logs in {stack.logs}/) ...", flush=True)
+        await stack.start(fresh=mode == "demo")
+        settings = stack.settings()
+        print(f"Temporal Web UI: {stack.ui_url}  (every helper's history is there)", flush=True)
+        print(f"Payloads are encrypted; the UI decodes them through the codec server at {stack.codec_url}", flush=True)
+        print(f"Temporal {settings.temporal_address} · core {settings.core_url} · chat {settings.chat_url}", flush=True)
+        print(f"Starter API (what Iva calls over HTTP, docs/api.md): {stack.api_url}/v1/owners/<owner>/…", flush=True)
+        print(f"Settings for the starter in another shell: {stack.env_file} (read by itself from the checkout)")
+        _show_workers(stack)
+        if mode == "run" and stack.resumed:
+            await _show_resumed(stack)
+            return await _until_stopped(stack, stop)
+        scenario = asyncio.create_task(run_scenario(settings))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({scenario, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stopper in done:
+            scenario.cancel()
+            await asyncio.gather(scenario, return_exceptions=True)
+            print("\nInterrupted.", flush=True)
+            return 130
+        problems = scenario.result()
+        print()
+        if problems:
+            print("DEMO FAILED: some helpers did not reach the outcome the scenario expects:")
+            for problem in problems:
+                print(f"  - {problem}")
+        else:
+            print("Every demo helper reached the outcome the scenario expects.")
+        if mode == "run":
+            return await _until_stopped(stack, stop)
+        return 1 if problems else 0
+    except StackError as error:
+        print(f"\nThe stack did not start: {error}", file=sys.stderr)
+        return 2
+    except TimeoutError as error:
+        print(f"\nDEMO FAILED: {error}", file=sys.stderr)
+        return 1
+    finally:
+        print("Stopping every process the demo started ...", flush=True)
+        stack.stop()
+        print("Stopped.", flush=True)
+
+
+def _show_workers(stack: Stack) -> None:
+    if stack.workers == 1:
+        print(f"Worker: pid {stack.pid('worker')}, log {stack.logs / 'worker.log'}\n", flush=True)
+        return
+    print(f"{stack.workers} worker replicas on the same task queues:", flush=True)
+    for name in stack.worker_names:
+        print(f"  {name}: pid {stack.pid(name)}, log {stack.logs / name}.log", flush=True)
+    print(
+        "Stop one (`kill <pid>`, as Kubernetes stops a pod) and the helpers it followed go on in the others: their"
+        " logs say `following <owner>/<helper>`, and the Web UI shows each follow attempt's worker.\n",
+        flush=True,
+    )
+
+
+async def _until_stopped(stack: Stack, stop: asyncio.Event) -> int:
+    print(
+        f"\nThe stack keeps running. Web UI: {stack.ui_url}   Start your own helpers from another shell (README,"
+        " 'Using it'). Press Ctrl-C to stop; `make run` again resumes with the same data, `make clean` starts over.",
+        flush=True,
+    )
+    await stop.wait()
+    return 0
+
+
+async def _show_resumed(stack: Stack) -> None:
+    """A restarted stack keeps what it had: say so, with the rows the store still holds."""
+    client = await HelperClient.connect(stack.settings(), temporal=False)
+    try:
+        counts = {owner: len(await client.list_helpers(owner)) for owner in (ANNA, BORIS)}
+    finally:
+        await client.aclose()
+    rows = ", ".join(f"{owner} {count}" for owner, count in counts.items())
+    print(
+        f"Resumed the stack of an earlier run: the store still holds its rows ({rows}), Temporal its histories, and"
+        " helpers that were running go on. The demo scenario runs only on a fresh data folder.",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.demo")
+    parser.add_argument("mode", choices=["run", "demo"], help="run: keep the stack up; demo: run once, give a verdict")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="state folder; default data/ for run (kept across restarts), data/demo/ for demo (emptied at start)",
+    )
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=int(os.environ.get("PORT_BASE") or 0) or None,
+        help="use ports N (Temporal), N+1 (Web UI), N+2 (core), N+3 (chat), N+4 (codec server), N+5 (starter API) "
+        "instead of the usual 7233, 8233, 8310, 8320, 8330, 8340; also PORT_BASE in the environment",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("WORKERS") or 1),
+        help="worker replicas to run (default 1; also WORKERS in the environment)",
+    )
+    arguments = parser.parse_args()
+    if not 1 <= arguments.workers <= 16:
+        parser.error(f"--workers {arguments.workers}: run 1 to 16 worker replicas")
+    base = arguments.port_base
+    if base is not None and not 1024 <= base <= 65_530:
+        parser.error(f"--port-base {base}: use a port from 1024 to 65530 (six ports from it are used)")
+    ports = Ports(base, base + 1, base + 2, base + 3, base + 4, base + 5) if base else Ports()
+    data = arguments.data or (Path("data") if arguments.mode == "run" else Path("data") / "demo")
+    sys.stdout = _TolerantStream(sys.stdout)
+    sys.stderr = _TolerantStream(sys.stderr)
+    code = asyncio.run(main_async(arguments.mode, data.resolve(), ports, arguments.workers))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
