@@ -214,6 +214,24 @@ def _message(line: str) -> str:
     return line[10:]
 
 
+def _watch_one(env: dict[str, str], owner: str, helper_id: str) -> subprocess.Popen[bytes]:
+    """`helper-starter watch --id` as its own process, as Iva or an operator runs it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "starter", "watch", "--owner", owner, "--id", helper_id],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _first_line(process: subprocess.Popen[bytes]) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], 60)
+    assert ready, "watch printed nothing within 60 s"
+    return process.stdout.readline().decode()
+
+
 def test_watch_once_prints_the_current_lines_from_the_store(watched_store: dict[str, str]) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "starter", "watch", "--owner", "anna", "--once"],
@@ -231,19 +249,10 @@ def test_watch_once_prints_the_current_lines_from_the_store(watched_store: dict[
 
 
 def test_watch_one_helper_until_ctrl_c_exits_0_without_a_traceback(watched_store: dict[str, str]) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "starter", "watch", "--owner", "anna", "--id", "later"],
-        cwd=ROOT,
-        env=watched_store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    process = _watch_one(watched_store, "anna", "later")
     try:
-        assert process.stdout is not None
         # The first line says the watch is running (and past its imports), so Ctrl-C now reaches the watch.
-        ready, _, _ = select.select([process.stdout], [], [], 60)
-        assert ready, "watch printed nothing within 60 s"
-        first = process.stdout.readline().decode()
+        first = _first_line(process)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
@@ -297,18 +306,9 @@ def test_a_watch_of_one_helper_ends_by_itself_once_the_helper_has_its_outcome(
             await store.close()
 
     asyncio.run(insert())
-    process = subprocess.Popen(
-        [sys.executable, "-m", "starter", "watch", "--owner", "boris", "--id", "obzor"],
-        cwd=ROOT,
-        env=watched_store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    process = _watch_one(watched_store, "boris", "obzor")
     try:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], 60)
-        assert ready, "watch printed nothing within 60 s"
-        first = process.stdout.readline().decode()
+        first = _first_line(process)
         with sqlite3.connect(database) as connection:
             connection.execute(
                 "UPDATE helper_rows SET state = 'unreported', outcome_kind = 'completed', summary = 'Готово.' "
