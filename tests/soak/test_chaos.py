@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ import pytest
 
 from protocol.connection import connect_for
 from protocol.names import helper_workflow_id
-from tests.helpers import free_stack_ports
+from tests.helpers import free_port, free_stack_ports
 from tests.soak.chaos import (
     MAX_RUNNING,
     Clock,
@@ -111,12 +110,6 @@ LAYOUTS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 async def test_chaos_soak_keeps_every_promise(
     layout_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -130,13 +123,13 @@ async def test_chaos_soak_keeps_every_promise(
     for name, value in POLICY_ENV.items():
         monkeypatch.setenv(name, value)
     data = tmp_path / "data"
-    postgres = PostgresServer(_free_port()) if layout.postgres else None
+    postgres = PostgresServer(free_port()) if layout.postgres else None
     stack = Stack(
         data,
         free_stack_ports(),
         workers=layout.workers,
         store_url=postgres.url if postgres else None,
-        worker_health_ports=tuple(_free_port() for _ in range(layout.workers)),
+        worker_health_ports=tuple(free_port() for _ in range(layout.workers)),
     )
     tables = StoreTables(stack.settings().store_url)
     rng = random.Random(SEED)

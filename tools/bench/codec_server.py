@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import base64
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,14 +25,9 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from codec.encryption import codec_from, new_key
+from tools.bench.common import free_port
 
 TOKEN = "bench-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -55,7 +49,7 @@ async def _body_near(keys: str, target_bytes: int) -> bytes:
 
 async def run(mib: float) -> None:
     keys = f"k1:{new_key()}"
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HELPER_CODEC_KEYS": keys, "HELPER_CODEC_TOKEN": TOKEN}
     server = await asyncio.create_subprocess_exec(
         *[sys.executable, "-m", "codec", "serve", "--host", "127.0.0.1", "--port", str(port)],

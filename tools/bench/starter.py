@@ -36,6 +36,7 @@ from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.helper_store import HelperStore
+from tools.bench.common import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -113,16 +114,10 @@ async def _fill(url: str, results: Path) -> None:
         await store.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def dev_server() -> Iterator[str]:
     """A Temporal dev server in memory on a free loopback port; its address once it takes connections."""
-    port = _free_port()
+    port = free_port()
     quiet = ["--log-level", "error"]
     server = subprocess.Popen(
         [BIN / "temporal", "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port), *quiet],
