@@ -7,13 +7,12 @@ The document is exactly what the app serves at `/openapi.json` (the models offer
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from contracts.openapi import print_or_check
 from reference.core.app import create_app
 
 DOCS_COPY = Path(__file__).resolve().parents[2] / "docs" / "core-openapi.json"
@@ -25,23 +24,11 @@ def openapi_document() -> dict[str, Any]:
         return create_app(Path(directory) / "unused.sqlite3").openapi()
 
 
-def render(document: dict[str, Any]) -> str:
-    """The committed form: sorted keys, two-space indent, UTF-8, one trailing newline."""
-    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reference.core.openapi", description=__doc__)
     parser.add_argument("--check", type=Path, metavar="FILE", help="compare with FILE instead of printing")
     arguments = parser.parse_args(argv)
-    text = render(openapi_document())
-    if arguments.check is None:
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        return 0
-    if arguments.check.read_text(encoding="utf-8") != text:
-        print(f"{arguments.check} is stale: run python -m reference.core.openapi > {arguments.check}", file=sys.stderr)
-        return 1
-    return 0
+    return print_or_check(openapi_document(), arguments.check, "python -m reference.core.openapi")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ cap. Live lines are Server-Sent Events. docs/api.md describes it all.
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
@@ -583,8 +582,3 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
 def with_guards(app: FastAPI, service: ServiceSettings) -> ASGIApp:
     """The app behind its guard (token, body cap) and its measurements: what uvicorn serves."""
     return Measured(Guard(app, service.token, service.max_body_bytes))
-
-
-def openapi_text(document: dict[str, Any]) -> str:
-    """The committed form: sorted keys, two-space indent, UTF-8, one trailing newline."""
-    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -6,7 +6,8 @@ import json
 
 import httpx
 
-from reference.core.openapi import DOCS_COPY, main, openapi_document, render
+from contracts.openapi import render
+from reference.core.openapi import DOCS_COPY, main, openapi_document
 
 STALE = "docs/core-openapi.json is stale: run `python -m reference.core.openapi > docs/core-openapi.json`"
 
