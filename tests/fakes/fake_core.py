@@ -18,7 +18,7 @@ import itertools
 import json
 import os
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -115,6 +115,22 @@ class FakeSession:
         return self.snapshot().model_dump(mode="json")
 
 
+class DoneAtOnce(dict[str, FakeSession]):
+    """A session table whose sessions are created with one step done and their turn completed, so the helper's
+    first snapshot is terminal: a quick helper, with no race against the test's own moves. With `helper_ids`,
+    only those helpers' sessions; the others run until the test ends them."""
+
+    def __init__(self, helper_ids: Iterable[str] | None = None) -> None:
+        super().__init__()
+        self.helper_ids = None if helper_ids is None else frozenset(helper_ids)
+
+    def __setitem__(self, session_id: str, session: FakeSession) -> None:
+        if self.helper_ids is None or session.request.helper_id in self.helper_ids:
+            session.add_step(input_tokens=1_200, output_tokens=300, message="Looked it up.")
+            session.end(SessionStatus.COMPLETED, "Done: the answer is 42.")
+        super().__setitem__(session_id, session)
+
+
 @dataclass
 class FakeCore:
     """What the sessions do, and how the core misbehaves, is plain data the test changes between steps.
@@ -122,6 +138,7 @@ class FakeCore:
     Sessions and calls:
     - `sessions`, `by_key`: the sessions by id and by idempotency key (a repeated create answers the same
       session with `created: false`, R9). `only_session()`, `session_of(helper_id)` find one.
+      `sessions=DoneAtOnce()` makes every session (or those of some helpers) complete at its create.
     - `create_calls`, `snapshot_calls`, `finish_calls`, `cancel_calls`, `reset_calls`: calls per endpoint,
       counted when the call arrives, whether the answer is then normal, misbehaving, slow or lost.
 

@@ -19,7 +19,6 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities.rows import RowActivities
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
-from contracts.core_api import SessionStatus
 from domain.activity_io import Finalize, RowKey, WrittenOutcome
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
@@ -27,7 +26,7 @@ from domain.rows import HelperRow, RowState
 from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from tests.fakes.fake_core import FakeCore
+from tests.fakes.fake_core import DoneAtOnce, FakeCore
 from tests.helpers import eventually, helper_request, history_events, local_activity_name
 from tests.integration.stack import TimeStack, time_stack
 from workflows.options import RESET_BUDGET
@@ -66,14 +65,14 @@ async def _completed_skipping(stack: TimeStack, owner: str, helper_id: str, budg
 
 
 async def _finished_quickly(stack: TimeStack, helper_id: str) -> str:
-    """Start a helper whose session completes at once; returns the session's id once the outcome is written."""
+    """Start a helper whose session completes at its create (the core's `DoneAtOnce`, so no follow attempt waits
+    on a retry's backoff, which this server skips only while a test waits on it); returns the session's id once
+    the outcome is written."""
     await stack.client.start(helper_request("ida", helper_id))
-    session = await eventually(functools.partial(stack.core.session_of, helper_id))
-    session.add_step(100, 10, "done")
-    session.end(SessionStatus.COMPLETED)
     await eventually(lambda: _outcome(stack.store, "ida", helper_id))
-    session_id: str = session.session_id
-    return session_id
+    row = await stack.store.get("ida", helper_id)
+    assert row is not None and row.session_id is not None
+    return row.session_id
 
 
 async def test_a_quick_helper_writes_its_outcome_passes_its_slot_on_and_resets_its_session(
@@ -82,7 +81,7 @@ async def test_a_quick_helper_writes_its_outcome_passes_its_slot_on_and_resets_i
     """R8, R18-R20: a session that completes at once: the outcome is written, the coordinator frees the slot
     (the next helper runs), the session is reset. The history holds the open and the outcome's write as local
     activities, the follow and the reset as activities, and the finished notice as one signal."""
-    core = FakeCore()
+    core = FakeCore(sessions=DoneAtOnce({"h1"}))
     async with time_stack(time_env, tmp_path, core, max_running=1) as stack:
         await _finished_quickly(stack, "h1")
         await stack.client.start(helper_request("ida", "h2"))  # runs: h1's slot came back
@@ -107,7 +106,7 @@ async def test_a_reset_against_a_failing_core_keeps_trying_with_backoff_and_gets
     """R20: a core that fails the reset six times in a row (a minute of backoff) or every other call still gets
     the session reset: the reset is retried with backoff for minutes and the session is not parked. (Three
     tries and then a park would leave the first core's session parked.)"""
-    core = FakeCore(**failing)
+    core = FakeCore(sessions=DoneAtOnce({"h1"}), **failing)
     async with time_stack(time_env, tmp_path, core) as stack:
         await _finished_quickly(stack, "h1")
         await _completed_skipping(stack, "ida", "h1", RESET_BUDGET)
@@ -123,7 +122,7 @@ async def test_a_reset_that_keeps_failing_parks_the_session_after_minutes_and_th
     """R20: a core that fails every reset: the outcome and the slot do not wait (the next helper runs); the
     reset is tried for RESET_BUDGET, with backoff, then the session is parked and logged. Once the core is
     back, the hourly sweep's `reset_kept_sessions` resets the parked session and it is no longer parked."""
-    core = FakeCore(reset_fails=True)
+    core = FakeCore(sessions=DoneAtOnce({"h1"}), reset_fails=True)
     async with time_stack(time_env, tmp_path, core, max_running=1) as stack:
         session_id = await _finished_quickly(stack, "h1")
         await stack.client.start(helper_request("ida", "h2"))

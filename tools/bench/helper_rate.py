@@ -44,13 +44,12 @@ with workflow.unsafe.imports_passed_through():
 
     from codec.encryption import new_key
     from config.settings import Settings
-    from contracts.core_api import SessionStatus
     from domain.requests import HelperRequest
     from protocol.client import admit
     from protocol.connection import connect_for
     from protocol.names import helper_workflow_id
     from reference.chat.server import running_chat
-    from tests.fakes.fake_core import FakeCore, FakeSession, serving_fake_core
+    from tests.fakes.fake_core import DoneAtOnce, FakeCore, serving_fake_core
     from tools.bench.common import (
         DevServer,
         dev_server,
@@ -91,19 +90,6 @@ async def serve_bare_worker(address: str) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with Worker(client, task_queue=BARE_QUEUE, workflows=[BareWorkflow], activities=[bare_step]):
         await stop.wait()
-
-
-# --- the project's side: a core whose sessions are done at once ---------------------------------------
-
-
-class _DoneAtOnce(dict[str, FakeSession]):
-    """The fake core's session table: a session is created with one step already done and its turn completed,
-    so the helper's first snapshot is terminal (one quick step, no waiting on the poll interval)."""
-
-    def __setitem__(self, session_id: str, session: FakeSession) -> None:
-        session.add_step(input_tokens=1_200, output_tokens=300, message="Looked it up.")
-        session.end(SessionStatus.COMPLETED, "Done: the answer is 42.")
-        super().__setitem__(session_id, session)
 
 
 # --- measuring ------------------------------------------------------------------------------------------
@@ -236,7 +222,7 @@ class run_stack:
         server_context = dev_server()
         server = await server_context.__aenter__()
         self._exits.append(lambda: server_context.__aexit__(None, None, None))
-        core_context = serving_fake_core(FakeCore(sessions=_DoneAtOnce()))
+        core_context = serving_fake_core(FakeCore(sessions=DoneAtOnce()))
         core_url = await core_context.__aenter__()
         self._exits.append(lambda: core_context.__aexit__(None, None, None))
         chat_context = running_chat()
