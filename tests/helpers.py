@@ -74,6 +74,23 @@ async def skip_time(env: Any, duration: timedelta, chunk: timedelta = timedelta(
         remaining -= step
 
 
+async def eventually_skipping(
+    env: Any, check: Callable[[], Any], budget: timedelta = timedelta(minutes=3), step: timedelta = timedelta(seconds=5)
+) -> Any:
+    """`eventually` on the time-skipping server: between looks the server may skip `step`, up to `budget` in all.
+    That server skips time only while a test waits on it, so a follow attempt waiting on its retry's backoff (the
+    tests' follow window is 100 ms) comes round here without a real minute's wait."""
+    last: Any = None
+    for _ in range(int(budget / step) + 1):
+        last = check()
+        if asyncio.iscoroutine(last) or isinstance(last, Awaitable):
+            last = await last
+        if last:
+            return last
+        await env.sleep(step)
+    raise AssertionError(f"condition not met within {budget} of skipped time; last value: {last!r}")
+
+
 def local_activity_name(event: Any) -> str | None:
     """The activity type of a local activity's marker; None for any other event."""
     if not event.HasField("marker_recorded_event_attributes"):

@@ -27,7 +27,14 @@ from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
 from tests.fakes.fake_core import FakeCore
-from tests.helpers import eventually, fresh_postgres_database, helper_request, history_events, skip_time
+from tests.helpers import (
+    eventually,
+    eventually_skipping,
+    fresh_postgres_database,
+    helper_request,
+    history_events,
+    skip_time,
+)
 from tests.integration.stack import time_stack
 
 CLOSED_PORT = "http://127.0.0.1:9"
@@ -205,7 +212,7 @@ async def test_control_characters_never_reach_the_store(time_env: WorkflowEnviro
         session.actions.append(Action(tool="send_mail", whom="bob@example.com", what="sent the report", at=_AT))
         session.add_step(1_000, 100, "Found the report in the shared drive.")
         session.end(SessionStatus.COMPLETED, "The Q3 report is in the shared drive.")
-        row = await eventually(lambda: _final(store, "nu", "clean"), timeout=30)
+        row = await eventually_skipping(time_env, lambda: _final(store, "nu", "clean"))
         assert await store.get("nu", "dirty") is None
     assert row.outcome_kind is OutcomeKind.COMPLETED
     assert row.summary is not None and "The Q3 report is in the shared drive." in row.summary

@@ -23,7 +23,7 @@ from domain.rows import HelperRow, RowState
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.fakes.fake_core import FakeCore
-from tests.helpers import eventually, helper_request, skip_time
+from tests.helpers import eventually, eventually_skipping, helper_request, skip_time
 from tests.integration.stack import time_stack
 
 
@@ -47,7 +47,7 @@ async def test_delivered_and_closed_rows_expire_with_their_directories(time_env:
             session = await eventually(functools.partial(core.session_of, helper_id))
             session.add_step(100, 10, f"{helper_id} done")
             session.end(SessionStatus.COMPLETED)
-            await eventually(functools.partial(_finished, store, "una", helper_id))
+            await eventually_skipping(time_env, functools.partial(_finished, store, "una", helper_id))
         await client.close("una", "dropped")  # unreported -> closed: kept a day from its finish
         await skip_time(time_env, timedelta(hours=12), chunk=timedelta(hours=1))
         await client.read("una", "t1", ["told"])
