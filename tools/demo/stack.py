@@ -76,10 +76,7 @@ class Stack:
         return ["worker"] if self.workers == 1 else [f"worker-{number}" for number in range(1, self.workers + 1)]
 
     def pid(self, name: str) -> int:
-        for known, process in self.processes:
-            if known == name:
-                return process.pid
-        raise StackError(f"no running process {name}")
+        return self._running(name).pid
 
     @property
     def logs(self) -> Path:
@@ -263,28 +260,29 @@ class Stack:
 
     def kill(self, name: str) -> None:
         """SIGKILL one process, as a crash or an evicted pod would end it."""
-        for index, (known, process) in enumerate(self.processes):
-            if known == name:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                del self.processes[index]
-                return
-        raise StackError(f"no running process {name}")
+        process = self._running(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        self.processes.remove((name, process))
 
     async def terminate(self, name: str, grace_s: float) -> float:
         """SIGTERM one process and wait for it, SIGKILL after `grace_s`, as Kubernetes stops a pod. Returns the
         seconds it took to exit (`grace_s` or more if it had to be killed)."""
-        for index, (known, process) in enumerate(self.processes):
+        process = self._running(name)
+        began = time.monotonic()
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.to_thread(process.wait, grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        self.processes.remove((name, process))
+        return time.monotonic() - began
+
+    def _running(self, name: str) -> subprocess.Popen[bytes]:
+        for known, process in self.processes:
             if known == name:
-                began = time.monotonic()
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(process.wait, grace_s)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-                del self.processes[index]
-                return time.monotonic() - began
+                return process
         raise StackError(f"no running process {name}")
 
     async def respawn(self, name: str) -> None:
