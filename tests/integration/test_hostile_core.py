@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from activities.session import CANCEL_ATTEMPTS
 from contracts.core_api import Action, SessionStatus
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX
 from domain.limits import FollowTuning, Limits
@@ -45,6 +46,10 @@ FOLLOW = FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=60
 
 
 SHORT_POLICY: dict[str, Any] = {"limits": SHORT, "follow": FOLLOW, "check_ms": CHECK_MS}
+# For the tests that wait in real time for the follow to see something: one follow attempt outlasts the test,
+# so no retry waits on its timer (that server skips time only while a test waits on it), however slow the
+# machine is to poll within a short window.
+PATIENT_POLICY: dict[str, Any] = SHORT_POLICY | {"follow": FOLLOW.model_copy(update={"window_ms": 600_000})}
 
 
 async def _final(store: HelperStore, owner: str, helper_id: str) -> HelperRow | None:
@@ -128,23 +133,21 @@ async def test_a_huge_snapshot_is_summarized_in_payloads_and_kept_whole(time_env
 
 async def test_a_slow_cancel_does_not_hold_a_closed_helper(time_env: WorkflowEnvironment, tmp_path):
     """R35, R7, R21: the core stops the turn at once but answers the cancel only after 3 s (past every call
-    bound). The follow sees the stop, so the closed outcome and the slot's hand-off come at once, not after
-    the cancel's retries."""
+    bound). The follow sees the stop, so the closed outcome and the slot's hand-off come before the cancel has
+    used its attempts, not after them."""
     core = FakeCore(cancel_delay_s=3.0)
-    async with time_stack(time_env, tmp_path, core, max_running=1, max_open=2, **SHORT_POLICY) as stack:
+    async with time_stack(time_env, tmp_path, core, max_running=1, max_open=2, **PATIENT_POLICY) as stack:
         client, store = stack.client, stack.store
         await client.start(helper_request("cy", "long"))
         await client.start(helper_request("cy", "next"))
         session = await eventually(lambda: core.session_of("long"))
         session.add_step(500, 50, "halfway")
-        loop = asyncio.get_running_loop()
-        closed_at = loop.time()
         await client.close("cy", "long")
         row = await eventually(lambda: _final(store, "cy", "long"), timeout=30)
         await eventually(lambda: core.session_of("next") is not None, timeout=30)
-        handed_on = loop.time() - closed_at
+        cancels_by_then = core.cancel_calls
     assert row.outcome_kind is OutcomeKind.CLOSED and row.state is RowState.CLOSED
-    assert handed_on < 2.5, f"the slot passed on {handed_on:.1f} s after the close"
+    assert cancels_by_then < CANCEL_ATTEMPTS, "the slot passed on only after every cancel attempt"
 
 
 async def test_a_slow_finish_now_still_gives_the_cores_partial(time_env: WorkflowEnvironment, tmp_path):
@@ -170,7 +173,7 @@ async def test_absurd_counters_never_reach_the_store(time_env: WorkflowEnvironme
     """R37: output tokens of 2^64-5 are a malformed answer: counted as bad answers, never written; the helper
     fails with a plain sentence and every store write succeeds."""
     core = FakeCore(misbehave="overflow", misbehave_on={"snapshot"})
-    async with time_stack(time_env, tmp_path, core, **SHORT_POLICY) as stack:
+    async with time_stack(time_env, tmp_path, core, **PATIENT_POLICY) as stack:
         client, store = stack.client, stack.store
         await client.start(helper_request("ed", "count"))
         row = await eventually(lambda: _final(store, "ed", "count"), timeout=30)
@@ -182,7 +185,7 @@ async def test_absurd_counters_never_reach_the_store(time_env: WorkflowEnvironme
 async def test_a_snapshot_of_another_session_is_refused(time_env: WorkflowEnvironment, tmp_path):
     """R37: a snapshot whose session_id is another session's never becomes this helper's outcome."""
     core = FakeCore(misbehave="wrong_session", misbehave_on={"snapshot"})
-    async with time_stack(time_env, tmp_path, core, **SHORT_POLICY) as stack:
+    async with time_stack(time_env, tmp_path, core, **PATIENT_POLICY) as stack:
         client, store = stack.client, stack.store
         await client.start(helper_request("fa", "mine"))
         row = await eventually(lambda: _final(store, "fa", "mine"), timeout=30)
