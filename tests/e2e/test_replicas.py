@@ -69,8 +69,13 @@ async def test_follows_of_a_killed_and_a_stopped_replica_go_on_in_the_survivor(r
             return followers if set(followers) == set(helpers) else None
 
         followers = await eventually(all_followed, timeout=60)
-        rows = [view for owner in OWNERS for view in await client.list_helpers(owner)]
-        assert all(view.follow_started_at is not None for view in rows), rows
+
+        async def rows_show_followed() -> bool:
+            # A follow logs its start just before it writes it to the row.
+            rows = [view for owner in OWNERS for view in await client.list_helpers(owner)]
+            return all(view.follow_started_at is not None for view in rows)
+
+        await eventually(rows_show_followed, timeout=30)
 
         # The replica that follows the most dies at once; then the next is stopped as Kubernetes stops a pod.
         by_replica = Counter(followers.values())

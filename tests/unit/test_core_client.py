@@ -41,6 +41,7 @@ from contracts.core_api import (
 )
 from tests.fakes.answering_server import serving_answers
 from tests.fakes.fake_core import CONTROL_NOISE, FakeCore, FakeSession, serving_fake_core
+from tests.helpers import eventually
 
 SESSION = "s-1"
 CHECK_MS = 2_000
@@ -283,7 +284,8 @@ async def test_an_endless_answer_is_cut_at_the_cap_not_buffered() -> None:
 
     error = await refused_with(lambda request: httpx.Response(200, content=endless()))
     assert type(error) is CoreProtocolError
-    assert CORE_ANSWER_MAX_BYTES - len(chunk) <= read <= CORE_ANSWER_MAX_BYTES + len(chunk)
+    # A loaded machine may let the body run a chunk or two past the cap before the read stops: bounded, not buffered.
+    assert CORE_ANSWER_MAX_BYTES - len(chunk) <= read <= CORE_ANSWER_MAX_BYTES + 4 * len(chunk)
 
 
 async def test_a_declared_oversized_answer_is_refused_before_reading_it() -> None:
@@ -589,23 +591,28 @@ async def test_an_absurd_version_is_a_protocol_error(version: Any) -> None:
 
 async def test_hundreds_of_long_polls_at_once_do_not_wait_for_each_other() -> None:
     """R44, R46, R10: a client sized to the worker's activity slots (here 250) holds as many long polls at once;
-    none waits for a free connection (a pool smaller than the slots, as httpx's default of 100, would make the 101st
-    time out as if the core were down)."""
+    none waits for a free connection (a pool smaller than the slots, as httpx's default of 100, would hold the
+    rest back until a poll ended, and on a core that answers late, time them out as if it were down)."""
     core = FakeCore(long_poll="honest")
     for number in range(250):
         core.sessions[f"s-{number}"] = FakeSession(session_id=f"s-{number}", request=REQUEST)
     async with serving_fake_core(core) as url:
-        client = CoreClient(url, 2_000, connections=250)
+        # Bounds far past the test: a loaded machine is slow to answer 250 polls, and the test times nothing.
+        client = CoreClient(url, 30_000, connections=250)
         try:
             versions = [(await client.snapshot(f"s-{n}")).version for n in range(250)]
-            started = time.monotonic()
-            answers = await asyncio.gather(
-                *(client.snapshot(f"s-{n}", after=versions[n], wait_ms=1_500) for n in range(250)),
+            polls = asyncio.gather(
+                *(client.snapshot(f"s-{n}", after=versions[n], wait_ms=60_000) for n in range(250)),
                 return_exceptions=True,
             )
-            elapsed = time.monotonic() - started
+            try:
+                await eventually(lambda: core.long_poll_peak == 250, timeout=60)
+            finally:
+                for session in core.sessions.values():  # a change answers every waiting poll
+                    session.add_step(10, 1, "moved on")
+                answers = await polls
         finally:
             await client.aclose()
     failures = [answer for answer in answers if isinstance(answer, BaseException)]
     assert not failures, f"{len(failures)} of 250 long polls failed, e.g. {failures[0]!r}"
-    assert core.long_poll_peak >= 200 and elapsed < 10  # all held at once, not a hundred at a time
+    assert all(answer.version != versions[n] for n, answer in enumerate(answers))  # each answered with the change
