@@ -31,7 +31,7 @@ README = ROOT / "README.md"
 
 def readme_commands(block_index: int = 0) -> list[str]:
     """The commands of a shell block under "## Using it" (the first: the console script's; the second: the
-    starter API's), continuation lines joined."""
+    starter API's; the third: a slow helper for the replicas), continuation lines joined."""
     section = README.read_text().split("## Using it", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     assert len(blocks) > block_index, "the README's 'Using it' section lacks a sh block"
@@ -96,6 +96,16 @@ async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack
             assert "anna/report-q3" in out and "outcome" in out, out
         else:
             json.loads(out)  # one JSON value
+
+    # The replica paragraph's slow helper: admitted and running, a 60-step script the reference core accepts.
+    (slow,) = readme_commands(2)
+    if not (ROOT / ".venv" / "bin" / "helper-starter").exists():
+        slow = slow.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+    done = await asyncio.to_thread(
+        subprocess.run, ["bash", "-c", slow], cwd=ROOT, env=env, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert json.loads(done.stdout)["status"] == "running"
 
 
 async def test_a_model_the_local_core_does_not_offer_is_refused_with_the_list(local_stack: Stack) -> None:
