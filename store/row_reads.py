@@ -270,11 +270,48 @@ def usage_line(record: Mapping[str, Any]) -> UsageLine:
 # --- the two readers ------------------------------------------------------------------------------------
 
 
-class SqliteRowReader:
+class RowReader:
+    """The reads, the same on both drivers: each reader gives its dialect and how to run one query."""
+
+    dialect: Dialect
+
+    async def _records(self, sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
+        values = None if states is None else [state.value for state in states]
+        return [helper_row(record) for record in await self._records(*rows_query(self.dialect, owner, values))]
+
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        values = None if states is None else [state.value for state in states]
+        return listed_views(await self._records(*rows_query(self.dialect, owner, values, VIEW_COLUMNS)))
+
+    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
+        records = await self._records(*row_query(self.dialect, owner, helper_id))
+        return helper_row(records[0]) if records else None
+
+    async def ahead(self, owner: str, seq: int) -> int:
+        records = await self._records(*ahead_query(self.dialect, owner, seq))
+        return int(next(iter(records[0].values())))
+
+    async def usage(self, owner: str) -> list[UsageLine]:
+        return [usage_line(record) for record in await self._records(*usage_query(self.dialect, owner))]
+
+    async def ping(self) -> None:
+        """One `SELECT 1` round trip (through the pool, when it is one): whether the store answers."""
+        await self._records("SELECT 1", [])
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteRowReader(RowReader):
     """Reads on the stdlib `sqlite3`. Opened for the console script (`threaded=False`), its coroutines never
     suspend, so `starter.cli` runs them without loading asyncio; opened for a process with an event loop
     (`threaded=True`: `watch`, `HelperClient`), each query runs in a worker thread, as aiosqlite's do, so a
     writer's lock never stalls the loop."""
+
+    dialect: Dialect = "sqlite"
 
     def __init__(self, connection: sqlite3.Connection, *, threaded: bool = False) -> None:
         self._connection = connection
@@ -313,35 +350,14 @@ class SqliteRowReader:
 
         return await asyncio.to_thread(self._fetch, sql, parameters)
 
-    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
-        values = None if states is None else [state.value for state in states]
-        return [helper_row(record) for record in await self._records(*rows_query("sqlite", owner, values))]
-
-    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
-        values = None if states is None else [state.value for state in states]
-        return listed_views(await self._records(*rows_query("sqlite", owner, values, VIEW_COLUMNS)))
-
-    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
-        records = await self._records(*row_query("sqlite", owner, helper_id))
-        return helper_row(records[0]) if records else None
-
-    async def ahead(self, owner: str, seq: int) -> int:
-        records = await self._records(*ahead_query("sqlite", owner, seq))
-        return int(next(iter(records[0].values())))
-
-    async def usage(self, owner: str) -> list[UsageLine]:
-        return [usage_line(record) for record in await self._records(*usage_query("sqlite", owner))]
-
-    async def ping(self) -> None:
-        """One `SELECT 1` round trip: whether the store answers."""
-        await self._records("SELECT 1", [])
-
     async def close(self) -> None:
         self._connection.close()
 
 
-class PostgresRowReader:
+class PostgresRowReader(RowReader):
     """Reads on `asyncpg`: one connection, or a pool for a process that reads concurrently (the HTTP service)."""
+
+    dialect: Dialect = "postgresql"
 
     def __init__(self, connection: Any) -> None:  # an asyncpg.Connection or Pool (asyncpg ships no type hints)
         self._connection = connection
@@ -378,36 +394,11 @@ class PostgresRowReader:
     async def _records(self, sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
         return [dict(record) for record in await self._connection.fetch(sql, *parameters)]
 
-    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
-        values = None if states is None else [state.value for state in states]
-        return [helper_row(record) for record in await self._records(*rows_query("postgresql", owner, values))]
-
-    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
-        values = None if states is None else [state.value for state in states]
-        return listed_views(await self._records(*rows_query("postgresql", owner, values, VIEW_COLUMNS)))
-
-    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
-        records = await self._records(*row_query("postgresql", owner, helper_id))
-        return helper_row(records[0]) if records else None
-
-    async def ahead(self, owner: str, seq: int) -> int:
-        sql, parameters = ahead_query("postgresql", owner, seq)
-        return int(await self._connection.fetchval(sql, *parameters))
-
-    async def usage(self, owner: str) -> list[UsageLine]:
-        return [usage_line(record) for record in await self._records(*usage_query("postgresql", owner))]
-
-    async def ping(self) -> None:
-        """One `SELECT 1` round trip (through the pool, when it is one): whether the store answers."""
-        await self._connection.fetchval("SELECT 1")
-
     async def close(self) -> None:
         await self._connection.close()
 
 
-async def open_bare_reader(
-    address: BareStoreAddress, pool_size: int | None = None
-) -> SqliteRowReader | PostgresRowReader:
+async def open_bare_reader(address: BareStoreAddress, pool_size: int | None = None) -> RowReader:
     """A reader on the bare driver of `address`, for a process with an event loop; `SchemaNotCurrent` when its schema
     is behind this code. With `pool_size`, PostgreSQL is read through a pool of that many connections."""
     if address.dialect == "sqlite":

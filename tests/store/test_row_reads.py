@@ -31,7 +31,7 @@ from store.row_reads import (
     USAGE_COLUMNS,
     VIEW_COLUMNS,
     PostgresRowReader,
-    SqliteRowReader,
+    RowReader,
     ahead_query,
     bare_store_address,
     open_bare_reader,
@@ -46,7 +46,6 @@ from tests.store.test_query_plans import OWNER_FIRST, _plan
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 9, 0, 0, 123456, tzinfo=UTC)
-Reader = SqliteRowReader | PostgresRowReader
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -63,7 +62,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @contextlib.asynccontextmanager
-async def both(url: str) -> AsyncIterator[tuple[HelperStore, Reader]]:
+async def both(url: str) -> AsyncIterator[tuple[HelperStore, RowReader]]:
     store = await HelperStore.connect(url)
     address = bare_store_address(url)
     assert address is not None, url

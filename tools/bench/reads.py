@@ -206,7 +206,9 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
         if address.dialect == "sqlite":
             reader = SqliteRowReader.open(address.sqlite_path)
         else:
-            reader = await open_bare_reader(address)
+            opened = await open_bare_reader(address)
+            assert isinstance(opened, PostgresRowReader)
+            reader = opened
         names = [f"owner-{random.randrange(owners):06d}" for _ in range(samples)]
         lines = [f"{kind} {size}: {owners * rows:,} rows filled in {fill_s:.1f} s; {samples} samples per read"]
         try:
