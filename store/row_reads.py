@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -270,13 +271,23 @@ def usage_line(record: Mapping[str, Any]) -> UsageLine:
 # --- the two readers ------------------------------------------------------------------------------------
 
 
-class RowReader:
-    """The reads, the same on both drivers: each reader gives its dialect and how to run one query."""
+class RowReader(ABC):
+    """The reads, the same on both drivers: each reader gives its dialect, how to run one query for its rows or
+    for one value, and how to close."""
 
     dialect: Dialect
 
+    @abstractmethod
     async def _records(self, sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The query's rows, each as a mapping of column name to value."""
+
+    @abstractmethod
+    async def _value(self, sql: str, parameters: list[Any]) -> Any:
+        """The first column of the query's first row."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the connection (or the pool)."""
 
     async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
         values = None if states is None else [state.value for state in states]
@@ -291,18 +302,14 @@ class RowReader:
         return helper_row(records[0]) if records else None
 
     async def ahead(self, owner: str, seq: int) -> int:
-        records = await self._records(*ahead_query(self.dialect, owner, seq))
-        return int(next(iter(records[0].values())))
+        return int(await self._value(*ahead_query(self.dialect, owner, seq)))
 
     async def usage(self, owner: str) -> list[UsageLine]:
         return [usage_line(record) for record in await self._records(*usage_query(self.dialect, owner))]
 
     async def ping(self) -> None:
         """One `SELECT 1` round trip (through the pool, when it is one): whether the store answers."""
-        await self._records("SELECT 1", [])
-
-    async def close(self) -> None:
-        raise NotImplementedError
+        await self._value("SELECT 1", [])
 
 
 class SqliteRowReader(RowReader):
@@ -350,6 +357,9 @@ class SqliteRowReader(RowReader):
 
         return await asyncio.to_thread(self._fetch, sql, parameters)
 
+    async def _value(self, sql: str, parameters: list[Any]) -> Any:
+        return next(iter((await self._records(sql, parameters))[0].values()))
+
     async def close(self) -> None:
         self._connection.close()
 
@@ -393,6 +403,9 @@ class PostgresRowReader(RowReader):
 
     async def _records(self, sql: str, parameters: list[Any]) -> list[dict[str, Any]]:
         return [dict(record) for record in await self._connection.fetch(sql, *parameters)]
+
+    async def _value(self, sql: str, parameters: list[Any]) -> Any:
+        return await self._connection.fetchval(sql, *parameters)
 
     async def close(self) -> None:
         await self._connection.close()

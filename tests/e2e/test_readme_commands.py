@@ -46,6 +46,13 @@ def readme_commands(block_index: int = 0) -> list[str]:
     return [command for command in commands if command.strip() and not command.lstrip().startswith("#")]
 
 
+def _in_this_environment(command: str) -> str:
+    """The command as pasted; run outside `make`'s virtual environment, with this interpreter's scripts."""
+    if (ROOT / ".venv" / "bin" / "helper-starter").exists():
+        return command
+    return command.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+
+
 @pytest.fixture
 async def local_stack(tmp_path: Path) -> AsyncIterator[Stack]:
     base = free_port_run(6)
@@ -75,9 +82,7 @@ async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack
     traceback."""
     commands = readme_commands()
     assert len(commands) >= 10 and all(c.startswith(".venv/bin/helper-starter ") for c in commands), commands
-    if not (ROOT / ".venv" / "bin" / "helper-starter").exists():
-        # Run outside `make`'s virtual environment: the same commands, with this interpreter's console script.
-        commands = [c.replace(".venv/bin/", f"{Path(sys.executable).parent}/", 1) for c in commands]
+    commands = [_in_this_environment(command) for command in commands]
     env = _second_shell(local_stack)
     for command in commands:
         watching = " watch " in command
@@ -98,9 +103,7 @@ async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack
             json.loads(out)  # one JSON value
 
     # The replica paragraph's slow helper: admitted and running, a 60-step script the reference core accepts.
-    (slow,) = readme_commands(2)
-    if not (ROOT / ".venv" / "bin" / "helper-starter").exists():
-        slow = slow.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+    (slow,) = [_in_this_environment(command) for command in readme_commands(2)]
     done = await asyncio.to_thread(
         subprocess.run, ["bash", "-c", slow], cwd=ROOT, env=env, capture_output=True, timeout=120
     )
