@@ -38,7 +38,7 @@ import pytest
 
 from protocol.connection import connect_for
 from protocol.names import helper_workflow_id
-from tests.helpers import free_port, free_stack_ports
+from tests.helpers import free_port, free_stack_ports, without_postgres
 from tests.soak.chaos import (
     MAX_RUNNING,
     Clock,
@@ -118,7 +118,7 @@ async def test_chaos_soak_keeps_every_promise(
     admitted helper ends once, no owner exceeds three running sessions, nothing runs twice and nothing is lost."""
     layout = LAYOUTS[layout_name]
     if layout.postgres and postgres_binaries() is None:
-        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
+        without_postgres("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
     # Stack.environment() copies os.environ, so this is how the workers and the starters get the policy.
     for name, value in POLICY_ENV.items():
         monkeypatch.setenv(name, value)

@@ -25,6 +25,7 @@ from domain.work import Usage
 from store.database import head_revision, migrate
 from store.helper_store import HelperStore, RowOfAnotherAdmission
 from tests.conftest import POSTGRES_URL
+from tests.helpers import without_postgres
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TABLES = {"helper_rows", "helper_usage", "chat_events", "parked_sessions", "alembic_version"}
@@ -61,7 +62,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[
         return
     reason = await _postgres_unreachable()
     if reason is not None:
-        pytest.skip(reason)
+        without_postgres(reason)
     schema = f"t_{uuid.uuid4().hex[:16]}"
     admin = create_async_engine(POSTGRES_URL)
     async with admin.begin() as connection:

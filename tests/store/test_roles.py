@@ -17,6 +17,7 @@ from domain.rows import RowState
 from store.database import create_engine, migrate
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
+from tests.helpers import without_postgres
 from tests.store.test_helper_store import row
 
 pytestmark = pytest.mark.postgres
@@ -38,7 +39,7 @@ async def database() -> AsyncIterator[str]:
             await connection.execute(text(f'CREATE DATABASE "{name}" OWNER helpers'))
     except (OSError, TimeoutError) as error:
         await admin.dispose()
-        pytest.skip(f"no PostgreSQL server answers at {server!r}: {error!r}")
+        without_postgres(f"no PostgreSQL server answers at {server!r}: {error!r}")
     url = server.set(database=name)
     as_superuser = create_async_engine(url, isolation_level="AUTOCOMMIT")
     try:
