@@ -43,7 +43,7 @@ from store.database import create_engine, migrate
 from store.helper_store import HelperStore
 from store.row_reads import (
     HELPER_ROW_COLUMNS,
-    PostgresRowReader,
+    RowReader,
     SqliteRowReader,
     bare_store_address,
     open_bare_reader,
@@ -177,14 +177,6 @@ def _line(name: str, project: tuple[float, float], baseline: tuple[float, float]
     )
 
 
-async def _bare_select_one(reader: SqliteRowReader | PostgresRowReader) -> None:
-    # The same connection the reads use: the baseline is one round trip on it.
-    if isinstance(reader, SqliteRowReader):
-        reader._connection.execute("SELECT 1").fetchone()
-    else:
-        await reader._connection.fetchval("SELECT 1")
-
-
 # (engine, read, path) → (p50, p99) at each size, in the order measured: how a read grows with owners.
 Growth = dict[tuple[str, str, str], list[tuple[str, float, float]]]
 
@@ -202,18 +194,16 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
         address = bare_store_address(url)
         assert address is not None
         # The console script's reader: on SQLite its queries run in the calling thread (starter.cli.answer).
-        reader: SqliteRowReader | PostgresRowReader
+        reader: RowReader
         if address.dialect == "sqlite":
             reader = SqliteRowReader.open(address.sqlite_path)
         else:
-            opened = await open_bare_reader(address)
-            assert isinstance(opened, PostgresRowReader)
-            reader = opened
+            reader = await open_bare_reader(address)
         names = [f"owner-{random.randrange(owners):06d}" for _ in range(samples)]
         lines = [f"{kind} {size}: {owners * rows:,} rows filled in {fill_s:.1f} s; {samples} samples per read"]
         try:
             sources: list[tuple[str, Any, Callable[[], Awaitable[Any]]]] = [
-                ("bare", reader, lambda: _bare_select_one(reader)),
+                ("bare", reader, reader.ping),  # one `SELECT 1` on the connection the reads use
                 ("SQLAlchemy", store, lambda: _engine_select_one(store)),
             ]
             for path, source, select_one in sources:
