@@ -4,7 +4,6 @@ the starter's role only reads (R40's "one credential per use" in the trust model
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from domain.rows import RowState
 from store.database import create_engine, migrate
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
-from tests.helpers import without_postgres
+from tests.helpers import fresh_postgres_database
 from tests.store.test_helper_store import row
 
 pytestmark = pytest.mark.postgres
@@ -28,31 +27,20 @@ ROLES_SQL = Path(__file__).resolve().parents[2] / "deploy" / "postgres" / "roles
 @pytest.fixture
 async def database() -> AsyncIterator[str]:
     """A fresh database owned by `helpers`, with roles.sql applied twice (it must be idempotent)."""
-    server = make_url(POSTGRES_URL)
-    admin = create_async_engine(server, isolation_level="AUTOCOMMIT", connect_args={"timeout": 5})
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    try:
-        async with admin.connect() as connection:
-            exists = await connection.scalar(text("SELECT 1 FROM pg_roles WHERE rolname = 'helpers'"))
-            if not exists:
-                await connection.execute(text("CREATE ROLE helpers LOGIN"))
-            await connection.execute(text(f'CREATE DATABASE "{name}" OWNER helpers'))
-    except (OSError, TimeoutError) as error:
-        await admin.dispose()
-        without_postgres(f"no PostgreSQL server answers at {server!r}: {error!r}")
-    url = server.set(database=name)
-    as_superuser = create_async_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        for _ in range(2):
+    async with fresh_postgres_database(POSTGRES_URL) as url:
+        as_superuser = create_async_engine(url, isolation_level="AUTOCOMMIT")
+        try:
             async with as_superuser.connect() as connection:
-                raw = await connection.get_raw_connection()
-                await raw.driver_connection.execute(ROLES_SQL.read_text())  # type: ignore[union-attr]
-        yield url.render_as_string(hide_password=False)
-    finally:
-        await as_superuser.dispose()
-        async with admin.connect() as connection:
-            await connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        await admin.dispose()
+                if not await connection.scalar(text("SELECT 1 FROM pg_roles WHERE rolname = 'helpers'")):
+                    await connection.execute(text("CREATE ROLE helpers LOGIN"))
+                await connection.execute(text(f'ALTER DATABASE "{make_url(url).database}" OWNER TO helpers'))
+            for _ in range(2):
+                async with as_superuser.connect() as connection:
+                    raw = await connection.get_raw_connection()
+                    await raw.driver_connection.execute(ROLES_SQL.read_text())  # type: ignore[union-attr]
+            yield url
+        finally:
+            await as_superuser.dispose()
 
 
 def _as(url: str, role: str) -> str:
