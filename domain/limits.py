@@ -26,6 +26,10 @@ HELPER_INPUT_CEILING_TOKENS = 4_000_000
 HELPER_TASK_MAX_CHARS = 20_000
 HELPER_BOUNDARY_MAX_ITEMS = 20
 HELPER_BOUNDARY_ITEM_MAX_CHARS = 200
+# Bounds on what a chat turn's `read` and `delivered` carry (turn ids come from the chat), so no message carries an
+# unbounded one (R36). The wire messages (`protocol.messages`) and the starter's checks (`starter.inputs`) use these.
+TURN_MAX_CHARS = 200
+READ_MAX_HELPERS = 100
 
 
 class Limits(BaseModel):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from domain.book import OwnerBook
 from domain.ids import HelperId, OwnerId
-from domain.limits import Policy
+from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
 
 COORDINATOR_WORKFLOW: Final = "CoordinatorWorkflow"
@@ -35,10 +35,6 @@ CLOSE: Final = "close"
 OWNER_BOOK: Final = "owner_book"
 COUNTS: Final = "counts"
 HELPER_STATUS: Final = "status"
-
-# Turn ids come from the chat; bounded so no message carries an unbounded one (R36).
-TURN_MAX_CHARS: Final = 200
-READ_MAX_HELPERS: Final = 100
 
 
 class HelperResult(BaseModel):

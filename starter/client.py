@@ -33,16 +33,15 @@ from domain.rows import (
 from protocol.client import admit, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable, refusal_of
-from protocol.messages import DeliveredRequest, ReadRequest
 from starter.inputs import (
-    check_delivered,
     check_goal_ids,
     check_ids,
-    check_read,
     check_store_url,
     clip,
+    delivered_request,
     parse_goal,
     parse_request,
+    read_request,
     scrub,
 )
 from starter.reads import RowSource, StoreReader, open_store
@@ -106,14 +105,12 @@ class HelperClient(StoreReader):
 
     async def read(self, owner: str, turn: str, helper_ids: list[str]) -> ReadAnswer:
         """Record that chat turn `turn` read these outcomes; nothing is delivered yet (R28)."""
-        check_read(owner, turn, helper_ids)
-        request = ReadRequest(turn=turn, helper_ids=helper_ids)
+        request = read_request(owner, turn, helper_ids)
         return await self._update(lambda: mark_read(self.temporal, owner, request), missing_helper=helper_ids[0])
 
     async def delivered(self, owner: str, turn: str, answer_chars: int) -> DeliveredAnswer:
         """Turn `turn` sent a nonempty answer and completed: what it read is delivered (R28)."""
-        check_delivered(owner, turn, answer_chars)
-        request = DeliveredRequest(turn=turn, answer_chars=answer_chars)
+        request = delivered_request(owner, turn, answer_chars)
         try:
             return await self._update(lambda: mark_delivered(self.temporal, owner, request), missing_helper="")
         except HelperRefused as refusal:

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
 from config.settings import Settings
+from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
 from domain.requests import HelperRequest, RequestError, check_id
 from protocol.errors import InvalidConfiguration, InvalidRequest
 from store.row_reads import bare_store_address
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal
-
-TURN_MAX_CHARS = 200
+    from protocol.messages import DeliveredRequest, ReadRequest
 
 ECHO_MAX_CHARS = 40
 
@@ -52,25 +52,70 @@ def check_ids(owner: str, helper_ids: Iterable[str], kind: str = "helper id") ->
         raise InvalidRequest(str(error)) from None
 
 
+def _invalid(problem: str) -> InvalidRequest:
+    return InvalidRequest(problem, {"problems": [problem]})
+
+
 def check_turn(turn: str) -> None:
+    """A chat turn's id: 1-TURN_MAX_CHARS characters, not only spaces, valid UTF-8, no control characters."""
     if not turn.strip() or len(turn) > TURN_MAX_CHARS:
-        raise InvalidRequest(f"turn must be 1-{TURN_MAX_CHARS} characters")
-    if any(unicodedata.category(character) in ("Cc", "Cs") for character in turn):
-        raise InvalidRequest("turn must not contain control characters")
+        raise _invalid(f"turn must be 1-{TURN_MAX_CHARS} characters, not only spaces (it has {len(turn)})")
+    try:
+        turn.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise _invalid(f"turn is not valid UTF-8 (bad character at position {error.start})") from None
+    if any(unicodedata.category(character) == "Cc" for character in turn):
+        raise _invalid("turn must not contain control characters")
 
 
 def check_read(owner: str, turn: str, helper_ids: list[str]) -> None:
+    """`read`'s input, checked as `protocol.messages.ReadRequest` is and more: so the message always builds."""
+    if not helper_ids:
+        raise _invalid("helper_ids: name at least one helper id to read")
+    if len(helper_ids) > READ_MAX_HELPERS:
+        raise _invalid(f"helper_ids: {len(helper_ids)} helper ids; one read names at most {READ_MAX_HELPERS}")
     check_ids(owner, helper_ids)
     check_turn(turn)
-    if not helper_ids:
-        raise InvalidRequest("name at least one helper id to read")
 
 
 def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
+    """`delivered`'s input, checked as `protocol.messages.DeliveredRequest` is and more."""
     check_ids(owner, [])
     check_turn(turn)
     if answer_chars <= 0:
-        raise InvalidRequest("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
+        raise _invalid("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
+
+
+def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:
+    """`read`'s message, built within its checks: whatever the message refuses is an invalid request (R48)."""
+    from protocol.messages import ReadRequest
+
+    check_read(owner, turn, helper_ids)
+    return _built(lambda: ReadRequest(turn=turn, helper_ids=helper_ids))
+
+
+def delivered_request(owner: str, turn: str, answer_chars: int) -> DeliveredRequest:
+    """`delivered`'s message, built within its checks: whatever the message refuses is an invalid request (R48)."""
+    from protocol.messages import DeliveredRequest
+
+    check_delivered(owner, turn, answer_chars)
+    return _built(lambda: DeliveredRequest(turn=turn, answer_chars=answer_chars))
+
+
+Message = TypeVar("Message")
+
+
+def _built(build: Callable[[], Message]) -> Message:
+    try:
+        return build()
+    except ValidationError as error:
+        problems = [_problem(problem) for problem in error.errors()]
+        raise InvalidRequest("; ".join(problems), {"problems": problems}) from None
+
+
+def _problem(problem: Any) -> str:
+    where = ".".join(str(part) for part in problem.get("loc", ())) or "request"
+    return f"{where}: {str(problem.get('msg', 'is not valid')).removeprefix('Value error, ')}"
 
 
 def every_ms(text: str) -> int:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -229,6 +230,17 @@ def _problems(error: RequestValidationError) -> list[str]:
     return problems
 
 
+def _unparsed(cause: BaseException | None) -> str:
+    """Why a body FastAPI could not read as JSON is not JSON (its bytes, its depth, a number's length)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: not JSON in UTF-8 (a bad byte at position {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "body: not JSON this service reads (nested too deeply)"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return f"body: not JSON this service reads (a number of more than {sys.get_int_max_str_digits()} digits)"
+    return "body: not JSON"
+
+
 def _inputs(request: Request, *values: Any) -> list[str]:
     """What the caller sent, so an error echoes none of it whole (`starter.answers.safe_text`)."""
     found = [str(value) for value in request.path_params.values()]
@@ -286,6 +298,9 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        if error.status_code == 400:  # the body did not parse as JSON at all: an invalid request, as in `invalid`
+            problem = _unparsed(error.__cause__)
+            return error_response(InvalidRequest(problem, {"problems": [problem]}), _inputs(request), 400)
         code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
         headers = dict(error.headers or {})
         if error.status_code == 405:  # every method of the path, not only those of the first route that matched

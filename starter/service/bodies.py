@@ -14,13 +14,14 @@ from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
     HELPER_TASK_MAX_CHARS,
+    READ_MAX_HELPERS,
+    TURN_MAX_CHARS,
     LimitOverrides,
 )
 from domain.outcome import OutcomeKind
 from domain.requests import ID_PATTERN
 from domain.rows import RowState
 from domain.texts import SUPPORTED_LANGUAGES
-from starter.inputs import TURN_MAX_CHARS
 
 # What the document says of each field. The checks themselves are the console script's (`starter.commands`), so
 # a refusal reads the same from both; these only describe them. Beyond them, a request is checked against the
@@ -58,10 +59,11 @@ class StartBody(_Body):
         json_schema_extra=BOUNDARY_SCHEMA,
     )
     language: str = Field(default="en", description="the owner's language", json_schema_extra=LANGUAGE_SCHEMA)
-    goal_id: str | None = Field(default=None, description="the Goal this check belongs to")
+    goal_id: str | None = Field(default=None, description="the Goal this check belongs to", json_schema_extra=ID_SCHEMA)
     follow_up: str | None = Field(
         default=None,
         description="the earlier helper whose question, authorization wait or partial outcome this continues",
+        json_schema_extra=ID_SCHEMA,
     )
     limits: LimitOverrides | None = Field(default=None, description="tighter limits (at most the configured ones)")
 
@@ -75,7 +77,8 @@ class ReadBody(_Body):
 
     turn: str = Field(description="the chat turn's id (1-200 characters)", json_schema_extra=TURN_SCHEMA)
     helper_ids: list[str] = Field(
-        description="the helpers whose outcomes the turn read", json_schema_extra={"minItems": 1, "items": ID_SCHEMA}
+        description=f"the helpers whose outcomes the turn read (1-{READ_MAX_HELPERS})",
+        json_schema_extra={"minItems": 1, "maxItems": READ_MAX_HELPERS, "items": ID_SCHEMA},
     )
 
 
