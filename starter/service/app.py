@@ -9,7 +9,8 @@ refusals (`starter.commands`, `starter.answers`), and its exit codes as HTTP sta
 | 3 | unavailable | 503 with Retry-After: asking again is safe |
 
 Beyond the console script: 401 `unauthorized` without the service token, 413 `too_large` for a body over the
-cap. Live lines are Server-Sent Events. docs/api.md describes it all.
+cap, 408 `request_timeout` for a body that did not arrive in time (`starter.service.read_timeout`). Live lines are
+Server-Sent Events. docs/api.md describes it all.
 """
 
 import asyncio
@@ -105,6 +106,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for status, description in (
         (400, "invalid_request: the body is not JSON"),
         (401, "unauthorized: no or a wrong service token"),
+        (408, "request_timeout: the body did not arrive within HELPER_API_READ_TIMEOUT_MS; the connection closes"),
         (409, "refused: a limit, or the helper is not in a state that allows it"),
         (413, "too_large: the body is over HELPER_API_MAX_BODY_BYTES"),
         (422, "invalid_request: the request does not pass the starter's checks; nothing was written"),

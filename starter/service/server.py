@@ -1,6 +1,7 @@
 """Running the service: `helper-starter serve`. uvicorn serves the app on HELPER_API_BIND (HTTPS when
-HELPER_API_TLS_CERT and HELPER_API_TLS_KEY are set); SIGTERM or Ctrl-C stops taking connections, ends the
-live-lines streams, lets requests in flight finish within HELPER_API_SHUTDOWN_GRACE_MS, then closes the store."""
+HELPER_API_TLS_CERT and HELPER_API_TLS_KEY are set), closing a connection whose request has not arrived whole
+within HELPER_API_READ_TIMEOUT_MS (`starter.service.read_timeout`); SIGTERM or Ctrl-C stops taking connections, ends
+the live-lines streams, lets requests in flight finish within HELPER_API_SHUTDOWN_GRACE_MS, then closes the store."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import uvicorn
 from config.settings import Settings
 from protocol.errors import InvalidConfiguration
 from starter.service.app import ServiceState, create_app, with_guards
+from starter.service.read_timeout import ReadTimeoutConfig
 from starter.service.settings import ServiceSettings, ServiceSettingsError
 
 log = logging.getLogger("helper_api")
@@ -53,8 +55,9 @@ def serve(settings: Settings, bind: str | None = None) -> None:
         raise InvalidConfiguration(problem)  # every write would be refused: say so at start, not per request
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, service)
-    config = uvicorn.Config(
+    config = ReadTimeoutConfig(
         with_guards(app, service),
+        read_timeout_s=service.read_timeout_ms / 1000,
         host=service.host,
         port=service.port,
         ssl_certfile=str(service.tls_cert) if service.tls_cert else None,

@@ -24,6 +24,7 @@ class ServiceSettings(BaseModel):
     tls_cert: Path | None = None  # PEM certificate chain; with tls_key, the service speaks HTTPS only
     tls_key: Path | None = None
     max_body_bytes: int = Field(default=256 * 1024, gt=0)  # a start's task is at most 20,000 characters
+    read_timeout_ms: int = Field(default=5_000, gt=0)  # a request not in whole (headers and body) by then: closed
     request_timeout_ms: int = Field(default=40_000, gt=0)  # a write waits HELPER_STARTER_TIMEOUT_MS for Temporal
     watch_max_ms: int = Field(default=3_600_000, gt=0)  # a live-lines stream ends after this; the caller reconnects
     max_watches: int = Field(default=500, gt=0)  # streams open at once; one more is answered 503
@@ -51,6 +52,7 @@ class ServiceSettings(BaseModel):
             "tls_cert": "HELPER_API_TLS_CERT",
             "tls_key": "HELPER_API_TLS_KEY",
             "max_body_bytes": "HELPER_API_MAX_BODY_BYTES",
+            "read_timeout_ms": "HELPER_API_READ_TIMEOUT_MS",
             "request_timeout_ms": "HELPER_API_REQUEST_TIMEOUT_MS",
             "watch_max_ms": "HELPER_API_WATCH_MAX_MS",
             "max_watches": "HELPER_API_MAX_WATCHES",
