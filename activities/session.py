@@ -33,14 +33,12 @@ from clients.core_client import (
 from contracts.core_api import SessionCreated, Snapshot
 from domain.activity_io import (
     CancelResult,
-    FirstLook,
     OpenedSession,
     OpenSession,
     ParkSession,
     RecoveredSession,
     RecoverSession,
     SessionRef,
-    first_look_bound_ms,
 )
 from domain.bounds import ROW_MESSAGE_MAX, cut
 from domain.follow import (
@@ -104,39 +102,7 @@ class SessionActivities:
         # The session id is durable before the workflow moves on: no lost session id (seed risk 7).
         await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=created.session_id)
         await self.follow_ups.release_earlier(row)
-        opened = OpenedSession(session_id=created.session_id, created=created.created)
-        if request.first_look is not None:
-            opened.looked, opened.cursor = await self._first_look(request, request.first_look, created.session_id)
-        return opened
-
-    async def _first_look(
-        self, request: OpenSession, look: FirstLook, session_id: str
-    ) -> tuple[FollowResult | None, FollowCursor | None]:
-        """Read the new session as the follow would, waiting up to `look.wait_ms` for a change: a session that has
-        already ended (a quick answer, a refusal at the first step) needs no follow activity. Best effort: a core
-        that is slow or silent here is the follow's to judge, so the look gives up at its bound."""
-        key = request.row
-        following = FollowRequest(
-            owner=key.owner,
-            helper_id=key.helper_id,
-            seq=key.seq,
-            session_id=session_id,
-            generation=key.generation,
-            ceiling_tokens=look.ceiling_tokens,
-            tuning=look.tuning,
-            check_ms=request.check_ms,
-        )
-        cursor = FollowCursor()
-        try:
-            async with asyncio.timeout(first_look_bound_ms(look.wait_ms) / 1000):
-                looked = await self._observe_once(following, cursor, 0)
-                if looked is None and cursor.version is not None and look.wait_ms > 0:
-                    looked = await self._observe_once(following, cursor, look.wait_ms)
-        except TimeoutError:
-            return None, None  # the follow starts from nothing, as before the first look
-        if cursor.silent_since is not None:
-            return None, None  # silence is counted by the follow, over its own budget
-        return looked, cursor
+        return OpenedSession(session_id=created.session_id, created=created.created)
 
     async def _create(
         self, row: HelperRow, idempotency_key: str, limits: Limits, timeout_s: float | None
@@ -170,8 +136,7 @@ class SessionActivities:
         if request.records_start and not details:
             # The row shows from now on that a worker follows it (until then: granted, waiting for a follow slot).
             await self.store.record_follow_started(request.owner, request.helper_id, request.seq, request.generation)
-        # No heartbeat yet: go on from the open's first look, if it took one.
-        cursor = FollowCursor.model_validate(details[0]) if details else (request.cursor or FollowCursor())
+        cursor = FollowCursor.model_validate(details[0]) if details else FollowCursor()
         # A worker that shuts down waits for its activities up to its graceful timeout: a follow would hold it
         # for a whole long poll and, once cancelled, be retried only after its heartbeat timeout. So the attempt
         # ends as soon as shutdown begins, and the server hands the follow to another worker at once.

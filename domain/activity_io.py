@@ -13,17 +13,12 @@ from pydantic import BaseModel, Field
 
 from contracts.core_api import Action
 from domain.book import EventState
-from domain.follow import FollowCursor, FollowResult
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
 from domain.work import Usage
-
-# The first look holds the helper's first workflow task (a signal waits behind it): a second at most.
-FIRST_LOOK_MAX_MS = 1_000
-FIRST_LOOK_READS_MS = 1_000
 
 
 class RowKey(BaseModel):
@@ -160,21 +155,6 @@ class Regranted(StrEnum):
 # timeout come from one source (None: the worker's setting applies).
 
 
-class FirstLook(BaseModel):
-    """The open's first look at the session it made, judged as the follow judges (R44): a session that ends
-    within `wait_ms` of its create ends the helper in the task that opened it, with no follow activity."""
-
-    ceiling_tokens: int
-    tuning: FollowTuning
-    wait_ms: int = Field(ge=0, le=FIRST_LOOK_MAX_MS)
-
-
-def first_look_bound_ms(wait_ms: int) -> int:
-    """The longest a first look takes: its wait, and the two reads of a core that answers (a slow one is left to
-    the follow)."""
-    return wait_ms + FIRST_LOOK_READS_MS
-
-
 class OpenSession(BaseModel):
     row: RowKey
     idempotency_key: str
@@ -182,14 +162,11 @@ class OpenSession(BaseModel):
     started_at: datetime
     deadline_at: datetime
     check_ms: int | None = None
-    first_look: FirstLook | None = None  # None: the open only creates; the follow reads the session
 
 
 class OpenedSession(BaseModel):
     session_id: str
     created: bool
-    looked: FollowResult | None = None  # the first look's verdict, if the session has already ended or paused
-    cursor: FollowCursor | None = None  # what the first look saw, for the follow to go on from
 
 
 class SessionRef(BaseModel):

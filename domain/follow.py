@@ -49,7 +49,6 @@ class FollowRequest(BaseModel):
     stop_at_pauses: bool = True  # false while a cancel is meant to end a question or authorization pause
     tuning: FollowTuning
     check_ms: int | None = None  # the bound of each snapshot call, from the owner's policy
-    cursor: FollowCursor | None = None  # the open's first look, where the first attempt goes on from
     # The helper's first follow records in its row when a worker began following it: one write per helper.
     records_start: bool = False
 

@@ -35,10 +35,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.rows import RowActivities
     from activities.session import SessionActivities
     from domain.activity_io import (
-        FIRST_LOOK_MAX_MS,
         CancelResult,
         Finalize,
-        FirstLook,
         HelperStart,
         MarkClosed,
         OpenedSession,
@@ -61,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         row_state_of,
     )
     from domain.ending_texts import explain
-    from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict
+    from domain.follow import FollowRequest, FollowResult, Verdict
     from domain.limits import kept_until
     from domain.outcome import OutcomeKind
     from domain.rows import RowState
@@ -105,7 +103,6 @@ class HelperWorkflow:
         self._opening: asyncio.Future[OpenedSession] | None = None
         self._follow_task: asyncio.Future[FollowResult] | None = None
         self._followed = False  # a follow activity was scheduled (its first records when following began)
-        self._first_look: OpenedSession | None = None  # the open's look at its session, for the first follow
         self._finish: asyncio.Task[bool] | None = None
         self._cancel: asyncio.Task[CancelResult] | None = None
         self._started: list[asyncio.Future[Any]] = []
@@ -176,7 +173,6 @@ class HelperWorkflow:
             started_at=started_at,
             deadline_at=deadline_at,
             check_ms=start.check_ms,
-            first_look=first_look_of(start),
         )
         self._opening = self._track(await self._open_in_task(opening))
         # The open's first attempt held this task for part of the time (workflow.now() has moved on with it):
@@ -237,7 +233,6 @@ class HelperWorkflow:
             if opened is None:
                 return decide(Trigger.OPEN_FAILED, situation)
             self.session_id = opened.session_id
-            self._first_look = opened
             return decide(trigger, self._situation(), deadline_passed=deadline.done())
         if trigger is Trigger.DEADLINE:
             self.deadline_seen = True
@@ -270,7 +265,7 @@ class HelperWorkflow:
                 )
             )
         if step.follow:
-            self._follow_task = self._follow_or_look(step)
+            self._follow_task = self._start_follow(step.watch_work_ceiling, step.stop_at_pauses)
 
     def _finish_answered(self) -> bool:
         return self._finish is not None and self._finish.done()
@@ -298,7 +293,7 @@ class HelperWorkflow:
                 await workflow.execute_local_activity_method(
                     SessionActivities.open_session,
                     opening,
-                    **options.first_open(self.start.check_ms, opening.first_look),
+                    **options.first_open(self.start.check_ms),
                 )
             )
         except CALL_FAILED as error:
@@ -310,25 +305,12 @@ class HelperWorkflow:
                     SessionActivities.open_session,
                     opening,
                     summary="create the core session (idempotent key)",
-                    **options.core_call(self.start.check_ms, cancellable=True, looking=opening.first_look),
+                    **options.core_call(self.start.check_ms, cancellable=True),
                 )
             answered.set_exception(error)
         return answered
 
-    def _follow_or_look(self, step: Step) -> asyncio.Future[FollowResult]:
-        """The follow, or the first look's verdict when the open already saw the session end or pause, judged as
-        this follow would judge it (the first follow after the open watches the ceiling and stops at pauses)."""
-        look, self._first_look = self._first_look, None
-        cursor = look.cursor if look is not None else None
-        if look is not None and look.looked is not None and step.watch_work_ceiling and step.stop_at_pauses:
-            looked: asyncio.Future[FollowResult] = asyncio.get_running_loop().create_future()
-            looked.set_result(look.looked)
-            return looked
-        return self._start_follow(step.watch_work_ceiling, step.stop_at_pauses, cursor)
-
-    def _start_follow(
-        self, watch_work_ceiling: bool, stop_at_pauses: bool, cursor: FollowCursor | None
-    ) -> asyncio.Task[FollowResult]:
+    def _start_follow(self, watch_work_ceiling: bool, stop_at_pauses: bool) -> asyncio.Task[FollowResult]:
         assert self.session_id is not None
         start = self.start
         records_start, self._followed = not self._followed, True
@@ -346,7 +328,6 @@ class HelperWorkflow:
                     stop_at_pauses=stop_at_pauses,
                     tuning=start.follow,
                     check_ms=start.check_ms,
-                    cursor=cursor,
                     records_start=records_start,
                 ),
                 # Its own queue and slots: a follow holds its slot for the whole run (protocol.names).
@@ -602,16 +583,6 @@ class HelperWorkflow:
         # Stable across retries and worker restarts, distinct for a helper id reused after retention (R9).
         info = workflow.info()
         return f"{info.workflow_id}/{info.first_execution_run_id}"
-
-
-def first_look_of(start: HelperStart) -> FirstLook:
-    """What the open looks for: the first follow's verdicts, waiting at most a second for a change (a long poll,
-    where the core offers it), so that a session that ends at once ends the helper in the task that opened it."""
-    return FirstLook(
-        ceiling_tokens=start.limits.ceiling_tokens,
-        tuning=start.follow,
-        wait_ms=min(start.follow.wait_ms, FIRST_LOOK_MAX_MS),
-    )
 
 
 def _timer(at: datetime, summary: str) -> asyncio.Future[None]:

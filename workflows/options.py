@@ -8,7 +8,6 @@ from typing import TypedDict
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
-from domain.activity_io import FirstLook, first_look_bound_ms
 from domain.limits import FollowTuning
 from protocol.errors import ErrorType
 
@@ -50,16 +49,14 @@ def core_call(
     *,
     give_up_after: timedelta | None = None,
     cancellable: bool = False,
-    looking: FirstLook | None = None,
 ) -> ActivityOptions:
-    """One core call: HELPER_CHECK_MS bounds the HTTP call, the activity gets a little more (and an open that
-    takes a first look at its session, the look's bound).
+    """One core call: HELPER_CHECK_MS bounds the HTTP call, the activity gets a little more.
 
     `cancellable` calls run beside others and may be cancelled when the helper ends; the helper then waits
     for their end before it completes, so no late result meets a completing workflow task.
     """
     options: ActivityOptions = {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms + _look_ms(looking)) + timedelta(seconds=5),
+        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
@@ -73,15 +70,11 @@ def core_call(
     return options
 
 
-def _look_ms(looking: FirstLook | None) -> int:
-    return 0 if looking is None else first_look_bound_ms(looking.wait_ms)
-
-
-def first_open(check_ms: int, looking: FirstLook | None = None) -> LocalActivityOptions:
+def first_open(check_ms: int) -> LocalActivityOptions:
     """The open's first attempt, as a local activity: one attempt, bounded like a core call; the helper's task
     waits for it (the task heartbeats while it runs), and a failure goes on as the open activity."""
     options: LocalActivityOptions = {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms + _look_ms(looking)) + timedelta(seconds=5),
+        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
         "retry_policy": RetryPolicy(maximum_attempts=1),
         "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     }

@@ -38,7 +38,7 @@ from domain.activity_io import (
     WrittenOutcome,
 )
 from domain.book import FinishedNotice
-from domain.follow import FollowCursor, FollowRequest, FollowResult, Verdict
+from domain.follow import FollowRequest, FollowResult, Verdict
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
@@ -65,9 +65,7 @@ class Script:
     reset_fails: int = 0  # the first resets fail (retried with backoff), then the core resets
     open_delay_s: float = 0.0  # the first create takes this long (real time: it holds the workflow task)
     cancel_stops: bool = True
-    looked: FollowResult | None = None  # what the open's first look saw (a verdict), if anything
     already: WrittenOutcome | None = None  # the row's outcome, written by an earlier run of the finalization
-    look_cursor: FollowCursor | None = None
     calls: list[tuple[str, Any]] = field(default_factory=list)
     finals: list[Finalize] = field(default_factory=list)
 
@@ -93,9 +91,7 @@ async def open_session(request: OpenSession) -> OpenedSession:
         raise ApplicationError("no answer", type=ErrorType.CORE_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN)
     if script().names().count("open") <= script().open_down:
         raise ApplicationError("core down", type=ErrorType.CORE_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN)
-    if request.first_look is None:
-        return OpenedSession(session_id="s-1", created=True)
-    return OpenedSession(session_id="s-1", created=True, looked=script().looked, cursor=script().look_cursor)
+    return OpenedSession(session_id="s-1", created=True)
 
 
 @activity.defn(name="follow_session")
@@ -300,39 +296,6 @@ async def test_a_quick_helper_holds_the_open_the_follow_the_outcome_the_notice_a
     assert scheduled == ["follow_session", "reset_session"]
     assert events.count("MARKER_RECORDED") == 2
     assert events.count("SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED") == 1
-
-
-async def test_a_session_seen_ended_at_its_open_needs_no_follow(run: Run) -> None:
-    """R9, R18, R44: the open's first look (bounded by a second of waiting) saw the session end: no follow
-    activity; the outcome carries what the look saw."""
-    script().looked = terminal(SessionStatus.COMPLETED)
-    kind, final, told = await _outcome(run)
-    _, scheduled = await _history(run)
-    assert kind == OutcomeKind.COMPLETED and told == ["finished:completed"]
-    assert final.usage is not None and final.usage.steps == 2, "the outcome carries what the look saw"
-    assert script().names() == ["open", "finalize", "reset"]
-    assert scheduled == ["reset_session"]
-    look = script().calls[0][1].first_look
-    assert look is not None and look.wait_ms <= 1_000 and look.ceiling_tokens == LIMITS.ceiling_tokens
-
-
-async def test_a_question_seen_at_the_open_is_the_outcome(run: Run) -> None:
-    """R16, R44: a pause the look saw is judged as the first follow would judge it."""
-    script().looked = FollowResult(verdict=Verdict.QUESTION, question="Which venue?")
-    kind, final, _ = await _outcome(run)
-    assert kind == OutcomeKind.QUESTION and final.question == "Which venue?"
-    assert "follow" not in script().names()
-
-
-async def test_a_look_that_saw_no_end_hands_its_cursor_to_the_follow(run: Run) -> None:
-    """R44: a session still running after the look is followed from what the look saw (its version and the
-    progress it wrote), so the follow neither reads it again from nothing nor writes the same progress twice."""
-    script().look_cursor = FollowCursor(status="running", steps=1, work_tokens=40, version=3)
-    script().follow = [terminal(SessionStatus.COMPLETED)]
-    kind, _, _ = await _outcome(run)
-    follows = [request for name, request in script().calls if name == "follow"]
-    assert kind == OutcomeKind.COMPLETED
-    assert follows[0].cursor is not None and follows[0].cursor.version == 3 and follows[0].cursor.steps == 1
 
 
 async def test_a_first_open_that_finds_the_core_down_goes_on_as_an_activity(run: Run) -> None:
