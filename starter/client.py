@@ -190,9 +190,11 @@ async def check_model(settings: Settings, model: str) -> None:
     """Refuse a model the core does not offer, naming those it does (exit 2), when the core publishes a catalog
     (`GET /v1/models`). A core without one, or one that does not answer within MODEL_CHECK_S, leaves the check to
     the create, whose refusal becomes the helper's failed outcome."""
-    from starter.catalog import offered_models  # the stdlib's HTTP client where it asks as httpx would (R43)
+    from starter.catalog import models_offering  # the stdlib's HTTP client where it asks as httpx would (R43)
 
-    offered = await offered_models(settings.core_url, settings.policy.check_ms, MODEL_CHECK_S, settings.core_proxy)
+    offered = await models_offering(
+        settings.core_url, model, settings.policy.check_ms, MODEL_CHECK_S, settings.core_proxy
+    )
     if offered is not None and model not in offered:
         names = ", ".join(offered[:20]) + (", …" if len(offered) > 20 else "")
         raise InvalidRequest(

@@ -116,3 +116,62 @@ def test_https_and_proxies_stay_with_the_core_client(monkeypatch: pytest.MonkeyP
 def test_the_cap_is_the_core_clients() -> None:
     """R43, R37: the catalog's body is capped where the core client caps every answer."""
     assert catalog.CORE_ANSWER_MAX_BYTES == core_client.CORE_ANSWER_MAX_BYTES
+
+
+class _CountedCore(http.server.BaseHTTPRequestHandler):
+    """A core that counts its catalog requests and answers each after a moment, with the models the test sets."""
+
+    requests: ClassVar[int] = 0
+    models: ClassVar[list[str]] = ["scripted"]
+
+    def do_GET(self) -> None:
+        type(self).requests += 1
+        time.sleep(0.2)  # long enough for every caller of a burst to ask while the first request is out
+        body = json.dumps({"models": self.models}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def counted_core() -> Iterator[str]:
+    _CountedCore.requests, _CountedCore.models = 0, ["scripted"]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CountedCore)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+async def test_a_burst_of_starts_asks_the_core_once(counted_core: str) -> None:
+    """R48: the process caches the catalog: 200 starts at the same moment, and more a moment later, cost the core one
+    request."""
+    import asyncio
+
+    answers = await asyncio.gather(
+        *(catalog.models_offering(counted_core, "scripted", 1_000, TIMEOUT_S) for _ in range(200))
+    )
+    assert answers == [["scripted"]] * 200
+    assert await catalog.models_offering(counted_core, "scripted", 1_000, TIMEOUT_S) == ["scripted"]
+    assert _CountedCore.requests == 1
+
+
+async def test_a_model_the_cached_catalog_lacks_is_looked_up_again(
+    counted_core: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R48: a model the core has added since the catalog was cached is not refused for long: once the cache is older
+    than CATALOG_RECHECK_S, a model it lacks sends one more request; a model it has sends none."""
+    assert await catalog.models_offering(counted_core, "scripted", 1_000, TIMEOUT_S) == ["scripted"]
+    _CountedCore.models = ["scripted", "openai:gpt-5"]
+    assert await catalog.models_offering(counted_core, "openai:gpt-5", 1_000, TIMEOUT_S) == ["scripted"]
+    assert _CountedCore.requests == 1, "within CATALOG_RECHECK_S the cached catalog answers"
+    monkeypatch.setattr(catalog, "CATALOG_RECHECK_S", 0.0)
+    assert await catalog.models_offering(counted_core, "scripted", 1_000, TIMEOUT_S) == ["scripted"]
+    assert _CountedCore.requests == 1, "a model the catalog has asks nothing"
+    offered = await catalog.models_offering(counted_core, "openai:gpt-5", 1_000, TIMEOUT_S)
+    assert offered == ["scripted", "openai:gpt-5"] and _CountedCore.requests == 2
