@@ -9,7 +9,8 @@ from temporalio.exceptions import ApplicationError
 from config.settings import Settings
 from domain.goals import Goal
 from protocol.client import admit
-from protocol.errors import ErrorType, HelperRefused, InvalidRequest, Unavailable
+from protocol.deadlines import answer_by
+from protocol.errors import Accepted, Busy, ErrorType, HelperRefused, InvalidRequest, Unavailable
 
 
 class GoalCheck(BaseModel):
@@ -34,7 +35,7 @@ class GoalActivities:
         """A refused check (no place left for it) is a result, not an error: the next one may fit."""
         request = check.goal.check_request(check.helper_id)
         try:
-            admission = await admit(activity.client(), self.settings, request)
+            admission = await admit(activity.client(), self.settings, request, answer_by(self.settings))
         except HelperRefused as refusal:
             return GoalCheckResult(
                 helper_id=check.helper_id,
@@ -45,6 +46,9 @@ class GoalActivities:
             )
         except InvalidRequest as error:
             raise ApplicationError(error.message, type=ErrorType.INVALID_GOAL, non_retryable=True) from None
-        except Unavailable as error:
+        except Accepted:
+            # Accepted by the coordinator, so it will be admitted; its place is not known yet.
+            return GoalCheckResult(helper_id=check.helper_id, admitted=True, status="accepted")
+        except (Unavailable, Busy) as error:
             raise ApplicationError(error.message, type=ErrorType.UNAVAILABLE) from None
         return GoalCheckResult(helper_id=check.helper_id, admitted=True, status=str(admission.status))

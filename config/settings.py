@@ -42,7 +42,15 @@ class Settings(BaseModel):
     # holds one for its whole run, an idle long poll to the core. 2,000 fit a replica of one core and 1 GiB
     # (python -m tools.bench.capacity; docs/operations.md, "Scaling").
     max_concurrent_follows: int = Field(default=2_000, gt=0)
-    starter_timeout_ms: int = Field(default=30_000, gt=0)  # a write with no worker answering fails after this
+    # Every starter write is answered within this (R48): done, accepted by Temporal but not yet answered, or not
+    # taken (protocol.deadlines). It covers connecting to Temporal too.
+    starter_timeout_ms: int = Field(default=10_000, ge=1_000)
+    # Writes one starter process (the HTTP service, a HelperClient) has in flight; more wait their turn while their
+    # bound allows, else are refused `busy` before anything is sent (starter.backpressure).
+    starter_max_in_flight: int = Field(default=32, gt=0)
+    # Whether writes carry an accept-by time for the coordinator to check: off only for a Temporal server whose
+    # clock does not follow the wall clock (the time-skipping test server).
+    starter_accept_by: bool = True
     metrics_bind: str | None = None  # host:port for the worker's Prometheus metrics; off when unset
     health_bind: str | None = None  # host:port for the worker's /livez and /readyz; off when unset
     codec_keys: str | None = Field(default=None, repr=False)  # id:base64key,... encrypts payloads when set
@@ -137,12 +145,15 @@ class Settings(BaseModel):
             values["codec_required"] = _flag(env, "HELPER_CODEC_REQUIRED")
         if "HELPER_PROMOTE_BUILD" in env:
             values["promote_build"] = _flag(env, "HELPER_PROMOTE_BUILD")
+        if "HELPER_STARTER_ACCEPT_BY" in env:
+            values["starter_accept_by"] = _flag(env, "HELPER_STARTER_ACCEPT_BY")
         if "HELPER_MIGRATE_ON_START" in env:
             values["migrate_on_start"] = _flag(env, "HELPER_MIGRATE_ON_START")
         counts = {
             "max_concurrent_activities": "HELPER_MAX_CONCURRENT_ACTIVITIES",
             "max_concurrent_follows": "HELPER_MAX_CONCURRENT_FOLLOWS",
             "starter_timeout_ms": "HELPER_STARTER_TIMEOUT_MS",
+            "starter_max_in_flight": "HELPER_STARTER_MAX_IN_FLIGHT",
         }
         values.update(_ints(env, counts))
         policy_fields = {

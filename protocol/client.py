@@ -2,22 +2,36 @@
 
 Admission goes by update-with-start: the one way a helper enters the runtime (R4). The other updates take
 and return the models named here; their names come from `protocol.messages`.
+
+Every send is answered by its `AnswerBy` with one of three true answers (R48): the update's result; `Accepted`
+when Temporal accepted the update (it is durable and will be carried out) but its result did not come in time;
+`Unavailable` when Temporal did not accept it in time, which the update's accept-by time makes final: the
+coordinator refuses it if it arrives later (protocol.deadlines).
 """
 
 from __future__ import annotations
 
-import uuid
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from pydantic import BaseModel
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from domain.requests import HelperRequest
 from domain.rows import Admission, CloseAnswer, DeliveredAnswer, ReadAnswer
-from protocol.errors import Unavailable, refusal_of
+from protocol.deadlines import AnswerBy
+from protocol.errors import NOT_TAKEN, Accepted, Busy, Unavailable, refusal_of
 from protocol.messages import (
     ADMIT,
     CLOSE_HELPER,
@@ -29,16 +43,18 @@ from protocol.messages import (
     ReadRequest,
 )
 from protocol.names import HELPER_OWNER, coordinator_id, owner_priority
-from protocol.retry import retrying
+from protocol.retry import FIRST_PAUSE, LONGEST_PAUSE, is_transient
 
 Answer = TypeVar("Answer", bound=BaseModel)
+# Temporal's own back-pressure (a namespace's rate limits) refuses a call before taking it: ask again after this.
+SERVER_BUSY_RETRY_S = 2
 
 
-async def admit(temporal: Client, settings: Settings, request: HelperRequest) -> Admission:
+async def admit(temporal: Client, settings: Settings, request: HelperRequest, by: AnswerBy) -> Admission:
     """Admit one helper through its owner's coordinator, starting the coordinator on first use.
 
     When this returns, the row exists and the helper's workflow runs; the answer says whether it runs
-    now or waits, and how many are ahead. Raises HelperRefused, InvalidRequest or Unavailable.
+    now or waits, and how many are ahead. Raises HelperRefused, InvalidRequest, Accepted, Busy or Unavailable.
     """
 
     def start() -> WithStartWorkflowOperation[None, None]:
@@ -54,37 +70,107 @@ async def admit(temporal: Client, settings: Settings, request: HelperRequest) ->
             priority=owner_priority(request.owner),
         )
 
-    try:
-        return await retrying(
-            lambda: temporal.execute_update_with_start_workflow(
-                ADMIT,
-                request,
-                result_type=Admission,
-                start_workflow_operation=start(),
-                # A fresh update id: a repeated request reaches the handler, which answers with the helper's
-                # current state and starts nothing (R5), instead of a replay of the first answer.
-                id=f"admit/{request.helper_id}/{uuid.uuid4().hex}",
-            )
-        )
-    except WorkflowUpdateFailedError as error:
-        raise refusal_of(error) from None
-    except RPCError as error:
-        raise Unavailable(f"Temporal refused the admission: {error.message}") from None
+    return await answered(
+        settings,
+        lambda: temporal.start_update_with_start_workflow(
+            ADMIT,
+            request,
+            result_type=Admission,
+            start_workflow_operation=start(),
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            # A fresh update id: a repeated request reaches the handler, which answers with the helper's
+            # current state and starts nothing (R5), instead of a replay of the first answer.
+            id=by.update_id("admit", request.helper_id),
+        ),
+        by,
+        f"the admission of {request.helper_id}",
+    )
 
 
-async def close_helper(temporal: Client, owner: str, helper_id: str) -> CloseAnswer:
-    return await _update(temporal, owner, CLOSE_HELPER, helper_id, CloseAnswer)
+async def close_helper(temporal: Client, settings: Settings, owner: str, helper_id: str, by: AnswerBy) -> CloseAnswer:
+    what = f"the close of {helper_id}"
+    return await _update(temporal, settings, owner, CLOSE_HELPER, helper_id, CloseAnswer, by, what)
 
 
-async def mark_read(temporal: Client, owner: str, request: ReadRequest) -> ReadAnswer:
-    return await _update(temporal, owner, MARK_READ, request, ReadAnswer)
+async def mark_read(temporal: Client, settings: Settings, owner: str, request: ReadRequest, by: AnswerBy) -> ReadAnswer:
+    return await _update(temporal, settings, owner, MARK_READ, request, ReadAnswer, by, "the read")
 
 
-async def mark_delivered(temporal: Client, owner: str, request: DeliveredRequest) -> DeliveredAnswer:
-    return await _update(temporal, owner, MARK_DELIVERED, request, DeliveredAnswer)
+async def mark_delivered(
+    temporal: Client, settings: Settings, owner: str, request: DeliveredRequest, by: AnswerBy
+) -> DeliveredAnswer:
+    return await _update(temporal, settings, owner, MARK_DELIVERED, request, DeliveredAnswer, by, "the delivery")
 
 
-async def _update(temporal: Client, owner: str, name: str, argument: object, answer: type[Answer]) -> Answer:
+async def _update(
+    temporal: Client,
+    settings: Settings,
+    owner: str,
+    name: str,
+    argument: object,
+    answer: type[Answer],
+    by: AnswerBy,
+    what: str,
+) -> Answer:
     """One update to the owner's coordinator, asked again while it continues as new (all are idempotent)."""
     handle = temporal.get_workflow_handle(coordinator_id(owner))
-    return await retrying(lambda: handle.execute_update(name, argument, result_type=answer))
+    return await answered(
+        settings,
+        lambda: handle.start_update(
+            name,
+            argument,
+            result_type=answer,
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            id=by.update_id(name, owner),
+        ),
+        by,
+        what,
+    )
+
+
+async def answered(
+    settings: Settings, send: Callable[[], Awaitable[WorkflowUpdateHandle[Answer]]], by: AnswerBy, what: str
+) -> Answer:
+    """Send until Temporal accepts, then wait for the result; each wait ends when the answer is due. An update
+    turned away while the coordinator continues as new is sent again a moment later (every write is idempotent).
+    RPCError NOT_FOUND (no such workflow) is the caller's to read."""
+    bound = f"{by.left():.0f} s"
+    not_accepted = (
+        f"{NOT_TAKEN}: the runtime did not accept {what} within {bound}, and it will refuse it from now on; asking "
+        f"again is safe (is a worker polling task queue {settings.task_queue!r} on {settings.temporal_address}?)"
+    )
+    pause = FIRST_PAUSE
+    while True:
+        try:
+            async with asyncio.timeout(by.left()):
+                handle = await send()
+            # The handle comes back once its update was accepted or rejected: only an accepted one can keep this
+            # wait going, and a rejected one answers at once.
+            try:
+                async with asyncio.timeout(by.left()):
+                    return await handle.result()
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                raise Accepted(
+                    f"the runtime accepted {what}, so it will be carried out, but its answer did not come within "
+                    f"{bound}: look at the helper (show, watch), or ask again, which answers with the same helper",
+                    {"update_id": handle.id},
+                ) from None
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise Unavailable(not_accepted) from None
+        except WorkflowUpdateFailedError as error:
+            if not is_transient(error):
+                raise refusal_of(error) from None
+        except RPCError as error:
+            if error.status is RPCStatusCode.RESOURCE_EXHAUSTED:
+                message = f"{NOT_TAKEN}: Temporal is over its rate limits ({error.message})"
+                raise Busy(message, SERVER_BUSY_RETRY_S) from None
+            if error.status is RPCStatusCode.NOT_FOUND and not is_transient(error):
+                raise
+            if not is_transient(error):
+                raise Unavailable(
+                    f"{NOT_TAKEN}: Temporal refused {what} ({error.status.name}): {error.message}"
+                ) from None
+        if by.left() <= pause:
+            raise Unavailable(not_accepted)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, LONGEST_PAUSE)

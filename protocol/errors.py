@@ -11,6 +11,8 @@ if TYPE_CHECKING:  # the starter's read commands import this module and never lo
 
 # What a failure's message reads when its real message travels encrypted.
 ENCODED_FAILURE = "Encoded failure"
+# How an answer says that a write was not taken and will not be.
+NOT_TAKEN = "nothing was taken"
 
 
 class ErrorType(StrEnum):
@@ -18,6 +20,7 @@ class ErrorType(StrEnum):
 
     HELPER_REFUSED = "HelperRefused"  # a coordinator refused an update (limits, unknown helper, ...)
     COORDINATOR_BUSY = "CoordinatorBusy"  # a coordinator drains to continue as new: ask again
+    TOO_LATE = "TooLate"  # an update reached its coordinator after its accept-by time: not taken
     ADMISSION_FAILED = "AdmissionFailed"  # the store or the server did not answer during an admission
     PREVIOUS_RUN_ACTIVE = "PreviousRunActive"  # an older helper with the same id still cleans up
     CORE_REJECTED = "CoreRejected"  # the core refused the request (4xx): not retried
@@ -73,8 +76,38 @@ class HelperRefused(StarterError):
 
 
 class Unavailable(StarterError):
+    """Nothing was taken: the store or Temporal did not answer, or did not accept the write within its bound (and
+    will not take it later, protocol.deadlines). Asking again is safe; `retry_after_s`, when given, says when."""
+
     code = "unavailable"
     exit_code = 3
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None, *, retry_after_s: int | None = None):
+        super().__init__(message, {**(details or {}), **({"retry_after_s": retry_after_s} if retry_after_s else {})})
+        self.retry_after_s = retry_after_s
+
+
+class Accepted(StarterError):
+    """Temporal accepted the write, so it is durable and will be carried out, but its answer did not come within the
+    bound: the caller looks at the helper (`show`, `watch`) or asks again, which answers with the same helper."""
+
+    code = "accepted"
+    exit_code = 4
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pending": {"code": self.code, "message": self.message, **self.details}}
+
+
+class Busy(StarterError):
+    """Refused before anything was sent: the runtime has more writes in flight than it can answer within their
+    bound. Ask again after `retry_after_s`, which grows with the backlog, so that retries do not storm."""
+
+    code = "busy"
+    exit_code = 5
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, {"retry_after_s": retry_after_s})
+        self.retry_after_s = retry_after_s
 
 
 def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
@@ -88,6 +121,8 @@ def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
         if code == INVALID_REQUEST:
             return InvalidRequest(cause.message, extra)
         return HelperRefused(code, cause.message, extra)
+    if isinstance(cause, ApplicationError) and cause.type == ErrorType.TOO_LATE:
+        return Unavailable(f"{NOT_TAKEN}: it reached the runtime after its accept-by time; asking again is safe")
     if isinstance(cause, ApplicationError) and cause.message == ENCODED_FAILURE:
         # The failure was encrypted by the runtime's codec: this client has no key to read it (R39).
         return Unavailable("the runtime encrypts its payloads and refused this request: set HELPER_CODEC_KEYS")

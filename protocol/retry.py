@@ -1,16 +1,12 @@
-"""Retrying the Temporal answers that mean "ask again": the coordinator is continuing as new.
+"""The Temporal answers that mean "ask again": the coordinator is continuing as new.
 
 While a coordinator drains its handlers it turns new updates away (CoordinatorBusy), and while it closes
 one run and starts the next the server refuses them ("workflow is closing"); a moment later the new run
-takes them. Every starter write is idempotent (admission by helper
-id, close, read, delivered), so asking again is safe.
+takes them. Every starter write is idempotent (admission by helper id, close, read, delivered), so asking
+again is safe: `protocol.client.answered` does, with these pauses, until the write's answer is due.
 """
 
 from __future__ import annotations
-
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -18,8 +14,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from protocol.errors import ErrorType
 
-T = TypeVar("T")
-ATTEMPTS = 40
 FIRST_PAUSE = 0.05
 LONGEST_PAUSE = 1.0
 
@@ -37,16 +31,3 @@ def is_transient(error: Exception) -> bool:
         # as it completed): the update was not taken, and the next task will take it when asked again.
         or (error.status is RPCStatusCode.FAILED_PRECONDITION and "workflow task failure" in error.message.lower())
     )
-
-
-async def retrying(call: Callable[[], Awaitable[T]]) -> T:
-    pause = FIRST_PAUSE
-    for _ in range(ATTEMPTS - 1):
-        try:
-            return await call()
-        except (RPCError, WorkflowUpdateFailedError) as error:
-            if not is_transient(error):
-                raise
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, LONGEST_PAUSE)
-    return await call()

@@ -38,7 +38,7 @@ def safe_text(text: str, inputs: Sequence[str]) -> str:
 def error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
     """The error's one JSON object; `inputs` are what the caller sent, so none is echoed whole."""
     output = error.as_json()
-    body = output["error"]
+    body = next(iter(output.values()))  # {"error": …}, or {"pending": …} for a write accepted but not yet answered
     body["message"] = safe_text(str(body.get("message", "")), inputs)
     if isinstance(body.get("problems"), list):
         body["problems"] = [safe_text(str(problem), inputs) for problem in body["problems"][:PROBLEMS_MAX]]

@@ -21,7 +21,13 @@ Exit codes:
   2  invalid: the request or the command line (error.code "invalid_request"), or the starter's own
      configuration, a bad HELPER_* or TEMPORAL_* variable (error.code "invalid_configuration"):
      asking again unchanged will not help
-  3  unavailable: the store or Temporal did not answer; asking again is safe
+  3  unavailable: the store or Temporal did not answer or accept the write in time; nothing was taken,
+     asking again is safe
+  4  accepted: Temporal accepted the write, which will be carried out, but its answer did not come in
+     time: {"pending": {"code": "accepted", ...}}; look with show or watch, or ask again
+  5  busy: refused before anything was sent, the runtime has more writes than it can answer in time;
+     ask again after error.retry_after_s seconds
+A write is answered within HELPER_STARTER_TIMEOUT_MS, whatever the load.
 Input is checked before anything is connected to: exit 2 does not depend on the runtime being up."""
 
 # What each kind of command reads from the environment (every variable: docs/configuration.md).
@@ -37,7 +43,8 @@ ENV_WRITE = f"""{ENV_READ}
   HELPER_TASK_QUEUE    the workers' task queue (default helpers)
   HELPER_CODEC_KEYS    id:base64key,... encrypting every payload (with HELPER_CODEC_KEY_ID); required
                        unless TEMPORAL_ADDRESS is on this machine (HELPER_CODEC_REQUIRED)
-  HELPER_STARTER_TIMEOUT_MS  a write no worker answers fails after this, exit 3 (default 30,000)"""
+  HELPER_STARTER_TIMEOUT_MS  every write is answered within this: done, 4 accepted or 3 unavailable
+                       (default 10,000)"""
 ENV_SERVE = """\
   HELPER_API_BIND      where the service listens (default 127.0.0.1:8340)
   HELPER_API_TOKEN     callers send 'Authorization: Bearer <token>'; required beyond loopback

@@ -1,10 +1,13 @@
 """`helper-starter`: the console script Iva calls (R42).
 
 Its contract, always: exit 0 done, 1 refused (limits, unknown helper or Goal), 2 invalid (the request, the
-command line or the starter's configuration), 3 unavailable (the store or Temporal did not answer: asking
-again is safe). Every answer and every error is one JSON object on stdout; an error also writes one short
-line to stderr; never a traceback. All input is validated before any connection to the store or Temporal,
-so an invalid request is refused the same way whether the runtime is up or down, and nothing is written (R5).
+command line or the starter's configuration), 3 unavailable (the store or Temporal did not answer or accept in
+time: nothing was taken, asking again is safe), 4 accepted (Temporal accepted the write, which will be carried
+out, but its answer did not come in time), 5 busy (refused before anything was sent; ask again after
+`retry_after_s`). A write is answered within HELPER_STARTER_TIMEOUT_MS (R48). Every answer and every error is one
+JSON object on stdout; an error also writes one short line to stderr; never a traceback. All input is validated
+before any connection to the store or Temporal, so an invalid request is refused the same way whether the runtime
+is up or down, and nothing is written (R5).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, TypeVar
 from config.local_env import LocalEnvError, with_local_env
 from config.settings import Settings, SettingsError
 from domain.limits import LimitOverrides
+from protocol.deadlines import AnswerBy, answer_by
 from protocol.errors import InvalidConfiguration, InvalidRequest, StarterError, Unavailable
 from starter import commands
 from starter.answers import answer_json, error_json, safe_text
@@ -92,7 +96,9 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
             commands.watch(owner, helper_id)
             from starter.watch import follow_until_interrupted
 
-            return lambda client: follow_until_interrupted(client, owner, helper_id, _print_line, once=arguments.once)
+            return lambda client, _: follow_until_interrupted(
+                client, owner, helper_id, _print_line, once=arguments.once
+            )
         case "goal":
             return _prepare_goal(arguments)
     raise InvalidRequest(f"unknown command {clip(str(arguments.command))}")
@@ -122,8 +128,12 @@ def _prepare_goal(arguments: argparse.Namespace) -> Operation:
     raise InvalidRequest(f"unknown goal command {clip(str(arguments.goal_command))}")
 
 
-async def run(arguments: argparse.Namespace, settings: Settings, operation: Operation | None = None) -> Any:
-    """Validate (unless `operation` is already validated), then connect and run the command."""
+async def run(
+    arguments: argparse.Namespace, settings: Settings, operation: Operation | None = None, by: AnswerBy | None = None
+) -> Any:
+    """Validate (unless `operation` is already validated), then connect and run the command, answered by `by`
+    (HELPER_STARTER_TIMEOUT_MS from now unless given)."""
+    by = by or answer_by(settings)
     operation = operation or prepare(arguments, settings)
     client: StoreReader
     if arguments.command in WRITES:
@@ -134,32 +144,32 @@ async def run(arguments: argparse.Namespace, settings: Settings, operation: Oper
         # Tracing only when configured (observability/tracing.py): opentelemetry is imported only then.
         traced = tracing.install(settings.tracing_enabled, "helper-starter")
         try:
-            return await _run_and_close(await HelperClient.connect(settings), operation)
+            return await _run_and_close(await HelperClient.connect(settings, by=by), operation, by)
         finally:
             if traced:
                 tracing.shutdown()  # bounded (FLUSH_TIMEOUT_MS); the answer is ready, nothing else runs
     else:
         client = await StoreReader.open(settings)
-    return await _run_and_close(client, operation)
+    return await _run_and_close(client, operation, by)
 
 
-async def _run_and_close(client: StoreReader, operation: Operation) -> Any:
+async def _run_and_close(client: StoreReader, operation: Operation, by: AnswerBy) -> Any:
     try:
-        return await operation(client)
+        return await operation(client, by)
     finally:
         await client.aclose()
 
 
-def answer(arguments: argparse.Namespace, settings: Settings, operation: Operation) -> Any:
+def answer(arguments: argparse.Namespace, settings: Settings, operation: Operation, by: AnswerBy) -> Any:
     """Run a validated command. A read of a SQLite store runs on the stdlib driver without an event loop: asyncio
     (and the ssl it loads) alone costs about twice a bare interpreter's start (R43)."""
     if arguments.command in READS:
         reader = open_sqlite_reader(settings)
         if reader is not None:
-            return _finish_without_loop(_run_and_close(StoreReader(settings, reader), operation))
+            return _finish_without_loop(_run_and_close(StoreReader(settings, reader), operation, by))
     import asyncio
 
-    return asyncio.run(run(arguments, settings, operation))
+    return asyncio.run(run(arguments, settings, operation, by))
 
 
 T = TypeVar("T")
@@ -217,8 +227,9 @@ def main(argv: list[str] | None = None) -> None:
 
             serve(settings, arguments.bind)
         else:
+            by = answer_by(settings)  # the write's bound counts from here, connecting included (R48)
             operation = prepare(arguments, settings)
-            output = answer_json(answer(arguments, settings, operation))
+            output = answer_json(answer(arguments, settings, operation, by))
     except StarterError as refused:
         error = refused
     except (Exception, KeyboardInterrupt) as unexpected:  # never a traceback: one JSON object and the exit code (R42)
@@ -231,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     code = 0
     if error is not None:
         output, code = error_json(error, inputs), error.exit_code
-        line = f"helper-starter: {output['error']['code']}: {output['error']['message']}".replace("\n", " ")
+        body = next(iter(output.values()))
+        line = f"helper-starter: {body['code']}: {body['message']}".replace("\n", " ")
         _write(sys.stderr, clip(line, STDERR_MAX_CHARS) + "\n")
     if error is not None or not watching:
         _write(sys.stdout, json.dumps(output, ensure_ascii=False, indent=2) + "\n")

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
@@ -32,7 +30,9 @@ from domain.rows import (
 )
 from protocol.client import admit, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
-from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable, refusal_of
+from protocol.deadlines import AnswerBy, answer_by
+from protocol.errors import NOT_TAKEN, UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
+from starter.backpressure import WriteGate
 from starter.inputs import (
     check_goal_ids,
     check_ids,
@@ -63,10 +63,12 @@ class HelperClient(StoreReader):
     def __init__(self, settings: Settings, store: RowSource, temporal: Client | None) -> None:
         super().__init__(settings, store)
         self._temporal = temporal
+        self.gate = WriteGate(settings.starter_max_in_flight)
 
     @classmethod
-    async def connect(cls, settings: Settings, *, temporal: bool = True) -> HelperClient:
-        """Open the store; connect to Temporal only when the operation writes (reads need no server)."""
+    async def connect(cls, settings: Settings, *, temporal: bool = True, by: AnswerBy | None = None) -> HelperClient:
+        """Open the store; connect to Temporal only when the operation writes (reads need no server), by `by`
+        (HELPER_STARTER_TIMEOUT_MS from now unless given)."""
         check_store_url(settings.store_url)
         if temporal and (problem := settings.encryption_problem()):
             raise InvalidConfiguration(problem)
@@ -74,7 +76,7 @@ class HelperClient(StoreReader):
         client: Client | None = None
         if temporal:
             try:
-                client = await connect_temporal_client(settings)
+                client = await connect_temporal_client(settings, by)
             except BaseException:
                 await store.close()
                 raise
@@ -88,50 +90,57 @@ class HelperClient(StoreReader):
 
     # --- writes: through the owner's coordinator ----------------------------------------------------
 
-    async def start(self, request: HelperRequest | dict[str, Any]) -> Admission:
-        """Admit a helper; when this returns, its row exists and its workflow runs (R4)."""
+    async def start(self, request: HelperRequest | dict[str, Any], *, by: AnswerBy | None = None) -> Admission:
+        """Admit a helper; when this returns, its row exists and its workflow runs (R4). Answered by `by`
+        (HELPER_STARTER_TIMEOUT_MS from now); otherwise Accepted, Busy or Unavailable say what happened (R48)."""
+        by = by or answer_by(self.settings)
         request = parse_request(request, self.settings)
         await check_model(self.settings, request.model)
-        try:
-            async with asyncio.timeout(self.settings.starter_timeout_ms / 1000):
-                return await admit(self.temporal, self.settings, request)
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            # The admission may or may not have been taken: asking again is safe (R5).
-            raise Unavailable(_no_answer(self.settings)) from None
+        return await self._write(lambda: admit(self.temporal, self.settings, request, by), by)
 
-    async def close(self, owner: str, helper_id: str) -> CloseAnswer:
+    async def close(self, owner: str, helper_id: str, *, by: AnswerBy | None = None) -> CloseAnswer:
+        by = by or answer_by(self.settings)
         check_ids(owner, [helper_id])
-        return await self._update(lambda: close_helper(self.temporal, owner, helper_id), missing_helper=helper_id)
+        send = lambda: close_helper(self.temporal, self.settings, owner, helper_id, by)  # noqa: E731
+        return await self._write(send, by, missing_helper=helper_id)
 
-    async def read(self, owner: str, turn: str, helper_ids: list[str]) -> ReadAnswer:
+    async def read(self, owner: str, turn: str, helper_ids: list[str], *, by: AnswerBy | None = None) -> ReadAnswer:
         """Record that chat turn `turn` read these outcomes; nothing is delivered yet (R28)."""
+        by = by or answer_by(self.settings)
         request = read_request(owner, turn, helper_ids)
-        return await self._update(lambda: mark_read(self.temporal, owner, request), missing_helper=helper_ids[0])
+        send = lambda: mark_read(self.temporal, self.settings, owner, request, by)  # noqa: E731
+        return await self._write(send, by, missing_helper=helper_ids[0])
 
-    async def delivered(self, owner: str, turn: str, answer_chars: int) -> DeliveredAnswer:
+    async def delivered(
+        self, owner: str, turn: str, answer_chars: int, *, by: AnswerBy | None = None
+    ) -> DeliveredAnswer:
         """Turn `turn` sent a nonempty answer and completed: what it read is delivered (R28)."""
+        by = by or answer_by(self.settings)
         request = delivered_request(owner, turn, answer_chars)
         try:
-            return await self._update(lambda: mark_delivered(self.temporal, owner, request), missing_helper="")
+            send = lambda: mark_delivered(self.temporal, self.settings, owner, request, by)  # noqa: E731
+            return await self._write(send, by, missing_helper="")
         except HelperRefused as refusal:
             if refusal.code == NO_COORDINATOR:
                 return DeliveredAnswer(owner=owner, turn=turn, delivered=[])  # nothing was ever read
             raise
 
-    async def _update(self, send: Callable[[], Awaitable[Answer]], missing_helper: str) -> Answer:
+    async def _write(self, send: Callable[[], Awaitable[Answer]], by: AnswerBy, missing_helper: str = "") -> Answer:
+        """One write through this process's gate (at most HELPER_STARTER_MAX_IN_FLIGHT at once, R48)."""
         try:
-            async with asyncio.timeout(self.settings.starter_timeout_ms / 1000):
+            async with self.gate.turn(by):
                 return await send()
-        except WorkflowUpdateFailedError as error:
-            raise refusal_of(error) from None
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            raise Unavailable(_no_answer(self.settings)) from None
+        except Unavailable as error:
+            if error.retry_after_s is None:  # not taken in time: ask again once this process has worked off its own
+                raise Unavailable(error.message, retry_after_s=self.gate.retry_after_s()) from None
+            raise
         except RPCError as error:
-            if error.status is RPCStatusCode.NOT_FOUND:
-                if not missing_helper:
-                    raise HelperRefused(NO_COORDINATOR, "this owner has no helpers") from None
-                raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {missing_helper}.") from None
-            raise Unavailable(f"Temporal did not take the request ({error.status.name}): {error.message}") from None
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise Unavailable(f"{NOT_TAKEN}: Temporal did not take the request ({error.status.name})") from None
+            # The coordinator does not exist (protocol.client.answered).
+            if not missing_helper:
+                raise HelperRefused(NO_COORDINATOR, "this owner has no helpers") from None
+            raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {missing_helper}.") from None
 
     # --- Goals: Temporal Schedules whose checks are helpers (R30) --------------------------------------
 
@@ -167,11 +176,12 @@ class HelperClient(StoreReader):
         return await goals.remove_goal(self.temporal, owner, goal_id)
 
 
-async def connect_temporal_client(settings: Settings) -> Client:
-    """The Temporal client with the runtime's data converter and codec, within HELPER_STARTER_TIMEOUT_MS;
-    InvalidConfiguration when the codec keys are wrong, Unavailable when Temporal does not answer."""
+async def connect_temporal_client(settings: Settings, by: AnswerBy | None = None) -> Client:
+    """The Temporal client with the runtime's data converter and codec, by `by` (HELPER_STARTER_TIMEOUT_MS from now
+    unless given); InvalidConfiguration when the codec keys are wrong, Unavailable when Temporal does not answer."""
+    by = by or answer_by(settings)
     try:
-        async with asyncio.timeout(settings.starter_timeout_ms / 1000):
+        async with asyncio.timeout(by.left()):
             return await connect_for(settings, _quiet_runtime())
     except CodecError as error:
         raise InvalidConfiguration(scrub(str(error))) from None
@@ -201,13 +211,6 @@ async def check_model(settings: Settings, model: str) -> None:
             f"model {clip(model)!r} is not offered by the core at {settings.core_url}; it offers: {names or 'none'}",
             {"problems": [f"model: not offered; use one of: {names or 'none'}"]},
         )
-
-
-def _no_answer(settings: Settings) -> str:
-    return (
-        f"no answer within {settings.starter_timeout_ms / 1000:g} s: is a worker polling task queue "
-        f"{settings.task_queue!r} on {settings.temporal_address}?"
-    )
 
 
 _RUNTIME: list[Runtime] = []

@@ -15,11 +15,13 @@ from typing import Any
 
 from config.settings import Settings
 from domain.rows import RowState
+from protocol.deadlines import AnswerBy
 from starter import inputs
 from starter.inputs import check_delivered, check_ids, check_read, parse_request
 
-# A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes).
-Operation = Callable[[Any], Awaitable[Any]]
+# A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes), and
+# when its caller is answered: a write is answered by then, whatever happens (R48).
+Operation = Callable[[Any, AnswerBy], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -35,43 +37,43 @@ def start(fields: dict[str, Any], settings: Settings) -> Command:
     """Admit a helper (R1, R4, R5). `fields` are the request's: owner, helper_id, task, boundary, language,
     model, goal_id, limits, follow_up."""
     request = parse_request(fields, settings)
-    return Command("start", True, lambda client: client.start(request))
+    return Command("start", True, lambda client, by: client.start(request, by=by))
 
 
 def list_helpers(owner: str, states: Sequence[str] | None) -> Command:
     check_ids(owner, [])
     wanted = [RowState(state) for state in states] if states else None
-    return Command("list", False, lambda client: client.list_helpers(owner, wanted))
+    return Command("list", False, lambda client, _: client.list_helpers(owner, wanted))
 
 
 def show(owner: str, helper_id: str) -> Command:
     check_ids(owner, [helper_id])
-    return Command("show", False, lambda client: client.show(owner, helper_id))
+    return Command("show", False, lambda client, _: client.show(owner, helper_id))
 
 
 def close(owner: str, helper_id: str) -> Command:
     check_ids(owner, [helper_id])
-    return Command("close", True, lambda client: client.close(owner, helper_id))
+    return Command("close", True, lambda client, by: client.close(owner, helper_id, by=by))
 
 
 def unreported(owner: str) -> Command:
     check_ids(owner, [])
-    return Command("unreported", False, lambda client: client.unreported(owner))
+    return Command("unreported", False, lambda client, _: client.unreported(owner))
 
 
 def read(owner: str, turn: str, helper_ids: list[str]) -> Command:
     check_read(owner, turn, helper_ids)
-    return Command("read", True, lambda client: client.read(owner, turn, helper_ids))
+    return Command("read", True, lambda client, by: client.read(owner, turn, helper_ids, by=by))
 
 
 def delivered(owner: str, turn: str, answer_chars: int) -> Command:
     check_delivered(owner, turn, answer_chars)
-    return Command("delivered", True, lambda client: client.delivered(owner, turn, answer_chars))
+    return Command("delivered", True, lambda client, by: client.delivered(owner, turn, answer_chars, by=by))
 
 
 def usage(owner: str) -> Command:
     check_ids(owner, [])
-    return Command("usage", False, lambda client: client.usage(owner))
+    return Command("usage", False, lambda client, _: client.usage(owner))
 
 
 def watch(owner: str, helper_id: str | None) -> None:
@@ -85,25 +87,25 @@ def watch(owner: str, helper_id: str | None) -> None:
 def add_goal(fields: dict[str, Any], every: str) -> Command:
     """Create a Goal; `every` as the owner says it ('30m', '1h', '1d'), `fields` the rest of the Goal."""
     goal = inputs.parse_goal({**fields, "every_ms": inputs.every_ms(every)})
-    return Command("goal add", True, lambda client: client.add_goal(goal))
+    return Command("goal add", True, lambda client, _: client.add_goal(goal))
 
 
 def list_goals(owner: str) -> Command:
     check_ids(owner, [])
-    return Command("goal list", True, lambda client: client.list_goals(owner))
+    return Command("goal list", True, lambda client, _: client.list_goals(owner))
 
 
 def pause_goal(owner: str, goal_id: str, *, paused: bool) -> Command:
     inputs.check_goal_ids(owner, goal_id)
     name = "goal pause" if paused else "goal resume"
-    return Command(name, True, lambda client: client.pause_goal(owner, goal_id, paused=paused))
+    return Command(name, True, lambda client, _: client.pause_goal(owner, goal_id, paused=paused))
 
 
 def run_goal(owner: str, goal_id: str) -> Command:
     inputs.check_goal_ids(owner, goal_id)
-    return Command("goal run", True, lambda client: client.run_goal_now(owner, goal_id))
+    return Command("goal run", True, lambda client, _: client.run_goal_now(owner, goal_id))
 
 
 def remove_goal(owner: str, goal_id: str) -> Command:
     inputs.check_goal_ids(owner, goal_id)
-    return Command("goal remove", True, lambda client: client.remove_goal(owner, goal_id))
+    return Command("goal remove", True, lambda client, _: client.remove_goal(owner, goal_id))

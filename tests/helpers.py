@@ -50,8 +50,12 @@ def helper_request(owner: str, helper_id: str, task: str = "Find the Q3 report",
     return HelperRequest(owner=owner, helper_id=helper_id, task=task, model=fields.pop("model", "scripted"), **fields)
 
 
-def settings_for(tmp_path: Path, core_url: str, chat_url: str, **policy: object) -> Settings:
-    """Settings for one test: its own store, result directories and task queue; fast following."""
+def settings_for(
+    tmp_path: Path, core_url: str, chat_url: str, *, skipping_time: bool = False, **policy: object
+) -> Settings:
+    """Settings for one test: its own store, result directories and task queue; fast following. On the
+    time-skipping server (`skipping_time`), whose clock runs ahead of the wall clock once it skips, writes carry no
+    accept-by time (protocol.deadlines)."""
     follow = policy.pop(
         "follow", FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000, liveness_ms=5_000)
     )
@@ -63,6 +67,7 @@ def settings_for(tmp_path: Path, core_url: str, chat_url: str, **policy: object)
         core_url=core_url,
         chat_url=chat_url,
         policy=Policy(limits=limits, follow=follow, **policy),
+        starter_accept_by=not skipping_time,
     )
 
 

@@ -80,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.limits import Limits, effective_limits
     from domain.requests import HelperRequest, RequestError
     from domain.rows import Admission, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
+    from protocol.deadlines import too_late
     from protocol.errors import ErrorType
     from protocol.messages import (
         ADMIT,
@@ -182,10 +183,19 @@ class CoordinatorWorkflow:
         if expired:
             await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
 
-    def _refuse_while_stopping(self) -> None:
-        """While this run drains its handlers to continue as new, new updates are turned away (the starter asks
-        again in a moment and reaches the next run); a steady stream of updates could otherwise keep the handlers
-        busy for ever and the run would never end."""
+    def _refuse_late_or_draining(self) -> None:
+        """Every validator's first checks. An update that arrives after its accept-by time is turned away: its
+        caller has been told that nothing was taken (protocol.deadlines). While this run drains its handlers to
+        continue as new, new updates are turned away too (the starter asks again in a moment and reaches the next
+        run); a steady stream of updates could otherwise keep the handlers busy for ever and the run would never
+        end."""
+        update = workflow.current_update_info()
+        if update is not None and too_late(update.id, workflow.now()):
+            raise ApplicationError(
+                "the request reached the coordinator after its accept-by time; nothing was taken",
+                type=ErrorType.TOO_LATE,
+                non_retryable=True,
+            )
         if self.stopping:
             raise ApplicationError("the coordinator is continuing as new; ask again", type=ErrorType.COORDINATOR_BUSY)
 
@@ -291,7 +301,7 @@ class CoordinatorWorkflow:
     @admit.validator
     def _validate_admit(self, request: HelperRequest) -> None:
         # Rejected here, the request leaves no trace in the history and writes nothing (R5).
-        self._refuse_while_stopping()
+        self._refuse_late_or_draining()
         if request.owner != self.book.owner:
             raise refused(Refusal(code=RefusalCode.WRONG_OWNER, message=f"this coordinator serves {self.book.owner}"))
         try:
@@ -438,7 +448,7 @@ class CoordinatorWorkflow:
 
     @close.validator
     def _validate_close(self, helper_id: str) -> None:
-        self._refuse_while_stopping()
+        self._refuse_late_or_draining()
         try:
             check_id("helper id", helper_id)  # a raw client sends whatever it likes (R40)
         except ValueError as error:
@@ -468,7 +478,7 @@ class CoordinatorWorkflow:
 
     @mark_read.validator
     def _validate_read(self, request: ReadRequest) -> None:
-        self._refuse_while_stopping()
+        self._refuse_late_or_draining()
         refusal = decide_read(self.book, request.helper_ids, allow_finishing=True)
         if refusal is not None:
             raise refused(refusal)
@@ -484,7 +494,7 @@ class CoordinatorWorkflow:
 
     @mark_delivered.validator
     def _validate_delivered(self, request: DeliveredRequest) -> None:
-        self._refuse_while_stopping()
+        self._refuse_late_or_draining()
         if request.answer_chars <= 0:
             raise ApplicationError(
                 "nothing is delivered: the turn sent no answer", type=ErrorType.HELPER_REFUSED, non_retryable=True

@@ -6,7 +6,9 @@ refusals (`starter.commands`, `starter.answers`), and its exit codes as HTTP sta
 | 0 | done | 200; 201 when `start` admitted a new helper or `goal add` created a Goal |
 | 1 | refused | 404 for an unknown helper or Goal, 409 for any other refusal (limits, not followable, …) |
 | 2 | invalid | 422 (400 when the body is not JSON); 500 `invalid_configuration` for the service's own settings |
-| 3 | unavailable | 503 with Retry-After: asking again is safe |
+| 3 | unavailable | 503 with Retry-After: nothing was taken, asking again is safe |
+| 4 | accepted | 202: Temporal accepted the write, which will be carried out; its answer did not come in time |
+| 5 | busy | 429 with Retry-After: refused before anything was sent, the service has more writes than it can answer |
 
 Beyond the console script: 401 `unauthorized` without the service token, 413 `too_large` for a body over the
 cap, 408 `request_timeout` for a body that did not arrive in time (`starter.service.read_timeout`). Live lines are
@@ -35,8 +37,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import Settings
 from domain.rows import Admission, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
+from protocol.deadlines import answer_by
 from protocol.errors import (
     UNKNOWN_HELPER,
+    Accepted,
+    Busy,
     HelperRefused,
     InvalidConfiguration,
     InvalidRequest,
@@ -57,6 +62,7 @@ from starter.service.bodies import (
     ErrorBody,
     GoalBody,
     LineEvent,
+    PendingBody,
     ReadBody,
     StartBody,
 )
@@ -69,6 +75,8 @@ log = logging.getLogger("helper_api")
 API_VERSION = "1"
 READY_CHECK_S = 2.0
 RETRY_AFTER_S = "1"
+# A write's own bound answers it; this much later, the request's timeout would (it never should).
+WRITE_BACKSTOP_S = 2.0
 NOT_FOUND_CODES = {"unknown_helper", "unknown_goal"}
 
 
@@ -86,6 +94,10 @@ def status_of(error: StarterError) -> int:
         return 422
     if isinstance(error, Unavailable):
         return 503
+    if isinstance(error, Accepted):
+        return 202
+    if isinstance(error, Busy):
+        return 429
     if isinstance(error, HelperRefused) and error.code in NOT_FOUND_CODES:
         return 404
     return 409
@@ -93,7 +105,9 @@ def status_of(error: StarterError) -> int:
 
 def error_response(error: StarterError, inputs: Iterable[str] = (), status: int | None = None) -> JSONResponse:
     status = status or status_of(error)
-    headers = {"Retry-After": RETRY_AFTER_S} if status == 503 else None
+    headers = None
+    if status in (429, 503):
+        headers = {"Retry-After": str(getattr(error, "retry_after_s", None) or RETRY_AFTER_S)}
     return JSONResponse(error_json(error, list(inputs)), status, headers=headers)
 
 
@@ -110,11 +124,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (409, "refused: a limit, or the helper is not in a state that allows it"),
         (413, "too_large: the body is over HELPER_API_MAX_BODY_BYTES"),
         (422, "invalid_request: the request does not pass the starter's checks; nothing was written"),
-        (503, "unavailable: the store or Temporal did not answer in time; asking again is safe"),
+        (
+            503,
+            "unavailable: the store or Temporal did not answer or accept in time; nothing was taken, asking again "
+            "is safe (Retry-After)",
+        ),
     )
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "unknown_helper or unknown_goal"}
+}
+# The answers of a write beyond done and refused (R48).
+WRITE: dict[int | str, dict[str, Any]] = {
+    202: {"model": PendingBody, "description": "accepted: Temporal took the write; its answer did not come in time"},
+    429: {
+        "model": ErrorBody,
+        "description": "busy: refused before anything was sent; ask again after Retry-After (it grows with the "
+        "backlog)",
+    },
 }
 
 
@@ -325,16 +352,19 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
         *bodies: Any,
         created: Callable[[Any], bool] | None = None,
     ) -> Response:
-        """Validate (connecting to nothing), connect if need be, run, answer: the console script's steps."""
+        """Validate (connecting to nothing), connect if need be, run, answer: the console script's steps. A write is
+        answered by its own bound (HELPER_STARTER_TIMEOUT_MS from here, R48); this timeout only backs it up."""
         try:
             command = build()
-            async with asyncio.timeout(timeout_s):
+            by = answer_by(settings)
+            bound = by.left() + WRITE_BACKSTOP_S if command.writes else timeout_s
+            async with asyncio.timeout(bound):
                 client = await (held.writer() if command.writes else held.reader())
-                value = await command.run(client)
+                value = await command.run(client, by)
         except StarterError as error:
             return error_response(error, _inputs(request, *bodies))
         except TimeoutError:
-            return error_response(Unavailable(f"no answer within {timeout_s:g} s; asking again is safe"))
+            return error_response(Unavailable(f"no answer within {bound:.0f} s; asking again is safe"))
         status = 201 if created is not None and created(value) else 200
         return JSONResponse(answer_json(value), status)
 
@@ -344,7 +374,11 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
         "/helpers",
         summary="start: admit a helper",
         status_code=201,
-        responses={201: {"model": Admission}, 200: {"model": Admission, "description": "the helper existed"}},
+        responses={
+            201: {"model": Admission},
+            200: {"model": Admission, "description": "the helper existed"},
+            **WRITE,
+        },
         response_model=None,
     )
     async def start(owner: Owner, body: StartBody, request: Request) -> Response:
@@ -376,7 +410,7 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
     @v1.post(
         "/helpers/{helper_id}/close",
         summary="close a helper (running, ready or delivered)",
-        responses={200: {"model": CloseAnswer}, **NOT_FOUND},
+        responses={200: {"model": CloseAnswer}, **NOT_FOUND, **WRITE},
     )
     async def close(owner: Owner, helper_id: HelperId, request: Request) -> Response:
         """A running helper keeps its slot until the core confirms the stop (R7, R21)."""
@@ -394,7 +428,7 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
     @v1.post(
         "/read",
         summary="read: a chat turn read these outcomes",
-        responses={200: {"model": ReadAnswer}, **NOT_FOUND},
+        responses={200: {"model": ReadAnswer}, **NOT_FOUND, **WRITE},
     )
     async def read(owner: Owner, body: ReadBody, request: Request) -> Response:
         """Before the turn answers; nothing is delivered yet (R28)."""
@@ -403,7 +437,7 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
     @v1.post(
         "/delivered",
         summary="delivered: the turn answered and completed",
-        responses={200: {"model": DeliveredAnswer}},
+        responses={200: {"model": DeliveredAnswer}, **WRITE},
     )
     async def delivered(owner: Owner, body: DeliveredBody, request: Request) -> Response:
         """The turn sent a nonempty answer and completed: what it read is delivered (R28)."""

@@ -107,6 +107,23 @@ class ErrorDetail(BaseModel):
     message: str
     problems: list[str] | None = None
     open_ids: list[str] | None = None
+    retry_after_s: int | None = Field(
+        default=None, description="busy and unavailable: ask again after this many seconds (also Retry-After)"
+    )
+
+
+class PendingDetail(BaseModel):
+    code: Literal["accepted"]
+    message: str
+    update_id: str | None = Field(default=None, description="the Temporal update that carries the write")
+
+
+class PendingBody(BaseModel):
+    """202: Temporal accepted the write, so it is durable and will be carried out, but its answer did not come
+    within HELPER_STARTER_TIMEOUT_MS. Look at the helper (show, watch), or ask again: the same request answers with
+    the same helper."""
+
+    pending: PendingDetail
 
 
 class ErrorBody(BaseModel):

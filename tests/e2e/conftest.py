@@ -71,7 +71,7 @@ async def fake_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncItera
 
 @contextlib.asynccontextmanager
 async def _stack(
-    env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_url: str, **policy: object
+    env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_url: str, **policy: Any
 ) -> AsyncIterator[Stack]:
     policy.setdefault("follow", E2E_FOLLOW)
     settings = settings_for(tmp_path, core_url, chat_url, **policy)

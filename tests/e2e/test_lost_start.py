@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,7 +27,8 @@ from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, RowState
+from domain.rows import Admission, HelperRow, RowState
+from protocol.errors import Accepted
 from protocol.names import helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
@@ -136,9 +138,11 @@ async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_h
     """R4, R6, R8: a store that stalls an admission for 20 s after writing its row (the helper's workflow not yet
     started), while the owner closes a running helper: the close waits for the admission (the SDK runs no other
     handler while a local activity is under way), then its slot goes to the admitted helper, which completes.
-    Nothing is lost or granted to a workflow that does not exist yet."""
+    Nothing is lost or granted to a workflow that does not exist yet. The starter waits as long as the stall (its
+    bound raised to 40 s), so the close is answered once the admission is."""
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, max_open=4, follow=E2E_FOLLOW)
+        settings = settings.model_copy(update={"starter_timeout_ms": 40_000})
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         slow = _SlowAdmission(store, "queued")
         core = CoreClient.of_worker(settings)
@@ -184,3 +188,64 @@ async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_h
             await core.aclose()
             await chat.aclose()
             await store.close()
+
+
+async def test_a_slow_admission_is_answered_accepted_within_the_bound(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """R4, R48: a store that stalls an admission for 20 s after writing its row: the starter answers within its
+    10 s bound that the admission was accepted (not that nothing was taken), and the helper is then admitted and
+    runs; asking again answers with that same helper, and nothing starts twice."""
+    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
+        settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
+        assert settings.starter_timeout_ms == 10_000
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        slow = _SlowAdmission(store, "slow")
+        core = CoreClient.of_worker(settings)
+        chat = ChatClient.of_worker(settings)
+        results = ResultDirectories(settings.results_dir)
+        worker = Worker(
+            dev_env.client,
+            task_queue=settings.task_queue,
+            workflows=WORKFLOWS,
+            workflow_runner=WORKFLOW_RUNNER,
+            activities=activities_of(cast(HelperStore, slow), results, core, chat, settings),  # type: ignore[arg-type]
+            deployment_config=deployment_of(settings),
+        )
+        follows = follows_worker(dev_env.client, settings, SessionActivities(store, core, results))
+        try:
+            async with worker, follows:
+                await promote(dev_env.client, settings)
+                client = HelperClient(settings, store, dev_env.client)
+                owner = f"owner-{uuid.uuid4().hex[:8]}"
+                task = scripted_task("Slow to admit.", steps=1, step_ms=20, final_text="Done.")
+                started = time.monotonic()
+                with pytest.raises(Accepted) as accepted:
+                    await client.start(helper_request(owner, "slow", task))
+                assert time.monotonic() - started < 12, "answered within the bound"
+                assert "accepted" in accepted.value.message and accepted.value.exit_code == 4
+
+                async def admitted() -> Admission | None:
+                    again = await client.start(helper_request(owner, "slow", task))
+                    return again if again.existing else None
+
+                again: Admission = await eventually(admitted, timeout=40)
+                assert again.helper_id == "slow"
+                row: HelperRow = await eventually(functools.partial(_final_row, store, owner, "slow"), timeout=40)
+                assert row.outcome_kind is OutcomeKind.COMPLETED, row
+                runs = [
+                    run
+                    async for run in dev_env.client.list_workflows(
+                        f"WorkflowId = '{helper_workflow_id(owner, 'slow')}'"
+                    )
+                ]
+                assert len(runs) == 1, "the helper started once"
+        finally:
+            await core.aclose()
+            await chat.aclose()
+            await store.close()
+
+
+async def _final_row(store: HelperStore, owner: str, helper_id: str) -> HelperRow | None:
+    row = await store.get(owner, helper_id)
+    return row if row is not None and row.outcome_kind is not None else None

@@ -36,7 +36,7 @@ async def time_stack(
     """The fake core served, a store migrated (SQLite in `tmp_path`, or `store_url`), a worker polling, a
     client: everything closed on exit."""
     async with serving_fake_core(core) as core_url:
-        settings = settings_for(tmp_path, core_url, CLOSED_PORT, **policy)
+        settings = settings_for(tmp_path, core_url, CLOSED_PORT, skipping_time=True, **policy)
         if store_url is not None:
             settings = settings.model_copy(update={"store_url": store_url})
         store = await HelperStore.connect(settings.store_url, run_migrations=True)

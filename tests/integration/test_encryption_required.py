@@ -32,7 +32,9 @@ async def test_a_client_without_the_keys_cannot_admit_or_close(time_env: Workflo
     helper is dropped; histories hold no task text in clear."""
     core = FakeCore()
     async with serving_fake_core(core) as core_url:
-        settings = settings_for(tmp_path, core_url, CLOSED_PORT).model_copy(update={"codec_keys": KEYS})
+        settings = settings_for(tmp_path, core_url, CLOSED_PORT, skipping_time=True).model_copy(
+            update={"codec_keys": KEYS}
+        )
         keyed = Client(
             time_env.client.service_client,
             namespace=time_env.client.namespace,

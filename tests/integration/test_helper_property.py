@@ -441,6 +441,7 @@ class RigThread:
                     self.directory,
                     core_url,
                     CLOSED_PORT,
+                    skipping_time=True,
                     check_ms=CHECK_MS,
                     limits=LIMITS,
                     follow=FOLLOW,

@@ -233,7 +233,12 @@ async def _record_lost_create(folder: Path, name: str) -> None:
     try:
         async with serving_fake_core(core) as core_url:
             settings = settings_for(
-                folder, core_url, "http://127.0.0.1:9", check_ms=400, limits=Limits(deadline_ms=60_000, grace_ms=30_000)
+                folder,
+                core_url,
+                "http://127.0.0.1:9",
+                skipping_time=True,
+                check_ms=400,
+                limits=Limits(deadline_ms=60_000, grace_ms=30_000),
             )
             store = await HelperStore.connect(settings.store_url, run_migrations=True)
             async with running_worker(env.client, settings):
@@ -256,7 +261,7 @@ async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:
     await register_search_attributes(env)
     try:
         async with serving_fake_core(core) as core_url:
-            settings = settings_for(folder, core_url, "http://127.0.0.1:9")
+            settings = settings_for(folder, core_url, "http://127.0.0.1:9", skipping_time=True)
             store = await HelperStore.connect(settings.store_url, run_migrations=True)
             async with running_worker(env.client, settings):
                 client = HelperClient(settings, store, env.client)

@@ -37,6 +37,7 @@ from temporalio.client import Client, WorkflowFailureError
 from config.settings import Settings
 from domain.limits import Policy
 from protocol.client import admit, close_helper, mark_delivered
+from protocol.deadlines import answer_by
 from protocol.messages import DeliveredRequest
 from protocol.names import helper_workflow_id
 from starter.inputs import parse_request
@@ -61,8 +62,14 @@ def _line(name: str, baseline_name: str, project: list[float], baseline: list[fl
     )
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    pid: int
+
+
 @contextlib.asynccontextmanager
-async def serving(environment: dict[str, str]) -> AsyncIterator[str]:
+async def serving(environment: dict[str, str]) -> AsyncIterator[Served]:
     """`helper-starter serve` on a free loopback port, stopped (SIGTERM, as Kubernetes stops it) at the end."""
     bind = f"127.0.0.1:{free_port()}"
     process = await asyncio.create_subprocess_exec(
@@ -85,7 +92,7 @@ async def serving(environment: dict[str, str]) -> AsyncIterator[str]:
                 if process.returncode is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"helper-starter serve did not become ready (exit {process.returncode})")
                 await asyncio.sleep(0.1)
-        yield url
+        yield Served(url, process.pid)
     finally:
         process.terminate()
         await asyncio.wait_for(process.wait(), 30)
@@ -152,9 +159,11 @@ async def writes(url: str, temporal: Client, settings: Settings, samples: int) -
             )
             delivered = DeliveredRequest(turn=helper_id, answer_chars=1)
             timed = {
-                "start": await _timed_call(admit(temporal, settings, request)),
-                "close": await _timed_call(close_helper(temporal, owner, helper_id)),
-                "delivered": await _timed_call(mark_delivered(temporal, owner, delivered)),
+                "start": await _timed_call(admit(temporal, settings, request, answer_by(settings))),
+                "close": await _timed_call(close_helper(temporal, settings, owner, helper_id, answer_by(settings))),
+                "delivered": await _timed_call(
+                    mark_delivered(temporal, settings, owner, delivered, answer_by(settings))
+                ),
             }
             await _ended(temporal, owner, helper_id)
             for name, elapsed in timed.items():
@@ -260,7 +269,8 @@ async def measure_on(owners: int, samples: int, start_samples: int, clients: int
             "HELPER_CHAT_URL": stack.settings.chat_url,
             "HELPER_CODEC_REQUIRED": "false",
         }
-        async with serving(environment) as url:
+        async with serving(environment) as served:
+            url = served.url
             lines = await reads(url, owners, samples)
             times = await writes(url, temporal, stack.settings, start_samples)
             for name, baseline in (("start", "update-with-start"), ("close", "update"), ("delivered", "update")):

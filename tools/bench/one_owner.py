@@ -28,8 +28,9 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from domain.requests import HelperRequest
-from domain.rows import RowState
+from domain.rows import Admission, CloseAnswer, RowState
 from protocol.client import admit, close_helper
+from protocol.deadlines import answer_by
 from protocol.errors import Unavailable
 from protocol.names import coordinator_id, helper_workflow_id
 from tools.bench.helper_rate import Stack, run_stack
@@ -71,16 +72,22 @@ async def drive(stack: Stack, helpers: int, callers: int) -> float:
     started = time.perf_counter()
     client, settings = stack.project_client, stack.settings
 
+    def admitting(request: HelperRequest) -> Awaitable[Admission]:
+        return admit(client, settings, request, answer_by(settings))
+
+    def closing(helper_id: str) -> Awaitable[CloseAnswer]:
+        return close_helper(client, settings, OWNER, helper_id, answer_by(settings))
+
     async def caller() -> None:
         for number in next_number:
             helper_id = f"h{number}"
             request = HelperRequest(owner=OWNER, helper_id=helper_id, task="Look up the answer.", model="scripted")
-            admission = await asking_again(partial(admit, client, settings, request), counts)
+            admission = await asking_again(partial(admitting, request), counts)
             # One open helper per caller, so a slot is free. Asked again after the server turned the first ask
             # back, the admission may find its helper already done: that first ask had started it (R9).
             assert admission.status in (RowState.RUNNING, RowState.UNREPORTED), admission
             await client.get_workflow_handle(helper_workflow_id(OWNER, helper_id)).result()
-            closed = await asking_again(partial(close_helper, client, OWNER, helper_id), counts)
+            closed = await asking_again(partial(closing, helper_id), counts)
             assert closed.state is RowState.CLOSED, closed
             counts.done += 1
             if counts.done % 500 == 0:

@@ -1,0 +1,104 @@
+"""R48: a starter process bounds the writes it has in flight; the rest wait in order while their bound allows, and
+are refused before anything is sent, with a time to ask again that grows with the backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from protocol.deadlines import AnswerBy
+from protocol.errors import Busy
+from starter.backpressure import RETRY_AFTER_MAX_S, WriteGate
+
+
+async def _write(gate: WriteGate, by: AnswerBy, hold: asyncio.Event, order: list[int], number: int) -> None:
+    async with gate.turn(by):
+        order.append(number)
+        await hold.wait()
+
+
+async def test_at_most_the_limit_is_in_flight_and_the_rest_go_in_order() -> None:
+    """R48: five writes through a gate of two: two run, three wait, and each freed place goes to the oldest."""
+    gate = WriteGate(2)
+    hold = asyncio.Event()
+    order: list[int] = []
+    tasks = [asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, n)) for n in range(5)]
+    await asyncio.sleep(0.05)
+    assert order == [0, 1] and gate.in_flight == 2 and gate.waiting == 3
+    hold.set()
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 3, 4]
+    assert gate.in_flight == 0 and gate.waiting == 0
+
+
+async def test_a_write_whose_turn_does_not_come_in_time_is_busy_and_nothing_leaks() -> None:
+    """R48: a write that waited half its bound is refused (nothing was sent), and its place in the queue is gone."""
+    gate = WriteGate(1)
+    hold = asyncio.Event()
+    first = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], 0))
+    await asyncio.sleep(0.01)
+    started = time.monotonic()
+    with pytest.raises(Busy) as refused:
+        async with gate.turn(AnswerBy.within(1.0)):
+            pytest.fail("it was let through")
+    assert 0.4 < time.monotonic() - started < 0.8, "it waited half its bound"
+    assert refused.value.exit_code == 5 and refused.value.retry_after_s >= 1
+    assert "nothing was taken" in refused.value.message
+    assert gate.waiting == 0 and gate.in_flight == 1
+    hold.set()
+    await first
+    assert gate.in_flight == 0
+
+
+async def test_a_write_that_cannot_expect_its_turn_is_refused_at_once() -> None:
+    """R48: once the gate knows its pace, a write that would wait longer than its bound allows is refused without
+    waiting, before anything is sent."""
+    gate = WriteGate(1)
+    for _ in range(3):  # a pace of about ten writes a second
+        async with gate.turn(AnswerBy.within(10)):
+            await asyncio.sleep(0.1)
+    hold = asyncio.Event()
+    tasks = [asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], n)) for n in range(30)]
+    await asyncio.sleep(0.01)
+    started = time.monotonic()
+    with pytest.raises(Busy):
+        async with gate.turn(AnswerBy.within(2.0)):  # one second to wait, with 29 writes ahead
+            pass
+    assert time.monotonic() - started < 0.1
+    hold.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_the_time_to_ask_again_grows_with_the_backlog() -> None:
+    """R48: retries spread out as the backlog grows, so they do not arrive together; it stays within bounds."""
+    gate = WriteGate(2)
+    hold = asyncio.Event()
+    seen = []
+    tasks = []
+    for _ in range(4):
+        tasks += [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(20)]
+        await asyncio.sleep(0.01)
+        seen.append(gate.retry_after_s())
+    assert seen == sorted(seen) and seen[-1] > seen[0], seen
+    assert all(1 <= after <= RETRY_AFTER_MAX_S for after in seen)
+    hold.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_a_caller_that_goes_away_while_waiting_leaves_no_place_behind() -> None:
+    """R48: a cancelled waiter (its client disconnected) neither holds a place nor blocks the ones behind it."""
+    gate = WriteGate(1)
+    hold = asyncio.Event()
+    order: list[int] = []
+    first = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, 0))
+    await asyncio.sleep(0.01)
+    gone = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, 1))
+    behind = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, 2))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    hold.set()
+    await asyncio.gather(first, behind)
+    assert order == [0, 2]
+    assert gate.in_flight == 0 and gate.waiting == 0
