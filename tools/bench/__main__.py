@@ -114,12 +114,12 @@ BENCHES = (
         "running helpers held by one worker replica, and each one's cost (R46)",
     ),
     Bench(
-        "owners",
-        "tools.bench.owners",
+        "burst",
+        "tools.bench.burst",
         ("--owners", "1000", "--postgres", POSTGRES_URL),
         ("--owners", "300", "--postgres", POSTGRES_URL),
         ("--owners", "10", "--postgres", POSTGRES_URL),
-        "owners admitting at the same moment through HelperClient, beside bare update-with-start",
+        "new owners starting a helper at the same moment through the starter API, beside raw update-with-start",
     ),
     Bench(
         "fairness",

@@ -1,0 +1,361 @@
+"""Many new owners starting a helper at the same moment through the starter API, beside raw update-with-start.
+
+    .venv/bin/python -m tools.bench.burst [--owners 1000] [--postgres URL]
+
+The production shape (tools.bench.common.process_stack): `python worker.py`, the reference core, the dev server
+in memory, the store on a fresh PostgreSQL database, and the starter API (`helper-starter serve`) as its own
+process. Four rounds, each with owners that have never started a helper:
+
+- project, all at once: every owner's `POST /v1/owners/{owner}/helpers` sent together over HTTP (one connection
+  each), as a client that did not come with the project would send it; it honours the answers as documented:
+  201/200 done, 202 accepted (the admission is durable: done for this caller), 429 `busy` and 503 `unavailable`
+  (nothing taken) asked again after `Retry-After` seconds;
+- raw, all at once: `execute_update_with_start_workflow` of a trivial workflow per owner (its update returns at
+  once) from a plain Temporal client, served by a default worker in a process of its own;
+- the same two with at most 100 callers at a time.
+
+For each: the first answer's kind and its time (p50, p99, the slowest: the bound a caller can rely on), the time
+until every owner's helper was taken, admissions per second, and the Temporal server's CPU per admission, read
+from /proc from the round's first call until the server is idle again, so the work an admission leaves behind
+(the helper's start, its first task, its follow) is counted. The helpers' sessions then sit idle (one step, ten
+minutes away). Then the answers are checked against the store: every owner answered done or accepted has its
+row; no owner was answered `unavailable` or `busy` for work that was taken (a refused request writes nothing, so
+its row exists only if a later try took it).
+
+Then every coordinator's history is read: its length and its updates against the coordinator's own
+continue-as-new thresholds (workflows/coordinator.py) and the server's limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+from protocol.names import coordinator_id
+from reference.core.script import scripted_task
+from tools.bench.admission import EchoWorkflow
+from tools.bench.api import serving
+from tools.bench.common import (
+    ProcessStack,
+    process_cpu_seconds,
+    process_stack,
+    repository_root,
+    settled_cpu,
+    stop_process,
+)
+from workflows.coordinator import MAX_EVENTS_PER_RUN, MAX_MESSAGES_PER_RUN
+
+ECHO_QUEUE = "echo"
+HISTORY_WARNING_EVENTS = 10_240
+UPDATES_PER_RUN = 2_000
+READING_LANES = 16
+# Every session waits this long for its one step: the helpers stay idle follows while the bench runs.
+IDLE_TASK = scripted_task("Wait for the quarterly figures.", steps=1, step_ms=600_000)
+# A caller that was refused asks again after Retry-After, spread by up to this share, as a careful client does.
+RETRY_SPREAD = 0.2
+# A caller gives up after this long (the bench reports it): far beyond any bound the runtime states.
+CALLER_GIVES_UP_S = 300.0
+# The server's own pace before a round (the earlier rounds' helpers heartbeat and follow) is measured this long and
+# taken out of the round's CPU.
+BACKGROUND_S = 5.0
+
+
+@dataclass
+class Round:
+    name: str
+    first_ms: list[float] = field(default_factory=list)  # each owner's first answer
+    taken_ms: list[float] = field(default_factory=list)  # each owner's time until its helper was taken
+    first_kinds: Counter[str] = field(default_factory=Counter)  # the first answers' kinds
+    kinds: Counter[str] = field(default_factory=Counter)  # every answer's kind, retries included
+    retry_after_s: list[int] = field(default_factory=list)
+    outcome: dict[str, str] = field(default_factory=dict)  # owner -> what it was last told
+    # Owners told busy or unavailable (nothing taken) whose next try found their helper already admitted (200).
+    untrue: set[str] = field(default_factory=set)
+    seconds: float = 0.0  # until every owner's helper was taken
+    server_cpu_s: float = 0.0  # the server's CPU from the first call until it was idle again, less its background
+    cpu_s: dict[str, float] = field(default_factory=dict)  # the same for the round's other processes
+
+    @property
+    def taken(self) -> int:
+        return sum(1 for kind in self.outcome.values() if kind in ("done", "accepted"))
+
+
+def kind_of(status: int) -> str:
+    return {200: "done", 201: "done", 202: "accepted", 429: "busy", 503: "unavailable"}.get(status, f"http {status}")
+
+
+# What a call answers: the HTTP status (201 new, 200 existing, ...) and its Retry-After, if any.
+Answer = tuple[int, int | None]
+
+
+async def run_round(
+    name: str,
+    owners: list[str],
+    call: Callable[[str], Awaitable[Answer]],
+    at_once: int,
+    server_pid: int,
+    processes: dict[str, int],
+) -> Round:
+    """Every owner's call, `at_once` at a time (all of them: together), each owner asking again after a refusal."""
+    result = Round(name)
+    lanes = asyncio.Semaphore(at_once)
+    pids = {"server": server_pid, **processes}
+    await settled_cpu(list(pids.values()), quiet_s=1.0, most_s=60)
+    idle_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    await asyncio.sleep(BACKGROUND_S)
+    before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    background = {name: (before[name] - idle_before[name]) / BACKGROUND_S for name in pids}
+    began_at = time.monotonic()
+    gate = asyncio.Event()
+    started_at = time.perf_counter()
+
+    async def one(owner: str) -> None:
+        await gate.wait()
+        async with lanes:
+            began = time.perf_counter()
+            first = True
+            refused_before = False
+            while time.perf_counter() - began < CALLER_GIVES_UP_S:
+                sent = time.perf_counter()
+                try:
+                    status, retry_after = await call(owner)
+                    kind = kind_of(status)
+                except (httpx.HTTPError, OSError) as error:
+                    status, kind, retry_after = 0, f"transport {type(error).__name__}", 1
+                if refused_before and status == 200:
+                    result.untrue.add(owner)
+                if first:
+                    result.first_ms.append((time.perf_counter() - sent) * 1000)
+                    result.first_kinds[kind] += 1
+                    first = False
+                result.kinds[kind] += 1
+                result.outcome[owner] = kind
+                if kind in ("done", "accepted"):
+                    result.taken_ms.append((time.perf_counter() - began) * 1000)
+                    return
+                refused_before = refused_before or kind in ("busy", "unavailable")
+                if not kind.startswith(("busy", "unavailable", "transport")):
+                    return  # refused or invalid: asking again would not help
+                wait = retry_after or 1
+                result.retry_after_s.append(wait)
+                await asyncio.sleep(wait * (1 + random.uniform(0, RETRY_SPREAD)))
+
+    tasks = [asyncio.create_task(one(owner)) for owner in owners]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(*tasks)
+    result.seconds = time.perf_counter() - started_at
+    await back_to_background(pids, background)
+    elapsed = time.monotonic() - began_at
+    used = {name: process_cpu_seconds(pid) - before[name] - background[name] * elapsed for name, pid in pids.items()}
+    result.server_cpu_s = used.pop("server")
+    result.cpu_s = used
+    return result
+
+
+async def back_to_background(pids: dict[str, int], background: dict[str, float], most_s: float = 60) -> None:
+    """Wait until every process is back to its background pace (within 5 % of a core over a second): the work an
+    admission leaves behind (the helper's start, its first task, its follow) belongs to the round."""
+    deadline = time.monotonic() + most_s
+    while time.monotonic() < deadline:
+        before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+        await asyncio.sleep(1.0)
+        if all(process_cpu_seconds(pid) - before[name] <= background[name] + 0.05 for name, pid in pids.items()):
+            return
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def report(side: Round, owners: int) -> None:
+    first = side.first_ms
+    print(
+        f"{side.name}: first answer p50={percentile(first, 0.5):.0f} ms p99={percentile(first, 0.99):.0f} ms "
+        f"slowest={max(first, default=float('nan')):.0f} ms; first answers {dict(side.first_kinds)}; "
+        f"all answers {dict(side.kinds)}",
+        flush=True,
+    )
+    if side.retry_after_s:
+        print(
+            f"  Retry-After given: min {min(side.retry_after_s)} s, median {percentile(side.retry_after_s, 0.5):.0f} s,"
+            f" max {max(side.retry_after_s)} s ({len(side.retry_after_s)} in all)"
+        )
+    rate = side.taken / side.seconds if side.seconds else float("nan")
+    print(
+        f"  {side.taken} of {owners} taken in {side.seconds:.1f} s ({rate:.1f} a second; each owner's time to taken "
+        f"p50={percentile(side.taken_ms, 0.5) / 1000:.1f} s p99={percentile(side.taken_ms, 0.99) / 1000:.1f} s); "
+        f"server CPU {side.server_cpu_s * 1000 / max(side.taken, 1):.1f} ms per admission; "
+        + ", ".join(f"{name} {seconds * 1000 / max(side.taken, 1):.1f} ms" for name, seconds in side.cpu_s.items()),
+        flush=True,
+    )
+
+
+def compare(label: str, project: Round, baseline: Round) -> None:
+    rate = project.taken / project.seconds
+    base_rate = baseline.taken / baseline.seconds
+    cpu = project.server_cpu_s / max(project.taken, 1)
+    base_cpu = baseline.server_cpu_s / max(baseline.taken, 1)
+    print(
+        f"{label}: project {rate:.1f} admissions/s, server CPU {cpu * 1000:.1f} ms each, slowest first answer "
+        f"{max(project.first_ms) / 1000:.1f} s | baseline (raw update-with-start) {base_rate:.1f}/s, "
+        f"{base_cpu * 1000:.1f} ms each, slowest {max(baseline.first_ms) / 1000:.1f} s | ratio throughput "
+        f"x{rate / base_rate:.2f} (target >= x0.5), server CPU x{cpu / base_cpu:.2f} (target <= x1.5)",
+        flush=True,
+    )
+
+
+async def check_truth(stack: ProcessStack, side: Round) -> None:
+    """Every owner told done or accepted has its row; none told busy or unavailable had its work taken: an owner
+    that was not answered done in the end has no row, and none found its helper admitted when it asked again."""
+    missing = []
+    taken_anyway = set(side.untrue)
+    for owner, kind in side.outcome.items():
+        rows = await stack.store.rows(owner)
+        if kind in ("done", "accepted") and not rows:
+            missing.append(owner)
+        if kind not in ("done", "accepted") and rows:
+            taken_anyway.add(owner)
+    print(
+        f"  truth: {len(missing)} told done or accepted without a row; {len(taken_anyway)} told busy or "
+        f"unavailable whose work was taken (target 0 and 0)",
+        flush=True,
+    )
+
+
+async def coordinator_limits(stack: ProcessStack, owners: list[str]) -> None:
+    """Each coordinator's current run: events and updates, beside the thresholds and the server's limits."""
+    lanes = asyncio.Semaphore(READING_LANES)
+    lengths: list[int] = []
+    updates: list[int] = []
+    task_failures = 0
+
+    async def one(owner: str) -> None:
+        nonlocal task_failures
+        async with lanes:
+            history = await stack.client.temporal.get_workflow_handle(coordinator_id(owner)).fetch_history()
+        lengths.append(len(history.events))
+        updates.append(
+            sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+        )
+        task_failures += sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+
+    await asyncio.gather(*(one(owner) for owner in owners))
+    over = sum(
+        1
+        for length, count in zip(lengths, updates, strict=True)
+        if length >= MAX_EVENTS_PER_RUN or count >= MAX_MESSAGES_PER_RUN
+    )
+    print(
+        f"coordinators over their limits: {over} of {len(owners)} (longest run {max(lengths, default=0)} events, "
+        f"continue-as-new at {MAX_EVENTS_PER_RUN:,}, server warns at {HISTORY_WARNING_EVENTS:,}; most updates in a "
+        f"run {max(updates, default=0)}, continue-as-new at {MAX_MESSAGES_PER_RUN}, server limit {UPDATES_PER_RUN:,}; "
+        f"failed workflow tasks {task_failures})",
+        flush=True,
+    )
+
+
+async def run(owner_count: int, postgres: str) -> None:
+    env = {"HELPER_MAX_CONCURRENT_FOLLOWS": str(2 * owner_count + 100)}
+    tag = uuid.uuid4().hex[:6]
+    async with process_stack(postgres, env) as stack:
+        echo = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tools.bench.burst", "--echo-worker", env=stack.environment, cwd=repository_root()
+        )
+        limits = httpx.Limits(max_connections=owner_count + 10, max_keepalive_connections=owner_count + 10)
+        try:
+            async with serving(stack.environment) as served, httpx.AsyncClient(timeout=60, limits=limits) as http:
+                api, api_pid = served.url, served.pid
+                temporal = stack.client.temporal
+
+                async def project(owner: str) -> Answer:
+                    body = {"helper_id": "first", "task": IDLE_TASK, "model": "scripted"}
+                    response = await http.post(f"{api}/v1/owners/{owner}/helpers", json=body)
+                    retry_after = response.headers.get("retry-after")
+                    return response.status_code, int(retry_after) if retry_after else None
+
+                async def raw(owner: str) -> Answer:
+                    start = WithStartWorkflowOperation(
+                        EchoWorkflow.run,
+                        id=f"echo/{owner}",
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        task_queue=ECHO_QUEUE,
+                    )
+                    await temporal.execute_update_with_start_workflow(
+                        EchoWorkflow.echo, owner, start_workflow_operation=start
+                    )
+                    return 201, None
+
+                # One of each first, unmeasured: the worker's and the server's first-use costs are not an owner's.
+                await project(f"warm-{tag}")
+                await raw(f"warm-{tag}")
+                ours = {"worker": stack.worker.pid, "starter API": api_pid, "reference core": stack.core.pid}
+                theirs = {"echo worker": echo.pid, "this process": os.getpid()}
+                server = stack.server.pid
+                rounds = []
+                for at_once, label in ((owner_count, "all at once"), (100, "100 at a time")):
+                    owners = [f"o-{tag}-{label[:3]}-{n}" for n in range(owner_count)]
+                    name = f"{owner_count} new owners, {label}"
+                    print(f"== {name}", flush=True)
+                    ours_round = await run_round(f"starter API, {label}", owners, project, at_once, server, ours)
+                    report(ours_round, owner_count)
+                    await check_truth(stack, ours_round)
+                    theirs_round = await run_round(
+                        f"raw update-with-start, {label}", owners, raw, at_once, server, theirs
+                    )
+                    report(theirs_round, owner_count)
+                    compare(name, ours_round, theirs_round)
+                    rounds.append(owners)
+                await coordinator_limits(stack, [owner for owners in rounds for owner in owners])
+        finally:
+            await stop_process(echo)
+
+
+async def serve_echo_worker() -> None:
+    """The baseline's worker process: a default Worker with the stack's connection settings, until SIGTERM."""
+    from config.settings import Settings
+    from protocol.connection import connect_for
+
+    client = await connect_for(Settings.from_env())
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with Worker(client, task_queue=ECHO_QUEUE, workflows=[EchoWorkflow]):
+        await stop.wait()
+
+
+def main() -> None:
+    from tools.bench.__main__ import POSTGRES_URL
+
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.burst", description=__doc__)
+    parser.add_argument("--owners", type=int, default=1000)
+    parser.add_argument("--postgres", default=POSTGRES_URL, metavar="URL", help="a PostgreSQL server (fresh database)")
+    parser.add_argument("--echo-worker", action="store_true", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.echo_worker:
+        asyncio.run(serve_echo_worker())
+    else:
+        asyncio.run(run(arguments.owners, arguments.postgres))
+    sys.stdout.flush()
+    os._exit(0)  # sdk-python#300
+
+
+if __name__ == "__main__":
+    main()
