@@ -12,6 +12,7 @@ coordinator refuses it if it arrives later (protocol.deadlines).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -46,6 +47,8 @@ from protocol.names import HELPER_OWNER, coordinator_id, owner_priority
 from protocol.retry import FIRST_PAUSE, LONGEST_PAUSE, is_transient
 
 Answer = TypeVar("Answer", bound=BaseModel)
+# An operation whose send was cut has its outcome set at once; this only bounds the look.
+SETTLE_S = 0.1
 # Temporal's own back-pressure (a namespace's rate limits) refuses a call before taking it: ask again after this.
 SERVER_BUSY_RETRY_S = 2
 
@@ -57,9 +60,11 @@ async def admit(temporal: Client, settings: Settings, request: HelperRequest, by
     now or waits, and how many are ahead. Raises HelperRefused, InvalidRequest, Accepted, Busy or Unavailable.
     """
 
+    operations: list[WithStartWorkflowOperation[None, None]] = []
+
     def start() -> WithStartWorkflowOperation[None, None]:
         # An operation is used once: every attempt needs its own.
-        return WithStartWorkflowOperation(
+        operation: WithStartWorkflowOperation[None, None] = WithStartWorkflowOperation(
             COORDINATOR_WORKFLOW,
             CoordinatorStart(owner=request.owner, policy=settings.policy),
             id=coordinator_id(request.owner),
@@ -69,22 +74,35 @@ async def admit(temporal: Client, settings: Settings, request: HelperRequest, by
             static_summary=f"coordinator of {request.owner}'s helpers",
             priority=owner_priority(request.owner),
         )
+        operations.append(operation)
+        return operation
 
-    return await answered(
-        settings,
-        lambda: temporal.start_update_with_start_workflow(
-            ADMIT,
-            request,
-            result_type=Admission,
-            start_workflow_operation=start(),
-            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-            # A fresh update id: a repeated request reaches the handler, which answers with the helper's
-            # current state and starts nothing (R5), instead of a replay of the first answer.
-            id=by.update_id("admit", request.helper_id),
-        ),
-        by,
-        f"the admission of {request.helper_id}",
-    )
+    try:
+        return await answered(
+            settings,
+            lambda: temporal.start_update_with_start_workflow(
+                ADMIT,
+                request,
+                result_type=Admission,
+                start_workflow_operation=start(),
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                # A fresh update id: a repeated request reaches the handler, which answers with the helper's
+                # current state and starts nothing (R5), instead of a replay of the first answer.
+                id=by.update_id("admit", request.helper_id),
+            ),
+            by,
+            f"the admission of {request.helper_id}",
+        )
+    finally:
+        for operation in operations:
+            await _settled(operation)
+
+
+async def _settled(operation: WithStartWorkflowOperation[None, None]) -> None:
+    """Take the start's outcome from an operation whose send was cut at its bound: the SDK sets it whether or not
+    anyone asks, and asyncio would log a cancelled one as never retrieved, once per admission of a burst."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(operation.workflow_handle(), SETTLE_S)
 
 
 async def close_helper(temporal: Client, settings: Settings, owner: str, helper_id: str, by: AnswerBy) -> CloseAnswer:

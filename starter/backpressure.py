@@ -3,8 +3,9 @@
 At most `limit` writes of a process are sent to Temporal at once. The next ones wait their turn, in the order they
 came, for as long as their bound allows (`AnswerBy.left_to_wait`); one that cannot expect its turn within that is
 refused at once with `Busy`, before anything is sent, and one whose wait runs out is refused the same way. The
-refusal says when to ask again: the time this process needs to work off what it holds, at the pace it has been
-answering, so a larger backlog sends callers further away and their retries do not arrive together.
+pace is the writes' recent time in flight over the places (Little's law), so an idle spell does not slow it. The
+refusal says when to ask again: the time this process needs to work off what it holds at that pace, so a larger
+backlog sends callers further away and their retries do not arrive together.
 
 A write past the gate is never dropped: what Temporal accepted is carried out (the worker sheds nothing).
 """
@@ -21,8 +22,8 @@ from collections.abc import AsyncIterator
 from protocol.deadlines import AnswerBy
 from protocol.errors import NOT_TAKEN, Busy
 
-# The pace is measured over the writes answered in this window.
-PACE_WINDOW_S = 10.0
+# How much each write's time in flight moves the running mean (an exponential moving average).
+PACE_WEIGHT = 0.2
 # Retry-After stays within these (whole seconds: HTTP's unit).
 RETRY_AFTER_MIN_S = 1
 RETRY_AFTER_MAX_S = 120
@@ -35,20 +36,17 @@ class WriteGate:
         self.limit = limit
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
-        self._answered: deque[float] = deque()  # when recent writes left the gate (monotonic)
+        self._in_flight_s: float | None = None  # the running mean of a write's time in flight
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
     def pace(self) -> float | None:
-        """Writes answered per second over the last PACE_WINDOW_S, or None before there is a measure."""
-        now = time.monotonic()
-        while self._answered and self._answered[0] < now - PACE_WINDOW_S:
-            self._answered.popleft()
-        if len(self._answered) < 2:
+        """Writes this gate answers per second when all its places are busy, or None before any was answered."""
+        if self._in_flight_s is None:
             return None
-        return len(self._answered) / max(now - self._answered[0], 0.1)
+        return self.limit / max(self._in_flight_s, 0.001)
 
     def expected_wait_s(self, ahead: int) -> float:
         """How long a write with `ahead` writes waiting before it can expect to wait; 0 before there is a pace."""
@@ -76,11 +74,14 @@ class WriteGate:
             self.in_flight += 1
         else:
             await self._wait(by)
+        sent = time.monotonic()
         try:
             yield
         finally:
             self.in_flight -= 1
-            self._answered.append(time.monotonic())
+            took = time.monotonic() - sent
+            mean = self._in_flight_s
+            self._in_flight_s = took if mean is None else mean + PACE_WEIGHT * (took - mean)
             self._hand_on()
 
     async def _wait(self, by: AnswerBy) -> None:

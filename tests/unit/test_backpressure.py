@@ -102,3 +102,18 @@ async def test_a_caller_that_goes_away_while_waiting_leaves_no_place_behind() ->
     await asyncio.gather(first, behind)
     assert order == [0, 2]
     assert gate.in_flight == 0 and gate.waiting == 0
+
+
+async def test_an_idle_spell_does_not_make_a_burst_look_hopeless() -> None:
+    """R48: the pace is the writes' time in flight, not answers per second: after a quiet minute a burst that the gate
+    can work off within its bound waits its turn instead of being refused."""
+    gate = WriteGate(4)
+    async with gate.turn(AnswerBy.within(10)):
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # quiet
+
+    async def write() -> None:
+        async with gate.turn(AnswerBy.within(10)):
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(write() for _ in range(40)))  # 10 rounds of 4, about half a second: no Busy raised
