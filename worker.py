@@ -37,9 +37,11 @@ from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from
+from collector import keeping_the_heap
 from config.settings import Settings, SettingsError
 from health import StoreGauges, serving_health
 from observability import tracing
+from observability.pauses import watching_pauses
 from protocol.connection import connect_for
 from protocol.names import follows_task_queue
 from protocol.refusals import AdmissionRefusals
@@ -70,6 +72,12 @@ GRACEFUL_SHUTDOWN = timedelta(seconds=15)
 # File descriptors beyond the HTTP connections: the store's pool, Temporal's channels, the health and metrics
 # listeners, the Python runtime's own files.
 DESCRIPTORS_BESIDE_CONNECTIONS = 256
+# The workflow runs a replica keeps in memory between their tasks (the SDK's sticky cache): those with tasks coming
+# soon, the coordinators of owners at work and helpers starting or ending. A running helper's next task comes when its
+# follow returns or its deadline fires, minutes away, and its short history replays in milliseconds then; kept cached
+# meanwhile it would cost about 100 KiB and objects every full collection scans. Measured goal: a replica at its
+# 2,000 running helpers holds about 90 KiB each instead of 200 (python -m tools.bench.capacity).
+CACHED_WORKFLOWS = 500
 # Heartbeats go out every 80 % of an activity's heartbeat timeout; the SDK caps that at 60 s unless told
 # otherwise. The follow's 110 s timeout (HELPER_FOLLOW_LIVENESS_MS) then sends one every 88 s: a 45-minute
 # helper's heartbeats are billable actions, and 32 of them fit its budget of 60 (R44).
@@ -134,7 +142,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         activities=activities_of(store, results, core, chat, settings),  # type: ignore[arg-type]
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=settings.max_concurrent_activities,
-        max_cached_workflows=cached_workflows(settings),
+        max_cached_workflows=CACHED_WORKFLOWS,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[AdmissionRefusals()],  # counts refused admissions outside the workflow code (no replays)
         deployment_config=deployment_of(settings),
@@ -169,15 +177,6 @@ def follows_worker(client: Client, settings: Settings, session: SessionActivitie
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         deployment_config=deployment_of(settings),
     )
-
-
-def cached_workflows(settings: Settings) -> int:
-    """The sticky cache: a workflow run kept here takes its next task without replaying its history. Every helper
-    this replica can follow, and its owner's coordinator (an owner runs up to HELPER_MAX_RUNNING helpers): a
-    fleet whose replicas are full of follows then finds most of its running workflows cached somewhere, and each
-    follow's result or timer is one task, not a replay. An idle helper's run is small (a few timers and tasks)."""
-    follows = settings.max_concurrent_follows
-    return follows + -(-follows // settings.policy.max_running)
 
 
 def descriptors_needed(settings: Settings) -> int:
@@ -262,7 +261,7 @@ async def serve(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await ensure_sweep_schedule(client, settings.task_queue)
-    async with running_worker(client, settings):
+    async with running_worker(client, settings), watching_pauses(), keeping_the_heap():
         log.info(
             "worker polling %s and %s on %s",
             settings.task_queue,

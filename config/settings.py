@@ -39,9 +39,10 @@ class Settings(BaseModel):
     # takes the whole 15 s bound, many times the rate at which thousands of running helpers end.
     max_concurrent_activities: int = Field(default=100, gt=0)
     # Slots of the follows, on their own task queue (protocol.names.follows_task_queue): every running helper
-    # holds one for its whole run, an idle long poll to the core. 2,000 fit a replica of one core and 1 GiB
-    # (python -m tools.bench.capacity; docs/operations.md, "Scaling").
-    max_concurrent_follows: int = Field(default=2_000, gt=0)
+    # holds one for its whole run, an idle long poll to the core. A replica's advertised capacity is 2,000 running
+    # helpers; 2,500 slots keep a fifth of them free there (python -m tools.bench.capacity; docs/operations.md,
+    # "Scaling").
+    max_concurrent_follows: int = Field(default=2_500, gt=0)
     # Every starter write is answered within this (R48): done, accepted by Temporal but not yet answered, or not
     # taken (protocol.deadlines). It covers connecting to Temporal too.
     starter_timeout_ms: int = Field(default=10_000, ge=1_000)

@@ -1,15 +1,15 @@
 """The catalogue of the helper runtime's application metrics, in Prometheus conventions.
 
-Declarations only. They are updated where each event happens, through `observability/recording.py` (never
-from workflow code, which replays): admissions in the `admit_helper` activity and, refused, by the worker
-interceptor of `protocol/refusals.py`; outcomes, slot wait and time to outcome in `finalize_outcome`;
-chat deliveries in the chat activities; core requests and errors by decorators on `CoreClient`'s methods;
-store writes and conflicts by decorators on `HelperStore`'s writes; follow attempts in `follow_session`. The
-store-derived gauges (helpers by state, past the hard ceiling, store up) are counted from the store on each
-scrape (`health.py`, `StoreGauges`, bounded by 2 s). Every metric lives in `REGISTRY`, a registry of its
-own rather than prometheus-client's global one, so importing this module never adds series to another
-registry and tests can read exactly these metrics. The worker serves it on HELPER_HEALTH_BIND's /metrics
-(health.py); the Temporal SDK serves its own metrics on HELPER_METRICS_BIND; docs/operations.md "Metrics"
+Declarations only. They are updated where each event happens, through `observability/recording.py` (never from
+workflow code, which replays): admissions in the `admit_helper` activity and, refused, by the worker interceptor of
+`protocol/refusals.py`; outcomes, slot wait and time to outcome in `finalize_outcome`; chat deliveries in the chat
+activities; core requests and errors by decorators on `CoreClient`'s methods; store writes and conflicts by
+decorators on `HelperStore`'s writes; follow attempts in `follow_session`; the event loop's pauses (garbage
+collections, lag) by `observability/pauses.py`. The store-derived gauges (helpers by state, past the hard ceiling,
+store up) are counted from the store on each scrape (`health.py`, `StoreGauges`, bounded by 2 s). Every metric lives
+in `REGISTRY`, a registry of its own rather than prometheus-client's global one, so importing this module never adds
+series to another registry and tests can read exactly these metrics. The worker serves it on HELPER_HEALTH_BIND's
+/metrics (health.py); the Temporal SDK serves its own metrics on HELPER_METRICS_BIND; docs/operations.md "Metrics"
 lists them all.
 
 The dashboard (deploy/grafana/helper-runtime.json) and the alert rules (deploy/k8s/prometheus-rules.yaml) use these
@@ -29,6 +29,7 @@ Label values are small closed sets (never owner or helper ids, which would make 
 - `operation` of store writes: the write (admit, open, progress, finalize, close, coordinator, remove, usage,
   chat_event, park; state for a row write outside those activities).
 - A value outside these sets (a bug) is recorded as `other`, never as a new series and never as an error.
+
 """
 
 from __future__ import annotations
@@ -124,6 +125,30 @@ HELPERS_PAST_HARD_CEILING: Final = Gauge(
 STORE_UP: Final = Gauge(
     "helper_runtime_store_up",
     "1 when the store answered the worker's last check, 0 when it did not.",
+    registry=REGISTRY,
+)
+
+# What stops the worker's event loop: a garbage collection, or a callback that runs long. The seconds a long poll's
+# answer waits to be seen (R44's 200 ms) sit in the middle of these buckets.
+_PAUSE_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)
+GC_PAUSE_SECONDS: Final = Histogram(
+    "helper_runtime_gc_pause_seconds",
+    "Each garbage collection of the worker's Python process, by generation (2 is a full collection): the event "
+    "loop stands still meanwhile.",
+    ["generation"],
+    buckets=_PAUSE_SECONDS,
+    registry=REGISTRY,
+)
+GC_FROZEN_OBJECTS: Final = Gauge(
+    "helper_runtime_gc_frozen_objects",
+    "Objects the garbage collector no longer scans (collector.py): what lives long, and any cyclic garbage among "
+    "it until the next full scan of everything.",
+    registry=REGISTRY,
+)
+EVENT_LOOP_LAG_SECONDS: Final = Histogram(
+    "helper_runtime_event_loop_lag_seconds",
+    "How late the worker's event loop ran a timer due every 100 ms: a collection or a long callback held it.",
+    buckets=_PAUSE_SECONDS,
     registry=REGISTRY,
 )
 

@@ -280,7 +280,7 @@ def test_metric_catalogue_uses_its_own_registry_and_prefix() -> None:
 
     assert metrics.REGISTRY is not GLOBAL
     families = list(metrics.REGISTRY.collect())
-    assert len(families) == 13
+    assert len(families) == 16
     assert all(f.name.startswith("helper_runtime_") for f in families)
     assert not any(f.name.startswith("helper_runtime_") for f in GLOBAL.collect())
 

@@ -1,20 +1,13 @@
-"""The worker's limits that follow from its slots: the sticky cache and the file descriptors it needs."""
+"""The worker's limits that follow from its slots: the file descriptors it needs."""
 
 from __future__ import annotations
 
 import resource
 
 from config.settings import Settings
-from worker import DESCRIPTORS_BESIDE_CONNECTIONS, cached_workflows, descriptor_limit_plan, descriptors_needed
+from worker import DESCRIPTORS_BESIDE_CONNECTIONS, descriptor_limit_plan, descriptors_needed
 
 UNLIMITED = resource.RLIM_INFINITY
-
-
-def test_the_sticky_cache_holds_every_followed_helper_and_its_owners_coordinator() -> None:
-    settings = Settings(max_concurrent_follows=2_000)
-    # 2,000 helpers at 3 running per owner: 667 coordinators at least.
-    assert cached_workflows(settings) == 2_000 + 667
-    assert cached_workflows(Settings(max_concurrent_follows=3)) == 4
 
 
 def test_a_full_worker_needs_a_connection_per_slot_and_some_files_of_its_own() -> None:

@@ -275,7 +275,8 @@ class ProcessStack:
     client: HelperClient
     store: HelperStore
     database_url: str
-    metrics_url: str
+    metrics_url: str  # the SDK's metrics (HELPER_METRICS_BIND)
+    health_url: str  # the worker's own /metrics (HELPER_HEALTH_BIND): helper_runtime_*
     scratch: Path
     environment: dict[str, str]  # the worker's, for other processes of the bench
 
@@ -336,6 +337,7 @@ async def process_stack(
             )
             core_url = f"http://127.0.0.1:{core_port}"
             metrics_bind = f"127.0.0.1:{free_port()}"
+            health_bind = f"127.0.0.1:{free_port()}"
             env = {
                 **os.environ,
                 "PYTHONPATH": str(root),
@@ -348,6 +350,7 @@ async def process_stack(
                 "HELPER_CHAT_URL": chat_url,
                 "HELPER_CODEC_KEYS": f"bench:{new_key()}",  # as deployed: every payload encrypted
                 "HELPER_METRICS_BIND": metrics_bind,
+                "HELPER_HEALTH_BIND": health_bind,
                 "HELPER_LOG_LEVEL": os.environ.get("HELPER_LOG_LEVEL", "WARNING"),
                 **worker_env,
             }
@@ -374,6 +377,7 @@ async def process_stack(
                     store=store,
                     database_url=database_url,
                     metrics_url=metrics_url,
+                    health_url=f"http://{health_bind}/metrics",
                     scratch=scratch,
                     environment=env,
                 )
