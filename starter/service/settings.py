@@ -25,7 +25,7 @@ class ServiceSettings(BaseModel):
     tls_key: Path | None = None
     max_body_bytes: int = Field(default=256 * 1024, gt=0)  # a start's task is at most 20,000 characters
     read_timeout_ms: int = Field(default=5_000, gt=0)  # a request not in whole (headers and body) by then: closed
-    request_timeout_ms: int = Field(default=40_000, gt=0)  # a write waits HELPER_STARTER_TIMEOUT_MS for Temporal
+    request_timeout_ms: int = Field(default=10_000, gt=0)  # a read's bound; a write's is HELPER_STARTER_TIMEOUT_MS
     watch_max_ms: int = Field(default=3_600_000, gt=0)  # a live-lines stream ends after this; the caller reconnects
     max_watches: int = Field(default=500, gt=0)  # streams open at once; one more is answered 503
     shutdown_grace_ms: int = Field(default=20_000, ge=0)  # requests in flight may finish this long after SIGTERM

@@ -1,6 +1,8 @@
 // Iva's side of the starter API, as a TypeScript service would call it: Node's built-in fetch, no packages.
-// Usage: node iva_fetch.mjs <base URL> <owner> <helper id>. Prints one JSON object: what each call answered.
-const [base, owner, helperId] = process.argv.slice(2);
+// Usage: node iva_fetch.mjs <base URL> <owner> <helper id> [refusals]. Prints one JSON object: what each call
+// answered. With `refusals`, three starts at once to a service that cannot take them: what each answered, with its
+// Retry-After.
+const [base, owner, helperId, mode] = process.argv.slice(2);
 const api = `${base}/v1/owners/${owner}`;
 const bound = () => AbortSignal.timeout(60_000);
 
@@ -11,7 +13,8 @@ async function call(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
     signal: bound(),
   });
-  return { status: response.status, body: await response.json() };
+  const retryAfter = response.headers.get("retry-after");
+  return { status: response.status, body: await response.json(), ...(retryAfter ? { retryAfter } : {}) };
 }
 
 // Server-Sent Events from fetch's body stream: events are separated by a blank line.
@@ -38,6 +41,14 @@ async function watch(path) {
 }
 
 const answers = {};
+if (mode === "refusals") {
+  const starts = [0, 1, 2].map((n) =>
+    call("POST", "/helpers", { helper_id: `${helperId}-${n}`, model: "scripted", task: "Find the Q3 report" }),
+  );
+  answers.starts = await Promise.all(starts);
+  process.stdout.write(JSON.stringify(answers));
+  process.exit(0);
+}
 answers.start = await call("POST", "/helpers", { helper_id: helperId, model: "scripted", task: "Find the Q3 report" });
 answers.again = await call("POST", "/helpers", { helper_id: helperId, model: "scripted", task: "Find the Q3 report" });
 answers.invalid = await call("POST", "/helpers", { helper_id: "no spaces", model: "scripted", task: "x" });

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from config.settings import Settings
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from starter.service.settings import ServiceSettings
@@ -38,10 +39,12 @@ STARTER = Path(sys.executable).parent / "helper-starter"
 
 
 @contextlib.asynccontextmanager
-async def serving_api(stack: Stack, **service: Any) -> AsyncIterator[str]:
-    """The service on a free loopback port, on the stack's Temporal client and store, until the block ends."""
+async def serving_api(stack: Stack, settings: Settings | None = None, **service: Any) -> AsyncIterator[str]:
+    """The service on a free loopback port, on the stack's Temporal client and store (with `settings` instead of the
+    stack's, if given), until the block ends."""
     options = ServiceSettings(bind=f"127.0.0.1:{free_port()}", **service)
-    app = create_app(stack.settings, options, Connections(stack.settings, 4, temporal=stack.env.client))
+    settings = settings or stack.settings
+    app = create_app(settings, options, Connections(settings, 4, temporal=stack.env.client))
     config = uvicorn.Config(with_guards(app, options), host=options.host, port=options.port, log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -107,6 +110,28 @@ async def test_iva_drives_the_service_from_node_fetch(stack: Stack) -> None:
     }
     assert answers["close"]["status"] == 200 and answers["close"]["body"]["removed"] is True
     assert answers["after"] == {"status": 200, "body": []}
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+async def test_iva_reads_busy_and_unavailable_from_node_fetch(stack: Stack) -> None:
+    """R48, R47: three starts at once from Node's fetch to a service that sends one write at a time to a task queue
+    no worker polls: the first is 503 `unavailable`, the others 429 `busy`, each with a Retry-After and the same in
+    its body, all within the bound, and nothing was admitted."""
+    assert NODE is not None
+    unserved = stack.settings.model_copy(
+        update={"task_queue": "nobody-polls-this", "starter_timeout_ms": 2_000, "starter_max_in_flight": 1}
+    )
+    async with serving_api(stack, unserved) as url:
+        code, out, err = await _run(NODE, str(HERE / "iva_fetch.mjs"), url, stack.owner, "q", "refusals", timeout=60)
+    assert code == 0, err
+    starts = json.loads(out)["starts"]
+    assert sorted(start["status"] for start in starts) == [429, 429, 503], starts
+    for start in starts:
+        error = start["body"]["error"]
+        assert error["code"] == {429: "busy", 503: "unavailable"}[start["status"]]
+        assert int(start["retryAfter"]) == error["retry_after_s"] >= 1
+        assert "nothing was taken" in error["message"]
+    assert await stack.store.rows(stack.owner) == []
 
 
 async def test_the_service_refuses_a_caller_without_its_token_on_the_real_stack(stack: Stack) -> None:
