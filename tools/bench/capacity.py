@@ -49,7 +49,6 @@ from temporalio.api.enums.v1 import PendingActivityState, TimeoutType
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from clients.http import CONNECTIONS_PER_POOL
 from config.settings import Settings
 from domain.requests import HelperRequest
 from protocol.errors import HelperRefused, Unavailable
@@ -507,8 +506,8 @@ def print_limits(stack: ProcessStack, env: dict[str, str]) -> None:
         f"worker limits (pid {stack.worker.pid}): {configured}; sticky cache {CACHED_WORKFLOWS} workflows, "
         f"workflow tasks {defaults['max_concurrent_workflow_tasks'].default or 'SDK default (100)'} at once, "
         f"pollers {defaults['workflow_task_poller_behavior'].default} each for workflow and activity tasks (SDK "
-        f"defaults, worker.py sets none); HTTP pool to the core: a connection per slot (CoreClient.of_worker), "
-        f"in pools of {CONNECTIONS_PER_POOL} (clients/http.py); store pool {STORE_POOL_SIZE} connections "
+        f"defaults, worker.py sets none); HTTP to the core: a connection per call under way, kept alive "
+        f"(clients/http.py, H11Transport); store pool {STORE_POOL_SIZE} connections "
         f"(store/database.py); file descriptors {fds} held of {fd_limit}",
         flush=True,
     )
