@@ -38,8 +38,10 @@ class AnswerBy:
     stamped: bool = True  # False: the updates carry no accept-by time (HELPER_STARTER_ACCEPT_BY=false)
 
     @classmethod
-    def within(cls, seconds: float, *, stamped: bool = True) -> AnswerBy:
-        return cls(time.monotonic() + seconds, datetime.now(UTC) + timedelta(seconds=seconds), seconds, stamped)
+    def within(cls, seconds: float, *, stamped: bool = True, whole: float | None = None) -> AnswerBy:
+        """Answered `seconds` from now; `whole`: the bound it is part of, if some of it was spent already."""
+        wall = datetime.now(UTC) + timedelta(seconds=seconds)
+        return cls(time.monotonic() + seconds, wall, seconds if whole is None else whole, stamped)
 
     def left(self) -> float:
         """Seconds until the answer is due (never below 0)."""
@@ -60,9 +62,12 @@ class AnswerBy:
         return f"{kind}/{subject}/{stamp}{uuid.uuid4().hex}"
 
 
-def answer_by(settings: Settings) -> AnswerBy:
-    """When a write asked now is answered: HELPER_STARTER_TIMEOUT_MS from now."""
-    return AnswerBy.within(settings.starter_timeout_ms / 1000, stamped=settings.starter_accept_by)
+def answer_by(settings: Settings, since: float | None = None) -> AnswerBy:
+    """When a write asked now, or at `since` (a monotonic moment: when its request arrived), is answered:
+    HELPER_STARTER_TIMEOUT_MS after."""
+    seconds = settings.starter_timeout_ms / 1000
+    spent = 0.0 if since is None else max(0.0, time.monotonic() - since)
+    return AnswerBy.within(seconds - spent, stamped=settings.starter_accept_by, whole=seconds)
 
 
 def accept_by_of(update_id: str) -> datetime | None:

@@ -3,9 +3,10 @@
 At most `limit` writes of a process are sent to Temporal at once. The next ones wait their turn, in the order they
 came, for as long as their bound allows (`AnswerBy.left_to_wait`); one that cannot expect its turn within that is
 refused at once with `Busy`, before anything is sent, and one whose wait runs out is refused the same way. The
-pace is the writes' recent time in flight over the places (Little's law), so an idle spell does not slow it. The
-refusal says when to ask again: the time this process needs to work off what it holds at that pace, so a larger
-backlog sends callers further away and their retries do not arrive together.
+pace is measured while the gate is full (the time between answers; before that, the time in flight over the
+places), so an idle spell does not slow it. The refusal says when to ask again: after what this process holds is
+worked off at that pace, and after every caller refused before it, one answer's time apart, so the retries of a
+burst come back spread over the time the process needs for them instead of together.
 
 A write past the gate is never dropped: what Temporal accepted is carried out (the worker sheds nothing).
 """
@@ -22,8 +23,8 @@ from collections.abc import AsyncIterator
 from protocol.deadlines import AnswerBy
 from protocol.errors import NOT_TAKEN, Busy
 
-# How much each write's time in flight moves the running mean (an exponential moving average).
-PACE_WEIGHT = 0.2
+# How much each answer moves the running means of the pace (exponential moving averages).
+PACE_WEIGHT = 0.1
 # Retry-After stays within these (whole seconds: HTTP's unit).
 RETRY_AFTER_MIN_S = 1
 RETRY_AFTER_MAX_S = 120
@@ -37,6 +38,9 @@ class WriteGate:
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._in_flight_s: float | None = None  # the running mean of a write's time in flight
+        self._between_s: float | None = None  # the running mean of the time between answers while the gate is full
+        self._last_answer: float | None = None
+        self._promised = 0.0  # when the last caller refused was told to come back (monotonic)
 
     @property
     def waiting(self) -> int:
@@ -44,24 +48,29 @@ class WriteGate:
 
     def pace(self) -> float | None:
         """Writes this gate answers per second when all its places are busy, or None before any was answered."""
-        if self._in_flight_s is None:
-            return None
-        return self.limit / max(self._in_flight_s, 0.001)
+        if self._between_s is not None:
+            return 1 / max(self._between_s, 0.001)
+        if self._in_flight_s is not None:
+            return self.limit / max(self._in_flight_s, 0.001)
+        return None
 
     def expected_wait_s(self, ahead: int) -> float:
         """How long a write with `ahead` writes waiting before it can expect to wait; 0 before there is a pace."""
         pace = self.pace()
         return 0.0 if pace is None else (ahead + 1) / pace
 
-    def retry_after_s(self) -> int:
-        """When a refused caller should ask again: the time to work off everything held, at the measured pace (one
-        write a second for each slot before there is a measure)."""
-        backlog = self.in_flight + self.waiting
+    def promise_retry_s(self) -> int:
+        """When a caller refused now should ask again: once what this process holds is worked off at its pace (one
+        write a second for each place before there is a measure), and one answer's time after the caller refused
+        before it. The moment is kept, so the next refusal is told a later one."""
+        now = time.monotonic()
         pace = self.pace() or float(self.limit)
-        return min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, math.ceil(backlog / pace)))
+        at = max(now + (self.in_flight + self.waiting) / pace, self._promised)
+        self._promised = at + 1 / pace
+        return min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, math.ceil(at - now)))
 
     def _refusal(self, why: str) -> Busy:
-        after = self.retry_after_s()
+        after = self.promise_retry_s()
         return Busy(
             f"{NOT_TAKEN}: {why} ({self.in_flight} writes in flight, {self.waiting} waiting); ask again in {after} s",
             after,
@@ -78,11 +87,17 @@ class WriteGate:
         try:
             yield
         finally:
+            self._answered(sent)
             self.in_flight -= 1
-            took = time.monotonic() - sent
-            mean = self._in_flight_s
-            self._in_flight_s = took if mean is None else mean + PACE_WEIGHT * (took - mean)
             self._hand_on()
+
+    def _answered(self, sent: float) -> None:
+        now = time.monotonic()
+        self._in_flight_s = _moved(self._in_flight_s, now - sent)
+        full = self.in_flight >= self.limit or bool(self._waiting)
+        if full and self._last_answer is not None:
+            self._between_s = _moved(self._between_s, now - self._last_answer)
+        self._last_answer = now if full else None
 
     async def _wait(self, by: AnswerBy) -> None:
         allowed = by.left_to_wait()
@@ -112,3 +127,7 @@ class WriteGate:
             if not place.done():
                 self.in_flight += 1
                 place.set_result(None)
+
+
+def _moved(mean: float | None, value: float) -> float:
+    return value if mean is None else mean + PACE_WEIGHT * (value - mean)

@@ -132,7 +132,7 @@ class HelperClient(StoreReader):
                 return await send()
         except Unavailable as error:
             if error.retry_after_s is None:  # not taken in time: ask again once this process has worked off its own
-                raise Unavailable(error.message, retry_after_s=self.gate.retry_after_s()) from None
+                raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s()) from None
             raise
         except RPCError as error:
             if error.status is not RPCStatusCode.NOT_FOUND:

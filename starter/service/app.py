@@ -77,6 +77,8 @@ READY_CHECK_S = 2.0
 RETRY_AFTER_S = "1"
 # A write's own bound answers it; this much later, the request's timeout would (it never should).
 WRITE_BACKSTOP_S = 2.0
+# Where the request's arrival is kept in its ASGI scope, for the bound of its answer.
+ARRIVED = "helper_arrived"
 NOT_FOUND_CODES = {"unknown_helper", "unknown_goal"}
 
 
@@ -235,6 +237,7 @@ class Measured:
             await self.app(scope, receive, send)
             return
         began = time.perf_counter()
+        scope[ARRIVED] = time.monotonic()  # a write's bound counts from here (R48)
         status = 500
 
         async def sending(message: Message) -> None:
@@ -356,7 +359,7 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
         answered by its own bound (HELPER_STARTER_TIMEOUT_MS from here, R48); this timeout only backs it up."""
         try:
             command = build()
-            by = answer_by(settings)
+            by = answer_by(settings, since=request.scope.get(ARRIVED))
             bound = by.left() + WRITE_BACKSTOP_S if command.writes else timeout_s
             async with asyncio.timeout(bound):
                 client = await (held.writer() if command.writes else held.reader())

@@ -80,7 +80,7 @@ async def test_the_time_to_ask_again_grows_with_the_backlog() -> None:
     for _ in range(4):
         tasks += [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(20)]
         await asyncio.sleep(0.01)
-        seen.append(gate.retry_after_s())
+        seen.append(gate.promise_retry_s())
     assert seen == sorted(seen) and seen[-1] > seen[0], seen
     assert all(1 <= after <= RETRY_AFTER_MAX_S for after in seen)
     hold.set()
@@ -117,3 +117,16 @@ async def test_an_idle_spell_does_not_make_a_burst_look_hopeless() -> None:
             await asyncio.sleep(0.05)
 
     await asyncio.gather(*(write() for _ in range(40)))  # 10 rounds of 4, about half a second: no Busy raised
+
+
+async def test_the_callers_of_a_burst_are_told_to_come_back_one_after_the_other() -> None:
+    """R48: each refusal is told a later time than the one before, one answer's time apart at the measured pace,
+    so the retries of a burst come back spread instead of together."""
+    gate = WriteGate(2)
+    hold = asyncio.Event()
+    tasks = [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(2)]
+    await asyncio.sleep(0.01)
+    told = [gate.promise_retry_s() for _ in range(10)]
+    assert told == sorted(told) and told[-1] >= told[0] + 4, told  # before a measure: a write a second a place
+    hold.set()
+    await asyncio.gather(*tasks)
