@@ -160,6 +160,11 @@ class SessionActivities:
         loop = asyncio.get_running_loop()
         window_ends = loop.time() + tuning.window_ms / 1000
         wait_ms = long_poll_wait_ms(tuning, request.check_ms or round(self.core.check_seconds * 1000))
+        # The SDK sends the latest heartbeat at most every 80 % of the heartbeat timeout; one recorded when the cursor
+        # changed, and at least every third of that timeout, keeps one waiting at each send, and spares an idle
+        # follow the encoding of an unchanged cursor after every read (its CPU per helper-minute, capacity bench).
+        beat_every = tuning.liveness_ms / 3000
+        beaten, beaten_at = None, float("-inf")
         while True:
             asked_at, version_before = loop.time(), cursor.version
             long_polled = wait_ms > 0 and version_before is not None
@@ -170,7 +175,9 @@ class SessionActivities:
             if failure is not None:
                 silent = cursor.bad_answers < tuning.bad_answers
                 return FollowResult(verdict=Verdict.CORE_FAILED, error=failure, silent=silent)
-            activity.heartbeat(cursor.model_dump(mode="json"))
+            if cursor != beaten or loop.time() - beaten_at >= beat_every:
+                activity.heartbeat(cursor.model_dump(mode="json"))
+                beaten, beaten_at = cursor.model_copy(), loop.time()
             if loop.time() >= window_ends:
                 raise ApplicationError(
                     "follow window elapsed; the next attempt resumes from the heartbeat",

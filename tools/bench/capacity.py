@@ -103,6 +103,7 @@ class Reading:
     machine_total: float
     commits: int
     rows_written: int
+    sessions: int  # connections ever opened to the bench database (PostgreSQL's pg_stat_database.sessions)
     bench_queries: int
     metrics: dict[str, float]  # the SDK's
     health: dict[str, float]  # the worker's own (helper_runtime_*): its pauses
@@ -134,7 +135,7 @@ class Bench:
     async def reading(self) -> Reading:
         stack = self.stack
         stats = await self.query(
-            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
+            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted, sessions FROM pg_stat_database "
             "WHERE datname = current_database()"
         )
         busy, total = machine_busy_seconds()
@@ -149,6 +150,7 @@ class Bench:
             machine_total=total,
             commits=int(stats[0]),
             rows_written=int(stats[1]),
+            sessions=int(stats[2]),
             bench_queries=self.bench_queries,
             metrics=await scrape_metrics(stack.metrics_url),
             health=await scrape_metrics(stack.health_url),
@@ -388,7 +390,8 @@ def report_window(
     print(
         f"store writes per helper-minute: project {commits / helper_minutes:.2f} commits, "
         f"{rows / helper_minutes:.2f} rows written | baseline steps per helper-minute "
-        f"{60 / statistics.mean(bench.step_range_s):.2f} (one row write each)"
+        f"{60 / statistics.mean(bench.step_range_s):.2f} (one row write each); connections the store opened in the "
+        f"window: project {after.sessions - before.sessions} | target 0 (the worker's pool holds its connections)"
     )
     metrics = after.metrics
     sticky = metric(metrics, "temporal_sticky_cache_size")
