@@ -52,7 +52,7 @@ from protocol.connection import connect_for
 from protocol.messages import ADMIT
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
-from worker import WORKFLOWS, activities_of, deployment_of, follows_worker, promote
+from worker import CACHED_WORKFLOWS, WORKFLOWS, activities_of, deployment_of, follows_worker, promote
 from workflows.maintenance import ensure_sweep_schedule
 
 CRASH_DIR_ENV = "HELPER_CRASH_DIR"
@@ -185,7 +185,7 @@ async def serve(settings: Settings) -> None:
         graceful_shutdown_timeout=timedelta(seconds=10),
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=slots,
-        max_cached_workflows=1000 if slots is None else 0,  # 1000: the SDK's default, as in worker.py
+        max_cached_workflows=CACHED_WORKFLOWS if slots is None else 0,  # as in worker.py
         deployment_config=deployment_of(settings),
     )
     follows = follows_worker(client, settings, SessionActivities(store, core, results))

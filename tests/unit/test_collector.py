@@ -1,5 +1,5 @@
-"""R46, R48: the worker's collector scans what was promoted since the last collection, not what lives long, and
-still reclaims cyclic garbage in the end (collector.py)."""
+"""R46, R48: the worker's collector no longer scans what lives long, and still reclaims cyclic garbage in the end
+(collector.py)."""
 
 from __future__ import annotations
 
@@ -20,31 +20,31 @@ def _cycle() -> _Node:
     return first
 
 
-async def test_what_lives_is_frozen_and_a_full_collection_no_longer_scans_it() -> None:
-    """What is alive when the worker starts, and what survives a collection later, is frozen: a full collection
-    after that finds little to scan."""
+async def test_what_lives_is_frozen_and_no_automatic_full_collection_scans_it() -> None:
+    """Automatic full collections are off while the worker runs; what is alive at each freeze is frozen, and a
+    frozen object is still freed when its last reference goes. Leaving the block puts everything back."""
+    before = gc.get_threshold()
     async with collector.keeping_the_heap():
-        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[2] == collector.NO_FULL_COLLECTIONS
         kept = [_Node() for _ in range(10_000)]
-        gc.collect(1)  # a collection of the older young generation freezes its survivors
-        assert gc.get_count()[2] == 0
-        before = gc.get_freeze_count()
-        assert before >= len(kept)
+        collector._freeze_what_lives()
+        frozen = gc.get_freeze_count()
         del kept
-        assert gc.get_freeze_count() <= before - 10_000, "a frozen object is freed when its last reference goes"
-    assert gc.get_freeze_count() == 0, "leaving the block unfreezes everything"
+        assert gc.get_freeze_count() <= frozen - 10_000, "a frozen object is freed when its last reference goes"
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
 
-async def test_cyclic_garbage_among_frozen_objects_is_reclaimed_when_everything_is_scanned() -> None:
-    """A cycle that became garbage after it was frozen stays until the cleaner scans everything, then it goes."""
+async def test_cyclic_garbage_among_frozen_objects_is_reclaimed_once_they_have_grown_enough() -> None:
+    """A cycle that became garbage after it was frozen stays, until the frozen objects have grown by
+    DEEP_CLEAN_GROWTH: then everything is scanned once and it goes."""
     async with collector.keeping_the_heap():
         held = _cycle()
         node = weakref.ref(held)
-        gc.collect(1)  # frozen while alive
-        del held  # now garbage, held only by its own cycle
-        gc.collect(1)
+        collector._freeze_what_lives()
+        del held  # garbage now, held only by its own cycle
+        collector._freeze_what_lives()
         assert node() is not None, "frozen, the cycle is not collected"
-        gc.collect()
-        assert node() is not None, "a full collection does not scan frozen objects"
-        collector._scan_everything()
-        assert node() is None
+        growth = [_Node() for _ in range(int(collector._heap.baseline * collector.DEEP_CLEAN_GROWTH) + 1)]
+        collector._freeze_what_lives()
+        assert node() is None, "the frozen objects grew by half: everything was scanned"
+        del growth

@@ -14,6 +14,11 @@ process. Four rounds, each with owners that have never started a helper:
   once) from a plain Temporal client, served by a default worker in a process of its own;
 - the same two with at most 100 callers at a time.
 
+And a third side, the floor of the project's shape: the same owners through bare SDK calls that do what an
+admission must (an update-with-start whose handler runs an activity that starts a second workflow, which runs a
+local activity, starts a timer and an activity on another task queue, and waits), with no project code, so the
+server CPU an admission cannot go below is measured in the same run.
+
 For each: the first answer's kind and its time (p50, p99, the slowest: the bound a caller can rely on), the time
 until every owner's helper was taken, admissions per second, and the Temporal server's CPU per admission, read
 from /proc from the round's first call until the server is idle again, so the work an admission leaves behind
@@ -39,13 +44,16 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import httpx
+from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
+from config.settings import Settings
 from protocol.names import coordinator_id
 from reference.core.script import scripted_task
 from tools.bench.admission import EchoWorkflow
@@ -61,6 +69,7 @@ from tools.bench.common import (
 from workflows.coordinator import MAX_EVENTS_PER_RUN, MAX_MESSAGES_PER_RUN
 
 ECHO_QUEUE = "echo"
+FLOOR_FOLLOWS = "echo-follows"
 HISTORY_WARNING_EVENTS = 10_240
 UPDATES_PER_RUN = 2_000
 READING_LANES = 16
@@ -73,6 +82,52 @@ CALLER_GIVES_UP_S = 300.0
 # The server's own pace before a round (the earlier rounds' helpers heartbeat and follow) is measured this long and
 # taken out of the round's CPU.
 BACKGROUND_S = 5.0
+
+
+@activity.defn(name="start_bare_helper")
+async def start_bare_helper(owner: str) -> None:
+    await activity.client().start_workflow(BareHelper.run, id=f"bare-helper/{owner}", task_queue=ECHO_QUEUE)
+
+
+@activity.defn(name="bare_open")
+async def bare_open(owner: str) -> str:
+    return owner
+
+
+@activity.defn(name="bare_follow")
+async def bare_follow(owner: str) -> None:
+    await asyncio.Event().wait()  # held until the worker stops, as a follow is held for a helper's run
+
+
+@workflow.defn(name="BareCoordinator")
+class BareCoordinator:
+    """The floor's coordinator: an admission is one activity that starts the helper."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.update
+    async def admit(self, owner: str) -> str:
+        await workflow.execute_activity(start_bare_helper, owner, start_to_close_timeout=timedelta(seconds=30))
+        return owner
+
+
+@workflow.defn(name="BareHelper")
+class BareHelper:
+    """The floor's helper: its open as a local activity, its deadline's timer, its follow on a queue of its own."""
+
+    @workflow.run
+    async def run(self) -> None:
+        owner = workflow.info().workflow_id
+        await workflow.execute_local_activity(bare_open, owner, start_to_close_timeout=timedelta(seconds=10))
+        deadline = asyncio.ensure_future(workflow.sleep(timedelta(minutes=45)))
+        follow = asyncio.ensure_future(
+            workflow.execute_activity(
+                bare_follow, owner, task_queue=FLOOR_FOLLOWS, start_to_close_timeout=timedelta(hours=1)
+            )
+        )
+        await asyncio.wait([deadline, follow], return_when=asyncio.FIRST_COMPLETED)
 
 
 @dataclass
@@ -274,20 +329,25 @@ async def coordinator_limits(stack: ProcessStack, owners: list[str]) -> None:
 
 
 async def run(owner_count: int, postgres: str) -> None:
-    env = {"HELPER_MAX_CONCURRENT_FOLLOWS": str(2 * owner_count + 100)}
+    follows = 2 * owner_count + 100  # two rounds of helpers stay running
+    default_follows = Settings.model_fields["max_concurrent_follows"].default
+    env = {"HELPER_MAX_CONCURRENT_FOLLOWS": str(follows)} if follows > default_follows else {}
     tag = uuid.uuid4().hex[:6]
     async with process_stack(postgres, env) as stack:
         echo = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tools.bench.burst", "--echo-worker", env=stack.environment, cwd=repository_root()
         )
-        limits = httpx.Limits(max_connections=owner_count + 10, max_keepalive_connections=owner_count + 10)
+        # Each caller its own client and connection, as callers of their own are: one client shared by a thousand
+        # calls at once would measure its own connection pool.
+        callers: dict[str, httpx.AsyncClient] = {}
         try:
-            async with serving(stack.environment) as served, httpx.AsyncClient(timeout=60, limits=limits) as http:
+            async with serving(stack.environment) as served:
                 api, api_pid = served.url, served.pid
                 temporal = stack.client.temporal
 
                 async def project(owner: str) -> Answer:
                     body = {"helper_id": "first", "task": IDLE_TASK, "model": "scripted"}
+                    http = callers.setdefault(owner, httpx.AsyncClient(timeout=60, trust_env=False))
                     response = await http.post(f"{api}/v1/owners/{owner}/helpers", json=body)
                     retry_after = response.headers.get("retry-after")
                     return response.status_code, int(retry_after) if retry_after else None
@@ -304,9 +364,22 @@ async def run(owner_count: int, postgres: str) -> None:
                     )
                     return 201, None
 
+                async def floor(owner: str) -> Answer:
+                    start = WithStartWorkflowOperation(
+                        BareCoordinator.run,
+                        id=f"bare-coordinator/{owner}",
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        task_queue=ECHO_QUEUE,
+                    )
+                    await temporal.execute_update_with_start_workflow(
+                        BareCoordinator.admit, owner, start_workflow_operation=start
+                    )
+                    return 201, None
+
                 # One of each first, unmeasured: the worker's and the server's first-use costs are not an owner's.
                 await project(f"warm-{tag}")
                 await raw(f"warm-{tag}")
+                await floor(f"warm-{tag}")
                 ours = {"worker": stack.worker.pid, "starter API": api_pid, "reference core": stack.core.pid}
                 theirs = {"echo worker": echo.pid, "this process": os.getpid()}
                 server = stack.server.pid
@@ -322,10 +395,15 @@ async def run(owner_count: int, postgres: str) -> None:
                         f"raw update-with-start, {label}", owners, raw, at_once, server, theirs
                     )
                     report(theirs_round, owner_count)
+                    floor_name = f"the floor of an admission's shape (bare SDK calls), {label}"
+                    floor_round = await run_round(floor_name, owners, floor, at_once, server, theirs)
+                    report(floor_round, owner_count)
                     compare(name, ours_round, theirs_round)
+                    compare(f"{name}, the floor of its shape", floor_round, theirs_round)
                     rounds.append(owners)
                 await coordinator_limits(stack, [owner for owners in rounds for owner in owners])
         finally:
+            await asyncio.gather(*(http.aclose() for http in callers.values()))
             await stop_process(echo)
 
 
@@ -337,7 +415,15 @@ async def serve_echo_worker() -> None:
     client = await connect_for(Settings.from_env())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with Worker(client, task_queue=ECHO_QUEUE, workflows=[EchoWorkflow]):
+    async with (
+        Worker(
+            client,
+            task_queue=ECHO_QUEUE,
+            workflows=[EchoWorkflow, BareCoordinator, BareHelper],
+            activities=[start_bare_helper, bare_open],
+        ),
+        Worker(client, task_queue=FLOOR_FOLLOWS, activities=[bare_follow], max_concurrent_activities=10_000),
+    ):
         await stop.wait()
 
 
