@@ -51,7 +51,7 @@ from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from config.settings import Settings
 from protocol.names import coordinator_id
@@ -69,7 +69,9 @@ from tools.bench.common import (
 from workflows.coordinator import MAX_EVENTS_PER_RUN, MAX_MESSAGES_PER_RUN
 
 ECHO_QUEUE = "echo"
-FLOOR_FOLLOWS = "echo-follows"
+# The floor's workflows run unsandboxed (this module imports httpx): the floor is about the server's work.
+FLOOR_QUEUE = "floor"
+FLOOR_FOLLOWS = "floor-follows"
 HISTORY_WARNING_EVENTS = 10_240
 UPDATES_PER_RUN = 2_000
 READING_LANES = 16
@@ -86,7 +88,7 @@ BACKGROUND_S = 5.0
 
 @activity.defn(name="start_bare_helper")
 async def start_bare_helper(owner: str) -> None:
-    await activity.client().start_workflow(BareHelper.run, id=f"bare-helper/{owner}", task_queue=ECHO_QUEUE)
+    await activity.client().start_workflow(BareHelper.run, id=f"bare-helper/{owner}", task_queue=FLOOR_QUEUE)
 
 
 @activity.defn(name="bare_open")
@@ -369,7 +371,7 @@ async def run(owner_count: int, postgres: str) -> None:
                         BareCoordinator.run,
                         id=f"bare-coordinator/{owner}",
                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                        task_queue=ECHO_QUEUE,
+                        task_queue=FLOOR_QUEUE,
                     )
                     await temporal.execute_update_with_start_workflow(
                         BareCoordinator.admit, owner, start_workflow_operation=start
@@ -416,11 +418,13 @@ async def serve_echo_worker() -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with (
+        Worker(client, task_queue=ECHO_QUEUE, workflows=[EchoWorkflow]),
         Worker(
             client,
-            task_queue=ECHO_QUEUE,
-            workflows=[EchoWorkflow, BareCoordinator, BareHelper],
+            task_queue=FLOOR_QUEUE,
+            workflows=[BareCoordinator, BareHelper],
             activities=[start_bare_helper, bare_open],
+            workflow_runner=UnsandboxedWorkflowRunner(),
         ),
         Worker(client, task_queue=FLOOR_FOLLOWS, activities=[bare_follow], max_concurrent_activities=10_000),
     ):
