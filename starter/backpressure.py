@@ -102,10 +102,19 @@ class WriteGate:
             self._between_s = _moved(self._between_s, now - self._last_answer)
         self._last_answer = now if full else None
 
+    def refusal_now(self, by: AnswerBy) -> Busy | None:
+        """The refusal of a write that cannot expect its turn within its bound, before anything of it is read or
+        sent; None when it may wait (or go at once)."""
+        if self.in_flight < self.limit and not self._waiting:
+            return None
+        if self.expected_wait_s(self.waiting) > by.left_to_wait():
+            return self._refusal("this process cannot send it in time")
+        return None
+
     async def _wait(self, by: AnswerBy) -> None:
         allowed = by.left_to_wait()
-        if self.expected_wait_s(self.waiting) > allowed:
-            raise self._refusal("this process cannot send it in time")
+        if (refused := self.refusal_now(by)) is not None:
+            raise refused
         place: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(place)
         try:

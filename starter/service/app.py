@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import re
 import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
@@ -79,6 +80,8 @@ RETRY_AFTER_S = "1"
 WRITE_BACKSTOP_S = 2.0
 # Where the request's arrival is kept in its ASGI scope, for the bound of its answer.
 ARRIVED = "helper_arrived"
+# The writes that go through the gate: start, close, read, delivered.
+WRITES = re.compile(r"^/v1/owners/[^/]+/(helpers|helpers/[^/]+/close|read|delivered)$")
 NOT_FOUND_CODES = {"unknown_helper", "unknown_goal"}
 
 
@@ -226,6 +229,26 @@ class Guard:
         return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self.token)
 
 
+class Shedding:
+    """Before a write's body is read: a write this process cannot expect to send within its bound is refused at
+    once, 429 `busy`, so a burst costs the service a few microseconds per refusal rather than the parsing, checking
+    and queueing of each request (R48). Other requests, and writes that may wait their turn, go on."""
+
+    def __init__(self, app: ASGIApp, connections: Connections, settings: Settings) -> None:
+        self.app = app
+        self.connections = connections
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gate = self.connections.gate
+        if gate is not None and scope["type"] == "http" and scope["method"] == "POST" and WRITES.match(scope["path"]):
+            refused = gate.refusal_now(answer_by(self.settings, since=scope.get(ARRIVED)))
+            if refused is not None:
+                await error_response(refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class Measured:
     """Requests by route template and status, and their latency (`starter.service.metrics`)."""
 
@@ -316,6 +339,7 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
     )
     app.state.service = state
     app.state.connections = held
+    app.state.settings = settings
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -634,5 +658,7 @@ def create_app(settings: Settings, service: ServiceSettings, connections: Connec
 
 
 def with_guards(app: FastAPI, service: ServiceSettings) -> ASGIApp:
-    """The app behind its guard (token, body cap) and its measurements: what uvicorn serves."""
-    return Measured(Guard(app, service.token, service.max_body_bytes))
+    """The app behind its guard (token, body cap), the shedding of writes it cannot answer in time, and its
+    measurements: what uvicorn serves."""
+    guarded = Guard(app, service.token, service.max_body_bytes)
+    return Measured(Shedding(guarded, app.state.connections, app.state.settings))

@@ -13,6 +13,7 @@ from starter.reads import RowSource, StoreReader, open_store
 if TYPE_CHECKING:  # loaded with the first write
     from temporalio.client import Client
 
+    from starter.backpressure import WriteGate
     from starter.client import HelperClient
 
 
@@ -42,6 +43,11 @@ class Connections:
                     self._store = await open_store(self.settings, self.store_pool_size)
                     self._reader = StoreReader(self.settings, self._store)
         return self._reader
+
+    @property
+    def gate(self) -> WriteGate | None:
+        """The writes' gate, once Temporal is connected (starter.backpressure)."""
+        return None if self._writer is None else self._writer.gate
 
     async def writer(self) -> HelperClient:
         """The writes: the store and Temporal."""

@@ -7,6 +7,9 @@ Its clock starts when the connection opens (the first request) or at its first b
 kept-alive connection) and stops once its last byte is in, so a slow answer or a long live-lines stream is not
 bounded by it. At the bound the connection is closed; a request whose headers had arrived and that nothing has
 answered yet is answered 408 `request_timeout` first, and the route waiting for its body reads a disconnect.
+
+A bound that comes due while the service's own event loop was held up (a burst of requests, a pause) is moved on
+by the time it was late: the bytes may be waiting, unread, in the socket, and the service, not the client, was slow.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
+
+# A bound that comes due later than this was held up by the service's own loop.
+LATE_S = 0.05
 
 
 class ReadTimeoutConfig(uvicorn.Config):
@@ -45,6 +51,7 @@ class ReadTimeoutH11Protocol(H11Protocol):
             raise TypeError("ReadTimeoutH11Protocol is served with a ReadTimeoutConfig, which holds its bound")
         self.read_timeout_s = config.read_timeout_s
         self.read_timer: asyncio.TimerHandle | None = None
+        self.read_due = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -67,9 +74,11 @@ class ReadTimeoutH11Protocol(H11Protocol):
         self._disarm()
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
+    def _arm(self, seconds: float | None = None) -> None:
         if self.read_timer is None:
-            self.read_timer = self.loop.call_later(self.read_timeout_s, self._timed_out)
+            seconds = self.read_timeout_s if seconds is None else seconds
+            self.read_due = self.loop.time() + seconds
+            self.read_timer = self.loop.call_later(seconds, self._timed_out)
 
     def _disarm(self) -> None:
         if self.read_timer is not None:
@@ -78,6 +87,10 @@ class ReadTimeoutH11Protocol(H11Protocol):
 
     def _timed_out(self) -> None:
         self.read_timer = None
+        late = self.loop.time() - self.read_due
+        if late > LATE_S:
+            self._arm(late)  # the loop was held up: the client gets that time back
+            return
         if self.transport.is_closing():
             return
         cycle = self.cycle

@@ -51,6 +51,7 @@ from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from config.settings import Settings
@@ -206,7 +207,7 @@ async def run_round(
                     result.taken_ms.append((time.perf_counter() - began) * 1000)
                     return
                 refused_before = refused_before or kind in ("busy", "unavailable")
-                if not kind.startswith(("busy", "unavailable", "transport")):
+                if not kind.startswith(("busy", "unavailable", "transport", "http 408")):
                     return  # refused or invalid: asking again would not help
                 wait = retry_after or 1
                 result.retry_after_s.append(wait)
@@ -308,7 +309,10 @@ async def coordinator_limits(stack: ProcessStack, owners: list[str]) -> None:
     async def one(owner: str) -> None:
         nonlocal task_failures
         async with lanes:
-            history = await stack.client.temporal.get_workflow_handle(coordinator_id(owner)).fetch_history()
+            try:
+                history = await stack.client.temporal.get_workflow_handle(coordinator_id(owner)).fetch_history()
+            except RPCError:
+                return  # an owner whose every try was refused before anything was sent has no coordinator
         lengths.append(len(history.events))
         updates.append(
             sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
