@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -207,3 +208,19 @@ def test_the_bound_is_a_setting_named_when_it_is_wrong() -> None:
     assert ServiceSettings.from_env({"HELPER_API_READ_TIMEOUT_MS": "1500"}).read_timeout_ms == 1_500
     with pytest.raises(ServiceSettingsError, match="HELPER_API_READ_TIMEOUT_MS"):
         ServiceSettings.from_env({"HELPER_API_READ_TIMEOUT_MS": "0"})
+
+
+def test_a_whole_request_that_waits_while_the_service_is_held_up_is_answered(served: Served) -> None:
+    """The service, not the client, is slow: its process stopped for longer than the bound while a whole request
+    waits in the socket. When it runs again, the bound that came due late is moved on, and the request is
+    answered (under uvloop the overdue timer would otherwise run before the bytes are read)."""
+    with served.connect() as connection:
+        time.sleep(0.3)  # the service has taken the connection: its clock runs
+        os.kill(served.pid, signal.SIGSTOP)
+        try:
+            connection.sendall(b"GET /livez HTTP/1.1\r\nHost: api\r\n\r\n")
+            time.sleep(BOUND_S + 1.0)
+        finally:
+            os.kill(served.pid, signal.SIGCONT)
+        status, _ = _answer(connection)
+    assert status == 200
