@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from temporalio import activity, workflow
@@ -358,29 +359,23 @@ async def run(owner_count: int, postgres: str) -> None:
                     retry_after = response.headers.get("retry-after")
                     return response.status_code, int(retry_after) if retry_after else None
 
-                async def raw(owner: str) -> Answer:
-                    start = WithStartWorkflowOperation(
-                        EchoWorkflow.run,
-                        id=f"echo/{owner}",
-                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                        task_queue=ECHO_QUEUE,
-                    )
-                    await temporal.execute_update_with_start_workflow(
-                        EchoWorkflow.echo, owner, start_workflow_operation=start
-                    )
-                    return 201, None
+                def update_with_start(
+                    run: Any, update: Any, kind: str, queue: str
+                ) -> Callable[[str], Awaitable[Answer]]:
+                    async def call(owner: str) -> Answer:
+                        start = WithStartWorkflowOperation(
+                            run,
+                            id=f"{kind}/{owner}",
+                            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                            task_queue=queue,
+                        )
+                        await temporal.execute_update_with_start_workflow(update, owner, start_workflow_operation=start)
+                        return 201, None
 
-                async def floor(owner: str) -> Answer:
-                    start = WithStartWorkflowOperation(
-                        BareCoordinator.run,
-                        id=f"bare-coordinator/{owner}",
-                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                        task_queue=FLOOR_QUEUE,
-                    )
-                    await temporal.execute_update_with_start_workflow(
-                        BareCoordinator.admit, owner, start_workflow_operation=start
-                    )
-                    return 201, None
+                    return call
+
+                raw = update_with_start(EchoWorkflow.run, EchoWorkflow.echo, "echo", ECHO_QUEUE)
+                floor = update_with_start(BareCoordinator.run, BareCoordinator.admit, "bare-coordinator", FLOOR_QUEUE)
 
                 # One of each first, unmeasured: the worker's and the server's first-use costs are not an owner's.
                 await project(f"warm-{tag}")
