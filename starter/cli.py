@@ -29,12 +29,10 @@ from protocol.errors import InvalidConfiguration, InvalidRequest, StarterError, 
 from starter import commands
 from starter.answers import answer_json, error_json, safe_text
 from starter.arguments import build_parser
-from starter.commands import Operation
+from starter.commands import Command
 from starter.inputs import clip
 from starter.reads import StoreReader, open_sqlite_reader
 
-WRITES = {"start", "close", "read", "delivered", "goal"}
-READS = {"list", "show", "unreported", "usage"}  # `watch` polls, so it needs an event loop
 STDERR_MAX_CHARS = 300
 
 
@@ -55,7 +53,7 @@ def _read_task(arguments: argparse.Namespace) -> str:
     return text
 
 
-def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
+def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
     """Validate every input of the command, connecting to nothing, and return what to run once connected (R42)."""
     owner: str = arguments.owner
     match arguments.command:
@@ -76,35 +74,38 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Operation:
                 "limits": limits or None,
                 "follow_up": arguments.follow_up,
             }
-            return commands.start(fields, settings).run
+            return commands.start(fields, settings)
         case "list":
-            return commands.list_helpers(owner, arguments.state).run
+            return commands.list_helpers(owner, arguments.state)
         case "show":
-            return commands.show(owner, arguments.helper_id).run
+            return commands.show(owner, arguments.helper_id)
         case "close":
-            return commands.close(owner, arguments.helper_id).run
+            return commands.close(owner, arguments.helper_id)
         case "unreported":
-            return commands.unreported(owner).run
+            return commands.unreported(owner)
         case "read":
-            return commands.read(owner, arguments.turn, arguments.helper_ids).run
+            return commands.read(owner, arguments.turn, arguments.helper_ids)
         case "delivered":
-            return commands.delivered(owner, arguments.turn, arguments.answer_chars).run
+            return commands.delivered(owner, arguments.turn, arguments.answer_chars)
         case "usage":
-            return commands.usage(owner).run
+            return commands.usage(owner)
         case "watch":
             helper_id: str | None = arguments.helper_id
             commands.watch(owner, helper_id)
             from starter.watch import follow_until_interrupted
 
-            return lambda client, _: follow_until_interrupted(
-                client, owner, helper_id, _print_line, once=arguments.once
+            return Command(
+                "watch",
+                False,
+                lambda client, _: follow_until_interrupted(client, owner, helper_id, _print_line, once=arguments.once),
+                streams=True,
             )
         case "goal":
             return _prepare_goal(arguments)
     raise InvalidRequest(f"unknown command {clip(str(arguments.command))}")
 
 
-def _prepare_goal(arguments: argparse.Namespace) -> Operation:
+def _prepare_goal(arguments: argparse.Namespace) -> Command:
     owner: str = arguments.owner
     match arguments.goal_command:
         case "add":
@@ -116,27 +117,22 @@ def _prepare_goal(arguments: argparse.Namespace) -> Operation:
                 "language": arguments.language,
                 "model": arguments.model,
             }
-            return commands.add_goal(fields, arguments.every).run
+            return commands.add_goal(fields, arguments.every)
         case "list":
-            return commands.list_goals(owner).run
+            return commands.list_goals(owner)
         case "pause" | "resume":
-            return commands.pause_goal(owner, arguments.goal_id, paused=arguments.goal_command == "pause").run
+            return commands.pause_goal(owner, arguments.goal_id, paused=arguments.goal_command == "pause")
         case "run":
-            return commands.run_goal(owner, arguments.goal_id).run
+            return commands.run_goal(owner, arguments.goal_id)
         case "remove":
-            return commands.remove_goal(owner, arguments.goal_id).run
+            return commands.remove_goal(owner, arguments.goal_id)
     raise InvalidRequest(f"unknown goal command {clip(str(arguments.goal_command))}")
 
 
-async def run(
-    arguments: argparse.Namespace, settings: Settings, operation: Operation | None = None, by: AnswerBy | None = None
-) -> Any:
-    """Validate (unless `operation` is already validated), then connect and run the command, answered by `by`
-    (HELPER_STARTER_TIMEOUT_MS from now unless given)."""
-    by = by or answer_by(settings)
-    operation = operation or prepare(arguments, settings)
+async def run(command: Command, settings: Settings, by: AnswerBy) -> Any:
+    """Connect and run a validated command, answered by `by`."""
     client: StoreReader
-    if arguments.command in WRITES:
+    if command.writes:
         # Only writes load the Temporal client: a read answers from the store alone, and fast (R43).
         from observability import tracing
         from starter.client import HelperClient
@@ -144,32 +140,32 @@ async def run(
         # Tracing only when configured (observability/tracing.py): opentelemetry is imported only then.
         traced = tracing.install(settings.tracing_enabled, "helper-starter")
         try:
-            return await _run_and_close(await HelperClient.connect(settings, by=by), operation, by)
+            return await _run_and_close(await HelperClient.connect(settings, by=by), command, by)
         finally:
             if traced:
                 tracing.shutdown()  # bounded (FLUSH_TIMEOUT_MS); the answer is ready, nothing else runs
     else:
         client = await StoreReader.open(settings)
-    return await _run_and_close(client, operation, by)
+    return await _run_and_close(client, command, by)
 
 
-async def _run_and_close(client: StoreReader, operation: Operation, by: AnswerBy) -> Any:
+async def _run_and_close(client: StoreReader, command: Command, by: AnswerBy) -> Any:
     try:
-        return await operation(client, by)
+        return await command.run(client, by)
     finally:
         await client.aclose()
 
 
-def answer(arguments: argparse.Namespace, settings: Settings, operation: Operation, by: AnswerBy) -> Any:
+def answer(command: Command, settings: Settings, by: AnswerBy) -> Any:
     """Run a validated command. A read of a SQLite store runs on the stdlib driver without an event loop: asyncio
     (and the ssl it loads) alone costs about twice a bare interpreter's start (R43)."""
-    if arguments.command in READS:
+    if not command.writes and not command.streams:
         reader = open_sqlite_reader(settings)
         if reader is not None:
-            return _finish_without_loop(_run_and_close(StoreReader(settings, reader), operation, by))
+            return _finish_without_loop(_run_and_close(StoreReader(settings, reader), command, by))
     import asyncio
 
-    return asyncio.run(run(arguments, settings, operation, by))
+    return asyncio.run(run(command, settings, by))
 
 
 T = TypeVar("T")
@@ -228,8 +224,7 @@ def main(argv: list[str] | None = None) -> None:
             serve(settings, arguments.bind)
         else:
             by = answer_by(settings)  # the write's bound counts from here, connecting included (R48)
-            operation = prepare(arguments, settings)
-            output = answer_json(answer(arguments, settings, operation, by))
+            output = answer_json(answer(prepare(arguments, settings), settings, by))
     except StarterError as refused:
         error = refused
     except (Exception, KeyboardInterrupt) as unexpected:  # never a traceback: one JSON object and the exit code (R42)

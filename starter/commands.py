@@ -26,11 +26,13 @@ Operation = Callable[[Any, AnswerBy], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class Command:
-    """A validated command: its name, whether it writes (and so needs Temporal), and what to run."""
+    """A validated command: its name, whether it writes (and so needs Temporal), what to run, and whether it
+    streams until stopped (a watch polls the store, so it needs an event loop even on SQLite)."""
 
     name: str
     writes: bool
     run: Operation
+    streams: bool = False
 
 
 def start(fields: dict[str, Any], settings: Settings) -> Command:
