@@ -32,7 +32,7 @@ from config.settings import Settings
 from domain.requests import HelperRequest
 from domain.rows import Admission, CloseAnswer, DeliveredAnswer, ReadAnswer
 from protocol.deadlines import AnswerBy
-from protocol.errors import NOT_TAKEN, Accepted, Busy, Unavailable, refusal_of
+from protocol.errors import NOT_TAKEN, Accepted, Unavailable
 from protocol.messages import (
     ADMIT,
     CLOSE_HELPER,
@@ -44,13 +44,14 @@ from protocol.messages import (
     ReadRequest,
 )
 from protocol.names import HELPER_OWNER, coordinator_id, owner_priority
-from protocol.retry import FIRST_PAUSE, LONGEST_PAUSE, is_transient
+from protocol.temporal_errors import is_transient, refusal_of, refusal_of_rpc
 
 Answer = TypeVar("Answer", bound=BaseModel)
 # An operation whose send was cut has its outcome set at once; this only bounds the look.
 SETTLE_S = 0.1
-# Temporal's own back-pressure (a namespace's rate limits) refuses a call before taking it: ask again after this.
-SERVER_BUSY_RETRY_S = 2
+# The pauses between sends of an update turned away while its coordinator continues as new.
+FIRST_PAUSE = 0.05
+LONGEST_PAUSE = 1.0
 
 
 async def admit(temporal: Client, settings: Settings, request: HelperRequest, by: AnswerBy) -> Admission:
@@ -179,15 +180,10 @@ async def answered(
             if not is_transient(error):
                 raise refusal_of(error) from None
         except RPCError as error:
-            if error.status is RPCStatusCode.RESOURCE_EXHAUSTED:
-                message = f"{NOT_TAKEN}: Temporal is over its rate limits ({error.message})"
-                raise Busy(message, SERVER_BUSY_RETRY_S) from None
             if error.status is RPCStatusCode.NOT_FOUND and not is_transient(error):
                 raise
             if not is_transient(error):
-                raise Unavailable(
-                    f"{NOT_TAKEN}: Temporal refused {what} ({error.status.name}): {error.message}"
-                ) from None
+                raise refusal_of_rpc(error, what) from None
         if by.left() <= pause:
             raise Unavailable(not_accepted)
         await asyncio.sleep(pause)

@@ -4,10 +4,7 @@ exception hierarchy a client sees (what did not happen, a machine-readable code,
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the starter's read commands import this module and never load the Temporal client
-    from temporalio.client import WorkflowUpdateFailedError
+from typing import Any
 
 # What a failure's message reads when its real message travels encrypted.
 ENCODED_FAILURE = "Encoded failure"
@@ -108,24 +105,3 @@ class Busy(StarterError):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message, {"retry_after_s": retry_after_s})
         self.retry_after_s = retry_after_s
-
-
-def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
-    from temporalio.exceptions import ApplicationError
-
-    cause = error.cause
-    if isinstance(cause, ApplicationError) and cause.type == ErrorType.HELPER_REFUSED:
-        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
-        code = str(details.get("code", "refused"))
-        extra = {"open_ids": details["open_ids"]} if details.get("open_ids") else {}
-        if code == INVALID_REQUEST:
-            return InvalidRequest(cause.message, extra)
-        return HelperRefused(code, cause.message, extra)
-    if isinstance(cause, ApplicationError) and cause.type == ErrorType.TOO_LATE:
-        return Unavailable(f"{NOT_TAKEN}: it reached the runtime after its accept-by time; asking again is safe")
-    if isinstance(cause, ApplicationError) and cause.message == ENCODED_FAILURE:
-        # The failure was encrypted by the runtime's codec: this client has no key to read it (R39).
-        return Unavailable("the runtime encrypts its payloads and refused this request: set HELPER_CODEC_KEYS")
-    if isinstance(cause, ApplicationError):
-        return Unavailable(cause.message)
-    return Unavailable(str(cause or error))

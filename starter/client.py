@@ -31,7 +31,7 @@ from domain.rows import (
 from protocol.client import admit, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.deadlines import AnswerBy, answer_by
-from protocol.errors import NOT_TAKEN, UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
+from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
 from starter.backpressure import WriteGate
 from starter.inputs import (
     check_goal_ids,
@@ -135,9 +135,9 @@ class HelperClient(StoreReader):
                 raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s()) from None
             raise
         except RPCError as error:
+            # protocol.client.answered translates every other answer; this one is the caller's: no coordinator.
             if error.status is not RPCStatusCode.NOT_FOUND:
-                raise Unavailable(f"{NOT_TAKEN}: Temporal did not take the request ({error.status.name})") from None
-            # The coordinator does not exist (protocol.client.answered).
+                raise
             if not missing_helper:
                 raise HelperRefused(NO_COORDINATOR, "this owner has no helpers") from None
             raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {missing_helper}.") from None

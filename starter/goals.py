@@ -7,6 +7,8 @@ itself while a check still waits or runs.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -27,9 +29,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from domain.goals import Goal
-from protocol.errors import HelperRefused, Unavailable
+from protocol.errors import HelperRefused
 from protocol.messages import GOAL_CHECK_WORKFLOW
 from protocol.names import HELPER_OWNER, owner_priority
+from protocol.temporal_errors import refusal_of_rpc
 
 
 def goal_schedule_id(owner: str, goal_id: str) -> str:
@@ -72,7 +75,7 @@ async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView
     except ScheduleAlreadyRunningError:
         raise HelperRefused("goal_exists", f"Goal {goal.goal_id} already exists; remove it first") from None
     except RPCError as error:
-        raise Unavailable(f"Temporal did not create the schedule: {error.message}") from None
+        raise refusal_of_rpc(error, "the Goal's schedule") from None
     return await describe_goal(temporal, goal.owner, goal.goal_id)
 
 
@@ -82,7 +85,7 @@ async def describe_goal(temporal: Client, owner: str, goal_id: str) -> GoalView:
     except RPCError as error:
         if error.status is RPCStatusCode.NOT_FOUND:
             raise HelperRefused("unknown_goal", f"There is no Goal {goal_id}.") from None
-        raise Unavailable(f"Temporal did not answer: {error.message}") from None
+        raise refusal_of_rpc(error, "the Goal's description") from None
     action = description.schedule.action
     assert isinstance(action, ScheduleActionStartWorkflow)
     goal = await _goal_of(temporal, action)
@@ -113,28 +116,41 @@ async def _goal_of(temporal: Client, action: ScheduleActionStartWorkflow) -> Goa
 
 async def list_goals(temporal: Client, owner: str) -> list[GoalView]:
     prefix = goal_schedule_id(owner, "")
-    ids = [entry.id async for entry in await temporal.list_schedules() if entry.id.startswith(prefix)]
+    with _refused_as("the list of schedules"):
+        ids = [entry.id async for entry in await temporal.list_schedules() if entry.id.startswith(prefix)]
     return [await describe_goal(temporal, owner, schedule_id.removeprefix(prefix)) for schedule_id in sorted(ids)]
 
 
 async def pause_goal(temporal: Client, owner: str, goal_id: str, *, paused: bool, note: str = "") -> GoalView:
     handle = temporal.get_schedule_handle(goal_schedule_id(owner, goal_id))
     await describe_goal(temporal, owner, goal_id)  # a clear error for an unknown Goal
-    if paused:
-        await handle.pause(note=note or "paused by the owner")
-    else:
-        await handle.unpause(note=note or "resumed by the owner")
+    with _refused_as("the Goal's pause or resume"):
+        if paused:
+            await handle.pause(note=note or "paused by the owner")
+        else:
+            await handle.unpause(note=note or "resumed by the owner")
     return await describe_goal(temporal, owner, goal_id)
 
 
 async def run_goal_now(temporal: Client, owner: str, goal_id: str) -> GoalView:
     await describe_goal(temporal, owner, goal_id)
-    await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).trigger()
+    with _refused_as("the Goal's check"):
+        await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).trigger()
     return await describe_goal(temporal, owner, goal_id)
 
 
 async def remove_goal(temporal: Client, owner: str, goal_id: str) -> dict[str, str]:
     """Stop future checks. Checks already admitted stay helpers; their Goal rows expire like any other."""
     await describe_goal(temporal, owner, goal_id)
-    await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).delete()
+    with _refused_as("the Goal's removal"):
+        await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).delete()
     return {"owner": owner, "goal_id": goal_id, "removed": "true"}
+
+
+@contextlib.contextmanager
+def _refused_as(what: str) -> Iterator[None]:
+    """A Goal's schedule call that Temporal refuses answers as every write does (protocol.temporal_errors)."""
+    try:
+        yield
+    except RPCError as error:
+        raise refusal_of_rpc(error, what) from None

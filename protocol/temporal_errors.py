@@ -1,0 +1,90 @@
+"""What Temporal's answers to a starter write mean for its caller, in one place (R48).
+
+A write's caller gets one true answer: its result, `HelperRefused`/`InvalidRequest` (the coordinator said no),
+`Busy` (Temporal's own rate limits refused it before taking it), or `Unavailable` (nothing was taken). Some
+answers only mean "ask again": the coordinator is continuing as new, and every starter write is idempotent
+(admission by helper id, close, read, delivered), so `protocol.client.answered` sends it again a moment later.
+A NOT_FOUND that is not one of those is the caller's to read: no such coordinator (or schedule).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.api.enums.v1 import ResourceExhaustedCause
+from temporalio.api.errordetails.v1 import ResourceExhaustedFailure, WorkflowNotReadyFailure
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from protocol.errors import (
+    ENCODED_FAILURE,
+    INVALID_REQUEST,
+    NOT_TAKEN,
+    Busy,
+    ErrorType,
+    HelperRefused,
+    InvalidRequest,
+    StarterError,
+    Unavailable,
+)
+
+# Temporal's own back-pressure (a namespace's rate limits) refuses a call before taking it: ask again after this.
+SERVER_BUSY_RETRY_S = 2
+# The answers of a server whose update reached a run that is closing (continue-as-new) without a typed detail:
+# `AbortedByWorkflowClosingErr` (NOT_FOUND) and `ErrWorkflowClosing` (its status differs between server
+# versions) say "closing"; a run the server could not resolve as the current one says "run" in a NOT_FOUND.
+_CLOSING = "closing"
+
+
+def is_transient(error: Exception) -> bool:
+    """Whether the write was not taken and asking again in a moment will reach a run that takes it."""
+    if isinstance(error, WorkflowUpdateFailedError):
+        return isinstance(error.cause, ApplicationError) and error.cause.type == ErrorType.COORDINATOR_BUSY
+    if not isinstance(error, RPCError):
+        return False
+    if error.status in (RPCStatusCode.ABORTED, RPCStatusCode.UNAVAILABLE) or _CLOSING in error.message:
+        return True
+    details = error.grpc_status.details
+    if error.status is RPCStatusCode.RESOURCE_EXHAUSTED:
+        # The workflow is busy (closing, or too many updates in flight), not the namespace over its rate limits.
+        return any(_busy_workflow(detail) for detail in details)
+    if error.status is RPCStatusCode.FAILED_PRECONDITION:
+        # The workflow task that had accepted the update was turned back (a signal arrived as it completed): the
+        # update was not taken, and the next task takes it when asked again.
+        return any(detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details)
+    return error.status is RPCStatusCode.NOT_FOUND and "run" in error.message.lower()
+
+
+def refusal_of_rpc(error: RPCError, what: str) -> StarterError:
+    """A refusal Temporal answered before taking the write (not NOT_FOUND, which is the caller's)."""
+    if error.status is RPCStatusCode.RESOURCE_EXHAUSTED:
+        return Busy(f"{NOT_TAKEN}: Temporal is over its rate limits ({error.message})", SERVER_BUSY_RETRY_S)
+    return Unavailable(f"{NOT_TAKEN}: Temporal refused {what} ({error.status.name}): {error.message}")
+
+
+def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
+    """What an update the coordinator failed means for its caller."""
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.type == ErrorType.HELPER_REFUSED:
+        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        code = str(details.get("code", "refused"))
+        extra = {"open_ids": details["open_ids"]} if details.get("open_ids") else {}
+        if code == INVALID_REQUEST:
+            return InvalidRequest(cause.message, extra)
+        return HelperRefused(code, cause.message, extra)
+    if isinstance(cause, ApplicationError) and cause.type == ErrorType.TOO_LATE:
+        return Unavailable(f"{NOT_TAKEN}: it reached the runtime after its accept-by time; asking again is safe")
+    if isinstance(cause, ApplicationError) and cause.message == ENCODED_FAILURE:
+        # The failure was encrypted by the runtime's codec: this client has no key to read it (R39).
+        return Unavailable("the runtime encrypts its payloads and refused this request: set HELPER_CODEC_KEYS")
+    if isinstance(cause, ApplicationError):
+        return Unavailable(cause.message)
+    return Unavailable(str(cause or error))
+
+
+def _busy_workflow(detail: Any) -> bool:
+    failure = ResourceExhaustedFailure()
+    return (
+        bool(detail.Unpack(failure)) and failure.cause == ResourceExhaustedCause.RESOURCE_EXHAUSTED_CAUSE_BUSY_WORKFLOW
+    )
