@@ -1,16 +1,17 @@
 """How a running helper ends: one pure decision table, trigger x situation -> step (R7, R13, R15-R17, R21, R24, R35).
 
 The helper workflow waits for the first trigger (the hard ceiling, a close, the deadline, the open's answer,
-the follow's verdict, a cancel's answer), asks `decide` what to do, and does it. Finish-now and cancel run
-*beside* the follow, never instead of it, so whichever comes first wins: the follow seeing the turn stop,
-the core confirming a cancel, or the hard ceiling. Nothing here awaits anything, so nothing here can
-outlive the hard ceiling.
+the follow's verdict, a cancel's or a finish-now's answer), and `domain.helper_run` records it in the run and
+asks `decide` what to do. Finish-now and cancel run *beside* the follow, never instead of it, so whichever
+comes first wins: the follow seeing the turn stop, the core confirming a cancel, or the hard ceiling. Nothing
+here awaits anything, so nothing here can outlive the hard ceiling.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from contracts.core_api import SessionStatus
 from domain.follow import Verdict
@@ -26,6 +27,7 @@ class Trigger(StrEnum):
     OPEN_FAILED = "open_failed"  # the core refused the create, or the row is gone: no session exists
     FOLLOW = "follow"  # the follow activity returned a verdict
     CANCEL_ANSWERED = "cancel_answered"  # a cancel (close or authorization cleanup) was answered
+    FINISH_ANSWERED = "finish_answered"  # a finish-now was answered (or failed): the follow tells what it did
 
 
 class Phase(StrEnum):
@@ -59,10 +61,6 @@ class Ending:
     kind: OutcomeKind
     explanation: Explanation = Explanation.NONE
 
-    @property
-    def row_state(self) -> RowState:
-        return row_state_of(self.kind)
-
 
 def row_state_of(kind: OutcomeKind) -> RowState:
     """The row's state when its outcome is written: a closed helper reports nothing (R21); every other outcome
@@ -70,14 +68,26 @@ def row_state_of(kind: OutcomeKind) -> RowState:
     return RowState.CLOSED if kind is OutcomeKind.CLOSED else RowState.UNREPORTED
 
 
-@dataclass(frozen=True)
-class Situation:
-    """What the helper knows when a trigger comes."""
+class Situation(Protocol):
+    """What the table reads of the helper's run when a trigger comes (the run is `domain.helper_run.HelperRun`)."""
 
-    phase: Phase
-    closing: bool = False  # closed by the owner while running; the slot waits for the core's stop (R7)
-    finish_asked: FinishReason | None = None
-    stopping_for_authorization: bool = False  # the cleanup cancel of an authorization wait was sent (R17)
+    @property
+    def phase(self) -> Phase: ...
+
+    @property
+    def closing(self) -> bool:
+        """Closed by the owner while running; the slot waits for the core's stop (R7)."""
+        ...
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        """Why finish-now was asked for, once it was."""
+        ...
+
+    @property
+    def stopping_for_authorization(self) -> bool:
+        """The cleanup cancel of an authorization wait was sent (R17)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,7 @@ def decide(
             # While opening, the cancel waits for the session id (OPENED below); the slot stays held.
             return Step(close_row=True, cancel=situation.phase is Phase.FOLLOWING)
         case Trigger.DEADLINE:
-            if closing or situation.finish_asked is not None or situation.stopping_for_authorization:
+            if closing or situation.finish_reason is not None or situation.stopping_for_authorization:
                 return NOTHING
             if situation.phase is Phase.OPENING:
                 return NOTHING  # asked for as soon as the session is known (OPENED)
@@ -134,6 +144,8 @@ def decide(
             )
         case Trigger.OPEN_FAILED:
             return Step(end=CLOSED if closing else Ending(OutcomeKind.FAILED, Explanation.CORE_REJECTED))
+        case Trigger.FINISH_ANSWERED:
+            return NOTHING  # the follow goes on; if the core never finishes, the hard ceiling still holds (R15)
         case Trigger.CANCEL_ANSWERED:
             if not stopped:
                 return NOTHING  # the follow goes on; the turn's end or the hard ceiling decides
@@ -162,7 +174,7 @@ def _on_verdict(verdict: Verdict, situation: Situation, status: SessionStatus | 
     # Keep following with the same watch: closing or authorization stops wait only for the turn's end.
     keep_following = Step(
         follow=True,
-        watch_work_ceiling=situation.finish_asked is None and not closing,
+        watch_work_ceiling=situation.finish_reason is None and not closing,
         stop_at_pauses=not (closing or situation.stopping_for_authorization),
     )
     match verdict:
@@ -184,7 +196,7 @@ def _on_verdict(verdict: Verdict, situation: Situation, status: SessionStatus | 
                 stopping_for_authorization=True,
             )
         case Verdict.WORK_CEILING:
-            if closing or situation.finish_asked is not None:
+            if closing or situation.finish_reason is not None:
                 return Step(follow=True, watch_work_ceiling=False, stop_at_pauses=keep_following.stop_at_pauses)
             return Step(
                 finish=FinishReason.WORK_CEILING,
@@ -210,9 +222,9 @@ def _terminal_ending(status: SessionStatus, situation: Situation) -> Ending:
         case SessionStatus.COMPLETED:
             return Ending(OutcomeKind.COMPLETED)
         case SessionStatus.PARTIAL:
-            if situation.finish_asked is FinishReason.WORK_CEILING:
+            if situation.finish_reason is FinishReason.WORK_CEILING:
                 return Ending(OutcomeKind.PARTIAL, Explanation.WORK_CEILING)
-            if situation.finish_asked is FinishReason.DEADLINE:
+            if situation.finish_reason is FinishReason.DEADLINE:
                 return Ending(OutcomeKind.PARTIAL, Explanation.DEADLINE)
             return Ending(OutcomeKind.PARTIAL)  # the core's own ceiling: its text explains the stop (R14)
         case SessionStatus.FAILED:

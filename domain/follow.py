@@ -1,8 +1,8 @@
 """What a session snapshot means for its helper (R11, R13, R16, R17, R24): pure decisions.
 
 The follow activity polls the core and calls `judge` on every snapshot; it returns to the workflow
-only when `judge` says the workflow must decide. The workflow maps the result to one outcome kind
-with `terminal_outcome_kind`.
+only when `judge` says the workflow must decide. The helper's ending table (`domain.ending.decide`) maps
+the result to one outcome.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from domain.bounds import (
 )
 from domain.ids import HelperId, OwnerId
 from domain.limits import FollowTuning
-from domain.outcome import OutcomeKind
 from domain.work import Usage, fold_usage
 
 
@@ -147,22 +146,3 @@ def authorization_text(snapshot: Snapshot) -> str | None:
     if snapshot.authorization is None:
         return None
     return " — ".join(p for p in (snapshot.authorization.action, snapshot.authorization.reason) if p)
-
-
-def terminal_outcome_kind(status: SessionStatus, *, closing: bool, stopping_for_authorization: bool) -> OutcomeKind:
-    """The outcome kind of a session that ended, given why the helper may have stopped it."""
-    if closing:
-        return OutcomeKind.CLOSED
-    if stopping_for_authorization:
-        return OutcomeKind.AUTHORIZATION
-    match status:
-        case SessionStatus.COMPLETED:
-            return OutcomeKind.COMPLETED
-        case SessionStatus.PARTIAL:
-            return OutcomeKind.PARTIAL
-        case SessionStatus.FAILED:
-            return OutcomeKind.FAILED
-        case _:
-            # Cancelled by someone other than this helper, or interrupted by a core restart:
-            # nothing is replayed (R24).
-            return OutcomeKind.INTERRUPTED

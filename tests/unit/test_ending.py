@@ -7,37 +7,51 @@ from typing import Any
 import pytest
 
 from contracts.core_api import SessionStatus
+from domain.activity_io import helper_start
 from domain.ending import (
     CLOSED,
     Ending,
     Explanation,
     FinishReason,
-    Phase,
-    Situation,
     Step,
     Trigger,
     decide,
+    row_state_of,
 )
 from domain.ending_texts import explain
 from domain.follow import Verdict
-from domain.limits import Limits
+from domain.helper_run import HelperRun
+from domain.limits import Limits, Policy
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 
-OPENING = Situation(Phase.OPENING)
-FOLLOWING = Situation(Phase.FOLLOWING)
-CLOSING = Situation(Phase.FOLLOWING, closing=True)
-CLOSING_WHILE_OPENING = Situation(Phase.OPENING, closing=True)
-AUTH_STOP = Situation(Phase.FOLLOWING, stopping_for_authorization=True)
-AFTER_DEADLINE = Situation(Phase.FOLLOWING, finish_asked=FinishReason.DEADLINE)
-AFTER_CEILING = Situation(Phase.FOLLOWING, finish_asked=FinishReason.WORK_CEILING)
+START = helper_start(
+    Policy(),
+    owner="anna",
+    helper_id="h1",
+    seq=1,
+    goal_id=None,
+    language="en",
+    model="m",
+    limits=Limits(),
+    task="task",
+    slot_granted=True,
+)
+# The situations the table tells apart, as the helper's run holds them.
+OPENING = HelperRun(start=START)
+FOLLOWING = HelperRun(start=START, session_id="s-1")
+CLOSING = HelperRun(start=START, session_id="s-1", closing=True)
+CLOSING_WHILE_OPENING = HelperRun(start=START, closing=True)
+AUTH_STOP = HelperRun(start=START, session_id="s-1", stopping_for_authorization=True)
+AFTER_DEADLINE = HelperRun(start=START, session_id="s-1", finish_reason=FinishReason.DEADLINE)
+AFTER_CEILING = HelperRun(start=START, session_id="s-1", finish_reason=FinishReason.WORK_CEILING)
 
 
 def ends(kind: OutcomeKind, explanation: Explanation = Explanation.NONE) -> Step:
     return Step(end=Ending(kind, explanation))
 
 
-ROWS: list[tuple[str, Trigger, Situation, dict[str, object], Step]] = [
+ROWS: list[tuple[str, Trigger, HelperRun, dict[str, object], Step]] = [
     # The hard ceiling ends everything, whatever is in flight (R15, R35).
     (
         "ceiling while following",
@@ -207,13 +221,52 @@ ROWS: list[tuple[str, Trigger, Situation, dict[str, object], Step]] = [
         ends(OutcomeKind.AUTHORIZATION),
     ),
     ("authorization cancel not confirmed", Trigger.CANCEL_ANSWERED, AUTH_STOP, {"stopped": False}, Step()),
+    # A finish-now's answer changes nothing: the follow sees what the core did (R15).
+    ("finish-now answered", Trigger.FINISH_ANSWERED, AFTER_DEADLINE, {}, Step()),
 ]
 
 
 @pytest.mark.parametrize(("name", "trigger", "situation", "facts", "expected"), ROWS, ids=[row[0] for row in ROWS])
-def test_ending_table(name: str, trigger: Trigger, situation: Situation, facts: dict[str, Any], expected: Step) -> None:
+def test_ending_table(name: str, trigger: Trigger, situation: HelperRun, facts: dict[str, Any], expected: Step) -> None:
     """R7, R13, R15-R17, R21, R24, R35: each trigger in each situation leads to exactly this step."""
     assert decide(trigger, situation, **facts) == expected
+
+
+def ended(status: SessionStatus, situation: HelperRun) -> OutcomeKind:
+    """The outcome kind of a session whose turn ended, as the follow reports it."""
+    step = decide(Trigger.FOLLOW, situation, verdict=Verdict.TERMINAL, status=status)
+    assert step.end is not None
+    return step.end.kind
+
+
+@pytest.mark.parametrize("status", list(SessionStatus))
+@pytest.mark.parametrize(
+    "situation", [CLOSING, CLOSING_WHILE_OPENING, CLOSING.model_copy(update={"stopping_for_authorization": True})]
+)
+def test_closing_wins(status: SessionStatus, situation: HelperRun) -> None:
+    """R21: a helper closed by its owner ends closed, whatever the session did."""
+    assert ended(status, situation) is OutcomeKind.CLOSED
+
+
+@pytest.mark.parametrize("status", list(SessionStatus))
+def test_stopping_for_authorization_comes_next(status: SessionStatus) -> None:
+    """R17: a session cancelled because it waited for authorization ends with the authorization outcome."""
+    assert ended(status, AUTH_STOP) is OutcomeKind.AUTHORIZATION
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (SessionStatus.COMPLETED, OutcomeKind.COMPLETED),
+        (SessionStatus.PARTIAL, OutcomeKind.PARTIAL),
+        (SessionStatus.FAILED, OutcomeKind.FAILED),
+        (SessionStatus.CANCELLED, OutcomeKind.INTERRUPTED),
+        (SessionStatus.INTERRUPTED, OutcomeKind.INTERRUPTED),
+    ],
+)
+def test_status_maps_to_outcome_kind(status: SessionStatus, expected: OutcomeKind) -> None:
+    """R18, R24: the ended status gives the kind; cancelled by someone else or interrupted is interrupted."""
+    assert ended(status, FOLLOWING) is expected
 
 
 def test_every_trigger_is_decided_in_every_situation() -> None:
@@ -231,10 +284,10 @@ def test_every_trigger_is_decided_in_every_situation() -> None:
 
 def test_a_closed_ending_reports_nothing() -> None:
     """R21, R26: a closed helper's row is closed; every other outcome is unreported until told."""
-    assert CLOSED.row_state is RowState.CLOSED
+    assert row_state_of(CLOSED.kind) is RowState.CLOSED
     for kind in OutcomeKind:
         if kind is not OutcomeKind.CLOSED:
-            assert Ending(kind).row_state is RowState.UNREPORTED
+            assert row_state_of(kind) is RowState.UNREPORTED
 
 
 @pytest.mark.parametrize("language", ["en", "ru"])

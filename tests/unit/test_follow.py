@@ -15,9 +15,8 @@ from contracts.core_api import (
     StepUsage,
     StopReason,
 )
-from domain.follow import Verdict, judge, long_poll_wait_ms, next_read_waits, result_from, terminal_outcome_kind
+from domain.follow import Verdict, judge, long_poll_wait_ms, next_read_waits, result_from
 from domain.limits import FollowTuning
-from domain.outcome import OutcomeKind
 from domain.work import Usage
 
 TERMINAL = [
@@ -76,36 +75,6 @@ def test_work_ceiling_is_not_reported_when_no_longer_watched() -> None:
 def test_running_below_the_ceiling_keeps_following() -> None:
     """R11: nothing to decide while the session runs below the ceiling."""
     assert judge(snapshot(SessionStatus.RUNNING), Usage(work_tokens=CEILING - 1), CEILING, True) is None
-
-
-@pytest.mark.parametrize("status", list(SessionStatus))
-@pytest.mark.parametrize("authorization", [False, True])
-def test_closing_wins(status: SessionStatus, authorization: bool) -> None:
-    """R21: a helper closed by its owner ends closed, whatever the session did."""
-    kind = terminal_outcome_kind(status, closing=True, stopping_for_authorization=authorization)
-    assert kind is OutcomeKind.CLOSED
-
-
-@pytest.mark.parametrize("status", list(SessionStatus))
-def test_stopping_for_authorization_comes_next(status: SessionStatus) -> None:
-    """R17: a session cancelled because it waited for authorization ends with the authorization outcome."""
-    kind = terminal_outcome_kind(status, closing=False, stopping_for_authorization=True)
-    assert kind is OutcomeKind.AUTHORIZATION
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [
-        (SessionStatus.COMPLETED, OutcomeKind.COMPLETED),
-        (SessionStatus.PARTIAL, OutcomeKind.PARTIAL),
-        (SessionStatus.FAILED, OutcomeKind.FAILED),
-        (SessionStatus.CANCELLED, OutcomeKind.INTERRUPTED),
-        (SessionStatus.INTERRUPTED, OutcomeKind.INTERRUPTED),
-    ],
-)
-def test_status_maps_to_outcome_kind(status: SessionStatus, expected: OutcomeKind) -> None:
-    """R18, R24: the ended status gives the kind; cancelled by someone else or interrupted is interrupted."""
-    assert terminal_outcome_kind(status, closing=False, stopping_for_authorization=False) is expected
 
 
 def test_result_from_folds_the_snapshot() -> None:
