@@ -47,7 +47,8 @@ class ChatActivities:
 
     @activity.defn(name="withdraw_chat_event")
     async def withdraw_chat_event(self, withdrawn: WithdrawnEvent) -> None:
-        """The owner closed every outcome the event carried: it is never offered again (R22)."""
+        """None of the event's outcomes is unreported any more (each was closed, or read and delivered): it is
+        never offered again (R22, R26), and the store says so."""
         await self.store.set_event_state(withdrawn.owner, withdrawn.key, EventState.WITHDRAWN.value)
         recording.chat_delivery(EventState.WITHDRAWN.value)
 

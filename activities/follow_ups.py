@@ -4,7 +4,7 @@
   was kept; otherwise (or when the core refuses the continuation) its task carries the earlier outcome.
 - A session whose outcome waits for the owner is kept instead of reset when its helper finalizes, on a core
   that can continue it; it is reset once the follow-up has its own session (at once, by the follow-up's
-  open), or by the hourly sweep when its row is closed or gone, or after `KEPT_AT_MOST`.
+  open), or by the hourly sweep when its row is closed or gone, or after `domain.kept_sessions.KEPT_AT_MOST`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
-from clients.core_client import CoreClient, CoreError, CoreRejected, SessionNotFound
+from activities import cleanup
+from clients.core_client import CoreClient, CoreError
 from contracts.core_api import CreateSession, SessionLimits, SessionStatus
 from domain.book import FOLLOWABLE_KINDS
+from domain.cleanup import KEPT, parks
 from domain.follow_up_task import carried_task
-from domain.kept_sessions import KEPT_AT_MOST, reset_reason
+from domain.kept_sessions import reset_reason
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -34,8 +36,6 @@ KEPT_STATUSES = frozenset(
     {SessionStatus.QUESTION, SessionStatus.AUTHORIZATION, SessionStatus.PARTIAL, SessionStatus.CANCELLED}
 )
 
-# A kept session whose reset keeps failing is parked (R20) once it is this much older than it may be kept.
-PARK_AFTER = 2 * KEPT_AT_MOST
 # Resetting the earlier session must not hold the follow-up's start for long (the open activity has
 # HELPER_CHECK_MS + 5 s for everything); the sweep retries a failure.
 RELEASE_BOUND_S = 2.0
@@ -133,15 +133,12 @@ class FollowUps:
         return released
 
     async def _reset(self, kept: KeptSession, reason: str, bound_s: float | None, now: datetime | None = None) -> bool:
+        """Reset a kept session, which is then no longer kept; True if it is no longer kept. One whose reset fails
+        stays kept for the next sweep, or is parked once the park rule says so (`domain.cleanup.KEPT`)."""
         try:
-            answer = await self.core.reset(kept.session_id, timeout_s=bound_s)
-            if not answer.reset:
-                raise CoreRejected(409, "the core did not reset the session")
-        except SessionNotFound:
-            pass  # gone already: nothing is left to clean up
+            await cleanup.reset(self.core, kept.session_id, bound_s)
         except CoreError as error:
-            age = (now or datetime.now(UTC)) - kept.kept_at
-            if age < PARK_AFTER:
+            if not parks(KEPT, tried_for=(now or datetime.now(UTC)) - kept.kept_at):
                 log.warning("reset of kept session %s (%s) failed, retried later: %s", kept.session_id, reason, error)
                 return False
             log.warning("reset of kept session %s failed for good, parking it: %s", kept.session_id, error)

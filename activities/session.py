@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities import cleanup
 from activities.follow_ups import FollowUps, create_request
 from activities.rows import admitted_row
 from clients.core_client import (
@@ -41,6 +42,7 @@ from domain.activity_io import (
     SessionRef,
 )
 from domain.bounds import ROW_MESSAGE_MAX, cut
+from domain.cleanup import FOUND_BY_KEY, parks
 from domain.follow import (
     FollowCursor,
     FollowRequest,
@@ -62,9 +64,6 @@ from store.results import ResultDirectories
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# A cancel, and the recovery of a lost session, try this often before they answer "not confirmed" (the cancel:
-# the follow and the hard ceiling decide then) or park the session (the recovery, R20).
-CANCEL_ATTEMPTS = 3
 # The hourly sweep tries this many parked sessions again, the oldest first, each call bounded by HELPER_CHECK_MS.
 PARKED_PER_SWEEP = 100
 
@@ -260,17 +259,17 @@ class SessionActivities:
     @activity.defn(name="cancel_session")
     async def cancel_session(self, ref: SessionRef) -> CancelResult:
         """Cancel the turn; `stopped` only when the core answers that the turn has stopped (R7, R21). A core that
-        does not know the session (404) has not said it stopped: the follow sees what became of it."""
+        does not know the session (404) has not said it stopped: the follow sees what became of it. A failure is
+        retried by the activity's policy (`workflows.options.cancel`); once its attempts are spent the workflow
+        takes the failure as a stop not confirmed."""
         try:
             answer = await self.core.cancel(ref.session_id, timeout_s=_seconds(ref.check_ms))
         except SessionNotFound as error:
             log.warning("cancel of session %s: the core does not know it; stop not confirmed", ref.session_id)
             return CancelResult(stopped=False, detail=f"not confirmed: {error}")
         except CoreError as error:
-            if activity.info().attempt < CANCEL_ATTEMPTS:
-                raise _retry_or_refuse(error) from None
-            log.warning("cancel of session %s failed; stop not confirmed: %s", ref.session_id, error)
-            return CancelResult(stopped=False, reachable=False, detail=str(error))
+            log.info("cancel of session %s failed (attempt %d): %s", ref.session_id, activity.info().attempt, error)
+            raise _retry_or_refuse(error) from None
         # "Stopped" needs a stopped turn: an answer that says so of a running one is not believed (R37).
         stopped = answer.stopped and answer.status.is_terminal
         log.info(
@@ -298,16 +297,11 @@ class SessionActivities:
         log.warning("session %s of %s/%s parked: %s", park.session_id, park.owner, park.helper_id, park.error)
         await self.store.record_parked(park.owner, park.helper_id, park.session_id, park.error)
 
-    async def _reset(self, ref: SessionRef, timeout_s: float | None = None) -> None:
+    async def _reset(self, ref: SessionRef) -> None:
         """Reset the session, or keep it for a follow-up; an unknown session is reset already. Raises CoreError."""
         if await self.follow_ups.keep_instead_of_reset(ref.owner, ref.helper_id, ref.session_id, ref.outcome_kind):
             return
-        try:
-            answer = await self.core.reset(ref.session_id, timeout_s=timeout_s or _seconds(ref.check_ms))
-        except SessionNotFound:
-            return
-        if not answer.reset:
-            raise CoreUnavailable(f"the core did not reset session {ref.session_id}")
+        await cleanup.reset(self.core, ref.session_id, _seconds(ref.check_ms))
 
     @activity.defn(name="reset_kept_sessions")
     async def reset_kept_sessions(self) -> int:
@@ -321,11 +315,7 @@ class SessionActivities:
         reset = 0
         for parked in await self.store.parked_sessions(PARKED_PER_SWEEP):
             try:
-                answer = await self.core.reset(parked.session_id)
-                if not answer.reset:
-                    raise CoreUnavailable(f"the core did not reset session {parked.session_id}")
-            except SessionNotFound:
-                pass  # gone already: nothing is left to clean up
+                await cleanup.reset(self.core, parked.session_id)
             except CoreError as error:
                 log.warning("parked session %s still not reset, tried again later: %s", parked.session_id, error)
                 continue
@@ -355,8 +345,8 @@ class SessionActivities:
         session_id = created.session_id
         await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, session_id=session_id)
         # Cancel, then reset whatever the cancel answered: a reset ends the session too. `stopped` only when the
-        # core said so: the cancel answered a stopped turn, or the reset answered reset. A failure is retried
-        # (the next attempt finds the same session by its key) and parked only after the last attempt.
+        # core said so: the cancel answered a stopped turn, or the reset answered reset. A failed reset is retried
+        # (the next attempt finds the same session by its key) until the park rule's budget is spent.
         stopped, detail = False, ""
         try:
             answer = await self.core.cancel(session_id, timeout_s=bound)
@@ -366,14 +356,12 @@ class SessionActivities:
             log.warning("cancel of session %s found by its key failed: %s", session_id, error)
             detail = f"cancel: {error}"
         try:
-            answer_reset = await self.core.reset(session_id, timeout_s=bound)
-            if not answer_reset.reset:
-                raise CoreUnavailable(f"the core did not reset session {session_id}")
-            stopped, detail = True, "reset"
-        except SessionNotFound as error:
-            detail = f"{detail}; reset: {error}"
+            if await cleanup.reset(self.core, session_id, bound):
+                stopped, detail = True, "reset"
+            else:
+                detail = f"{detail}; reset: the core does not know session {session_id}"
         except CoreError as error:
-            if activity.info().attempt < CANCEL_ATTEMPTS:
+            if not parks(FOUND_BY_KEY, attempt=activity.info().attempt):
                 raise _retry_or_refuse(error) from None
             log.warning("session %s found by its key could not be reset: %s; parking it", session_id, error)
             await self.store.record_parked(key.owner, key.helper_id, session_id, str(error))

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.book import (
         OFFER_GIVE_UP,
         AlreadyAdmitted,
+        ChatEventRecord,
         CloseAction,
         Entry,
         EventState,
@@ -73,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         start_offer,
         summarize_book,
         take_early_notice,
+        take_withdrawn,
         timer_outdated,
         undo_admission,
     )
@@ -422,15 +424,7 @@ class CoordinatorWorkflow:
             if isinstance(action, Refusal):
                 raise refused(action)
         if action is CloseAction.WRITE_CLOSED and helper_id in self.book.entries:
-            event_before = self.book.event
             entry = apply_closed_by_coordinator(self.book, helper_id)
-            if event_before is not None and self.book.event is None:
-                # Its last offer's state would otherwise stay "failed" in the store for ever.
-                await workflow.execute_local_activity_method(
-                    ChatActivities.withdraw_chat_event,
-                    WithdrawnEvent(owner=self.book.owner, key=event_before.key),
-                    **options.STORE_WRITE,
-                )
             await self._write_row(entry, RowState.CLOSED)
         elif action is CloseAction.REMOVE:
             await self._remove_rows([self.book.entries[helper_id]])
@@ -501,16 +495,27 @@ class CoordinatorWorkflow:
             )
 
     async def _outbox(self) -> None:
-        """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26)."""
+        """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26). An
+        event withdrawn meanwhile (none of its outcomes is unreported any more) is not offered again, and the
+        store says so once no offer of it is under way, instead of keeping its last attempt's state for ever."""
         backoff = OFFER_BACKOFF_FIRST
         while not self.stopping:
             # An offer starts only once the run loop has armed its timer for the book as it is now, so the two
             # coroutines' commands come in one order however the SDK groups events into activations.
             await workflow.wait_condition(
-                lambda: self.stopping or (event_due(self.book) and not self._timer_outdated())
+                lambda: (
+                    self.stopping
+                    or ((event_due(self.book) or bool(self.book.withdrawn)) and not self._timer_outdated())
+                )
             )
             if self.stopping:
                 return
+            for key in take_withdrawn(self.book):
+                await workflow.execute_local_activity_method(
+                    ChatActivities.withdraw_chat_event,
+                    WithdrawnEvent(owner=self.book.owner, key=key),
+                    **options.STORE_WRITE,
+                )
             event = next_event(self.book)
             if event is None:
                 continue
@@ -531,10 +536,13 @@ class CoordinatorWorkflow:
                     workflow.logger.warning("gave up system event %s after %s attempts", event.key, event.attempts)
                 backoff = OFFER_BACKOFF_FIRST
                 continue
+
+            # A withdrawn event ends the wait: it holds back no fresh outcome's event.
+            def backoff_over(offered: ChatEventRecord = event) -> bool:
+                return self.stopping or self.book.event is not offered
+
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self.stopping, timeout=backoff, timeout_summary="chat busy or down"
-                )
+                await workflow.wait_condition(backoff_over, timeout=backoff, timeout_summary="chat busy or down")
             backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
 
     async def _offer(self, offer: OfferEvent) -> OfferResult:

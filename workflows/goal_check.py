@@ -7,15 +7,14 @@ this workflow's result, visible in the Web UI next to the Schedule.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities.goals import GoalActivities, GoalCheck, GoalCheckResult
     from domain.goals import Goal, check_helper_id
     from protocol.messages import GOAL_CHECK_WORKFLOW
+    from workflows import options
 
 
 @workflow.defn(name=GOAL_CHECK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
@@ -26,8 +25,6 @@ class GoalCheckWorkflow:
         return await workflow.execute_activity_method(
             GoalActivities.start_goal_check,
             GoalCheck(goal=goal, helper_id=helper_id),
-            start_to_close_timeout=timedelta(seconds=30),
-            # Admission answers at once; if Temporal or the store is briefly away, try for a few minutes.
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=10),
             summary=f"admit Goal check {helper_id}",
+            **options.GOAL_CHECK_ADMISSION,
         )

@@ -27,6 +27,7 @@ from temporalio.common import VersioningBehavior
 with workflow.unsafe.imports_passed_through():
     from activities.rows import RowActivities
     from activities.session import SessionActivities
+    from workflows import options
 
 SWEEP_EVERY = timedelta(hours=1)
 # A directory younger than this may belong to a row that is being written right now.
@@ -40,13 +41,13 @@ class SweepWorkflow:
         swept: int = await workflow.execute_activity_method(
             RowActivities.sweep_orphan_directories,
             int(SWEEP_OLDER_THAN.total_seconds()),
-            start_to_close_timeout=timedelta(minutes=10),
             summary="remove result directories no row points at",
+            **options.SWEEP,
         )
         await workflow.execute_activity_method(
             SessionActivities.reset_kept_sessions,
-            start_to_close_timeout=timedelta(minutes=10),
             summary="reset sessions kept for follow-ups that nothing can need any more",
+            **options.SWEEP,
         )
         return swept
 

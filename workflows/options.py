@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import TypedDict
 
@@ -70,6 +71,18 @@ def core_call(
     return options
 
 
+# A cancel asks the core to stop the turn (R7, R21): a few attempts, then the helper takes the failure as a stop
+# not confirmed, and the follow and the hard ceiling decide.
+CANCEL_ATTEMPTS = 3
+
+
+def cancel(check_ms: int) -> ActivityOptions:
+    """The cancel: a cancellable core call, given up after `CANCEL_ATTEMPTS`."""
+    options = core_call(check_ms, cancellable=True)
+    options["retry_policy"] = dataclasses.replace(options["retry_policy"], maximum_attempts=CANCEL_ATTEMPTS)
+    return options
+
+
 def first_open(check_ms: int) -> LocalActivityOptions:
     """The open's first attempt, as a local activity: one attempt, bounded like a core call; the helper's task
     waits for it (the task heartbeats while it runs), and a failure goes on as the open activity."""
@@ -83,7 +96,7 @@ def first_open(check_ms: int) -> LocalActivityOptions:
 
 # The reset after the outcome is cleanup (R20): neither the outcome nor the slot waits for it, so it may keep
 # trying a core that fails some of its calls, with backoff, for minutes; then the workflow parks the session
-# and the hourly sweep tries it again.
+# and the hourly sweep tries it again (the park rule: `domain.cleanup`).
 RESET_BUDGET = timedelta(minutes=5)
 
 
@@ -105,7 +118,8 @@ RECOVERY_BUDGET = timedelta(minutes=3)
 
 def recovery(check_ms: int) -> ActivityOptions:
     return {
-        # The search itself may take a few slow calls (create again, cancel, reset), each bounded.
+        # The search itself may take a few slow calls (create again, cancel, reset), each bounded. A reset that
+        # fails is tried on the next attempts, then the session is parked (`domain.cleanup.FOUND_BY_KEY`).
         "start_to_close_timeout": timedelta(milliseconds=6 * check_ms) + timedelta(seconds=10),
         "schedule_to_close_timeout": RECOVERY_BUDGET,
         "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
@@ -136,4 +150,17 @@ def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) ->
 CHAT_OFFER: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(maximum_attempts=1),  # the outbox loop owns retries and their backoff
+}
+
+
+# The hourly sweep's activities walk every orphan result directory, and every kept and parked session (each core
+# call bounded by HELPER_CHECK_MS): ten minutes bounds an attempt; a failed one is retried with Temporal's default
+# backoff, and the Schedule skips the next run while this one goes on.
+SWEEP: ActivityOptions = {"start_to_close_timeout": timedelta(minutes=10)}
+
+# A Goal check's admission answers at once; if Temporal or the store is briefly away, it is tried for a few
+# minutes, then the check fails (shown beside the Goal's Schedule).
+GOAL_CHECK_ADMISSION: ActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=10),
 }

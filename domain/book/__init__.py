@@ -9,7 +9,7 @@ from domain.book.admission import (
     rows_to_evict,
     undo_admission,
 )
-from domain.book.close import CloseAction, apply_closed_by_coordinator, decide_close, request_close, withdraw_from_event
+from domain.book.close import CloseAction, apply_closed_by_coordinator, decide_close, request_close
 from domain.book.delivery import apply_delivered, apply_read, decide_read, finishing
 from domain.book.follow_up import FOLLOWABLE_KINDS, decide_follow_up, keeps_context_for, link_follow_up
 from domain.book.outbox import (
@@ -21,7 +21,9 @@ from domain.book.outbox import (
     event_due,
     next_event,
     start_offer,
+    take_withdrawn,
     unannounced,
+    withdraw_settled,
 )
 from domain.book.retention import expired_rows, next_wakeup, remove_entries, timer_outdated
 from domain.book.slots import (
@@ -99,8 +101,9 @@ __all__ = [
     "start_offer",
     "summarize_book",
     "take_early_notice",
+    "take_withdrawn",
     "timer_outdated",
     "unannounced",
     "undo_admission",
-    "withdraw_from_event",
+    "withdraw_settled",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from domain.book.state import Entry, EventState, OwnerBook, Refusal, RefusalCode, forget_reads
+from domain.book.outbox import withdraw_settled
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads
 from domain.limits import kept_until
 from domain.rows import RowState
 from domain.texts import text
@@ -53,15 +54,5 @@ def apply_closed_by_coordinator(book: OwnerBook, helper_id: str) -> Entry:
     entry.generation += 1
     entry.keep_until = kept_until(entry.finished_at or entry.admitted_at, book.policy.keep_ms)
     forget_reads(book, [helper_id])
-    withdraw_from_event(book, helper_id)
+    withdraw_settled(book)  # a closed outcome is no longer announced (R22)
     return entry
-
-
-def withdraw_from_event(book: OwnerBook, helper_id: str) -> None:
-    """A closed outcome is no longer announced (R22); an event left with nothing to say is dropped."""
-    event = book.event
-    if event is None or event.state is EventState.DELIVERED or helper_id not in event.helper_ids:
-        return
-    event.helper_ids.remove(helper_id)
-    if not event.helper_ids:
-        book.event = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from domain.book.outbox import withdraw_settled
 from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads
 from domain.limits import kept_until
 from domain.rows import RowState
@@ -45,7 +46,8 @@ def apply_read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
 
 
 def apply_delivered(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
-    """Mark what `turn` read as delivered; only after that turn answered (the caller's promise, R28)."""
+    """Mark what `turn` read as delivered; only after that turn answered (the caller's promise, R28). A delivered
+    outcome is no longer announced: the chat has it (R26)."""
     delivered: list[Entry] = []
     for helper_id in book.turn_reads.pop(turn, []):
         entry = book.entries.get(helper_id)
@@ -57,4 +59,5 @@ def apply_delivered(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
         entry.generation += 1
         delivered.append(entry)
     forget_reads(book, [entry.helper_id for entry in delivered])
+    withdraw_settled(book)
     return delivered

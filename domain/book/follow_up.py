@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
+from domain.book.outbox import withdraw_settled
 from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode
 from domain.limits import kept_until
 from domain.outcome import OutcomeKind
@@ -58,6 +59,7 @@ def link_follow_up(book: OwnerBook, entry: Entry, now: datetime) -> Entry | None
         earlier.state = RowState.DELIVERED
         earlier.delivered_at = now
         earlier.keep_until = kept_until(now, book.policy.keep_ms)
+        withdraw_settled(book)  # the follow-up carries it: no longer announced (R26)
     earlier.generation += 1
     return earlier
 

@@ -1,5 +1,7 @@
 """The chat outbox (R26): one system event at a time for every unannounced outcome, offered while the chat
-is idle, with a key that makes a repeat harmless; given up after a while, its outcomes stay unreported."""
+is idle, with a key that makes a repeat harmless; given up after a while, its outcomes stay unreported. An
+event announces only outcomes still unreported: one none of whose outcomes is (all read and delivered, or
+closed) is withdrawn, never offered again (R22)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,30 @@ def next_event(book: OwnerBook) -> ChatEventRecord | None:
     return book.event
 
 
+def withdraw_settled(book: OwnerBook) -> None:
+    """Every change that takes an outcome out of "unreported" (delivered, closed) ends with this: the outcomes of
+    the event in flight that are no longer unreported leave it, and an event left with none is withdrawn (its key
+    waits in `book.withdrawn` until the store says so). An event the chat received is history: never edited."""
+    event = book.event
+    if event is None or event.state is EventState.DELIVERED:
+        return
+    event.helper_ids = [helper_id for helper_id in event.helper_ids if _unreported(book, helper_id)]
+    if not event.helper_ids:
+        book.event = None
+        book.withdrawn.append(event.key)
+
+
+def take_withdrawn(book: OwnerBook) -> list[str]:
+    """The keys of withdrawn events whose state the store does not show yet; taken once."""
+    keys, book.withdrawn = book.withdrawn, []
+    return keys
+
+
+def _unreported(book: OwnerBook, helper_id: str) -> bool:
+    entry = book.entries.get(helper_id)
+    return entry is not None and entry.state is RowState.UNREPORTED
+
+
 def abandon_event(book: OwnerBook) -> None:
     """Give up offering the current event; its outcomes stay unreported for the chat's next instruction."""
     if book.event is None:
@@ -69,6 +95,7 @@ class OfferOutcome(StrEnum):
     DELIVERED = "delivered"  # the chat gave its receipt
     RETRY = "retry"  # busy, down or uncertain: offer again after a backoff
     GIVEN_UP = "given_up"  # offered for too long: the outcomes stay unreported for the next turn
+    WITHDRAWN = "withdrawn"  # none of its outcomes is unreported any more: nothing is left to offer
 
 
 def apply_offer_result(
@@ -80,8 +107,14 @@ def apply_offer_result(
     now: datetime,
     give_up_after: timedelta,
 ) -> OfferOutcome:
-    """One offer's answer: delivered needs the chat's receipt (evidence); otherwise retry or give up."""
+    """One offer's answer: delivered needs the chat's receipt (evidence); otherwise retry or give up. An event
+    withdrawn while it was offered is not offered again; if the chat took it after all, the store keeps its
+    receipt instead of "withdrawn"."""
     event.attempts += 1
+    if book.event is not event:
+        if state is EventState.DELIVERED and receipt_id and event.key in book.withdrawn:
+            book.withdrawn.remove(event.key)
+        return OfferOutcome.WITHDRAWN
     if state is EventState.DELIVERED and receipt_id:
         apply_event_delivered(book, receipt_id)
         return OfferOutcome.DELIVERED

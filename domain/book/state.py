@@ -77,7 +77,7 @@ class EventState(StrEnum):
     DELIVERED = "delivered"
     FAILED = "failed"
     UNCERTAIN = "uncertain"
-    WITHDRAWN = "withdrawn"  # every outcome it carried was closed before the chat took it (R22)
+    WITHDRAWN = "withdrawn"  # its outcomes were all closed or delivered before the chat took it (R22)
 
 
 class ChatEventRecord(BaseModel):
@@ -120,6 +120,9 @@ class OwnerBook(BaseModel):
     )
     next_event_seq: int = 1
     event: ChatEventRecord | None = None
+    withdrawn: list[str] = Field(
+        default_factory=list, description="Keys of events withdrawn (R22) whose state the store does not show yet."
+    )
     early_notices: list[FinishedNotice] = Field(
         default_factory=list, description="Notices of helpers whose admission is not recorded yet (a crash)."
     )

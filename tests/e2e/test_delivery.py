@@ -60,6 +60,35 @@ async def test_a_failing_chat_gets_the_event_once_it_is_back(stack: Stack, mode:
     assert received[0]["key"] == delivered[-1].key
 
 
+async def _offered_at_least(stack: Stack, attempts: int) -> Any:
+    events = await stack.store.events(stack.owner)
+    return events if events and events[-1].attempts >= attempts else None
+
+
+async def test_an_event_whose_outcome_was_read_and_delivered_is_withdrawn_and_holds_back_no_fresh_one(stack: Stack):
+    """R26, R28: the chat is down, so the event for one outcome is offered again and again, each time after a
+    longer backoff; meanwhile a turn reads and delivers that outcome (the chat has it): the event is withdrawn,
+    never offered again. Once the chat is back, a fresh outcome's event is offered at once, not after the
+    withdrawn event's backoff."""
+    owner = stack.owner
+    await _chat(stack, "PUT", "/v1/control/failing", {"failing": True, "mode": "down"})
+    await stack.client.start(helper_request(owner, "first", scripted_task("First.", steps=1, step_ms=20)))
+    await eventually(functools.partial(_final, stack, "first"))
+    # Four failed offers: the next one would wait a backoff of 16 s.
+    offered = await eventually(functools.partial(_offered_at_least, stack, 4), timeout=60)
+    await stack.client.read(owner, "turn-1", ["first"])
+    assert (await stack.client.delivered(owner, "turn-1", answer_chars=40)).delivered == ["first"]
+    withdrawn = await eventually(functools.partial(_event_state, stack, "withdrawn"), timeout=30)
+    assert withdrawn[-1].key == offered[-1].key
+    await _chat(stack, "PUT", "/v1/control/failing", {"failing": False, "mode": "down"})
+    await stack.client.start(helper_request(owner, "second", scripted_task("Second.", steps=1, step_ms=20)))
+    await eventually(functools.partial(_final, stack, "second"))
+    received = await eventually(stack.chat_events, timeout=10)  # well inside the withdrawn event's backoff
+    assert [event["helper_ids"] for event in received] == [["second"]]
+    await asyncio.sleep(3)
+    assert [event["helper_ids"] for event in await stack.chat_events()] == [["second"]], "offered again"
+
+
 async def _offer_activities(stack: Stack) -> list[str]:
     """The coordinator's scheduled activities that offered a chat event."""
     handle = stack.env.client.get_workflow_handle(coordinator_id(stack.owner))

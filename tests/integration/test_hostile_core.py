@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.session import CANCEL_ATTEMPTS
 from contracts.core_api import Action, SessionStatus
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX
 from domain.limits import FollowTuning, Limits
@@ -37,6 +36,7 @@ from tests.helpers import (
     skip_time,
 )
 from tests.integration.stack import time_stack
+from workflows import options
 
 CLOSED_PORT = "http://127.0.0.1:9"
 SHORT = Limits(deadline_ms=60_000, grace_ms=30_000)
@@ -147,7 +147,7 @@ async def test_a_slow_cancel_does_not_hold_a_closed_helper(time_env: WorkflowEnv
         await eventually(lambda: core.session_of("next") is not None, timeout=30)
         cancels_by_then = core.cancel_calls
     assert row.outcome_kind is OutcomeKind.CLOSED and row.state is RowState.CLOSED
-    assert cancels_by_then < CANCEL_ATTEMPTS, "the slot passed on only after every cancel attempt"
+    assert cancels_by_then < options.CANCEL_ATTEMPTS, "the slot passed on only after every cancel attempt"
 
 
 async def test_a_slow_finish_now_still_gives_the_cores_partial(time_env: WorkflowEnvironment, tmp_path):

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.session import CANCEL_ATTEMPTS, SessionActivities
+from activities.session import SessionActivities
 from clients.core_client import CoreClient
 from contracts.core_api import CreateSession, SessionLimits, SessionStatus
 from domain.activity_io import RecoverSession, RowKey, SessionRef
+from domain.cleanup import FOUND_BY_KEY
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -75,8 +77,10 @@ def _ref(session_id: str) -> SessionRef:
 
 
 def _last_attempt() -> ActivityEnvironment:
+    """The recovery's attempt on which a failed reset parks the session (the park rule's budget)."""
+    assert FOUND_BY_KEY.attempts is not None
     env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, attempt=CANCEL_ATTEMPTS)
+    env.info = dataclasses.replace(env.info, attempt=FOUND_BY_KEY.attempts)
     return env
 
 
@@ -92,6 +96,17 @@ async def test_a_cancel_the_core_answers_with_no_such_session_is_not_a_confirmed
     assert not answer.stopped and "not confirmed" in answer.detail
     assert rig.core.sessions[session_id].status is SessionStatus.RUNNING
     assert any("stop not confirmed" in record.getMessage() for record in caplog.records)
+
+
+async def test_a_cancel_the_core_fails_is_left_to_the_activitys_retry_policy(rig: Rig) -> None:
+    """R7, R21: a cancel the core fails (503) is not answered "not stopped" by the activity: it fails retryably, so
+    its policy tries again (`workflows.options.cancel`), and the workflow takes the last failure as not confirmed."""
+    session_id = await _session(rig)
+    rig.core.misbehave, rig.core.misbehave_on = "503", {"cancel"}
+    with pytest.raises(ApplicationError) as failed:
+        await ActivityEnvironment().run(rig.activities.cancel_session, _ref(session_id))
+    assert not failed.value.non_retryable
+    assert rig.core.sessions[session_id].status is SessionStatus.RUNNING
 
 
 async def test_a_cancel_answered_stopped_of_a_running_turn_is_not_believed(rig: Rig) -> None:

@@ -1,14 +1,18 @@
-"""The follow's timeouts (R44, R10): what a dead worker costs in time and a live one in heartbeats."""
+"""The activities' options: the follow's timeouts (R44, R10), what a dead worker costs in time and a live one in
+heartbeats; how long a cancel, a reset, the sweep and a Goal check's admission are tried."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from temporalio.workflow import ActivityCancellationType
 
 from domain.follow import long_poll_wait_ms
 from domain.limits import HELPER_CHECK_MS, FollowTuning
+from protocol.errors import ErrorType
 from workflows import options
+from workflows.maintenance import SWEEP_EVERY
 
 
 def test_with_the_defaults_a_dead_worker_is_noticed_within_two_minutes() -> None:
@@ -33,3 +37,37 @@ def test_a_read_always_ends_before_the_heartbeat_timeout(check_ms: int, tuning: 
     longest_read = timedelta(milliseconds=long_poll_wait_ms(tuning, check_ms) + check_ms)
     assert longest_read < follow["heartbeat_timeout"]
     assert follow["start_to_close_timeout"] > timedelta(milliseconds=tuning.window_ms) + longest_read
+
+
+def test_a_cancel_is_given_up_after_a_few_attempts() -> None:
+    """R7, R21: a cancel the core keeps failing ends after `CANCEL_ATTEMPTS` (then the stop is not confirmed and
+    the follow decides); a refusal is not tried again."""
+    cancel = options.cancel(HELPER_CHECK_MS)
+    policy = cancel["retry_policy"]
+    assert policy.maximum_attempts == options.CANCEL_ATTEMPTS > 1
+    assert policy.non_retryable_error_types == [ErrorType.CORE_REJECTED]
+    assert cancel["start_to_close_timeout"] == options.core_call(HELPER_CHECK_MS)["start_to_close_timeout"]
+    assert cancel["cancellation_type"] is ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+
+
+def test_the_sweeps_attempts_are_bounded_well_inside_its_hour() -> None:
+    """R29, R20: each of the sweep's activities gives up an attempt long before the next sweep is due."""
+    assert options.SWEEP["start_to_close_timeout"] < SWEEP_EVERY
+
+
+def test_a_goal_checks_admission_is_tried_for_minutes_not_for_ever() -> None:
+    """R30: a Goal check whose admission cannot get through (Temporal or the store away) ends within minutes."""
+    check = options.GOAL_CHECK_ADMISSION
+    policy = check["retry_policy"]
+    assert policy.maximum_attempts == 10
+    assert policy.maximum_interval is not None
+    longest = policy.maximum_attempts * (check["start_to_close_timeout"] + policy.maximum_interval)
+    assert longest <= timedelta(minutes=10)
+
+
+def test_the_reset_after_the_outcome_is_tried_for_its_budget_then_parked() -> None:
+    """R20: the reset is cleanup: retried with backoff, without a count, for RESET_BUDGET (then the workflow parks
+    the session)."""
+    reset = options.reset(HELPER_CHECK_MS)
+    assert reset["schedule_to_close_timeout"] == options.RESET_BUDGET
+    assert reset["retry_policy"].maximum_attempts == 0

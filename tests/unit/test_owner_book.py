@@ -14,6 +14,7 @@ from domain.book import (
     Entry,
     EventState,
     FinishedNotice,
+    OfferOutcome,
     OwnerBook,
     Refusal,
     RefusalCode,
@@ -22,6 +23,7 @@ from domain.book import (
     apply_delivered,
     apply_event_delivered,
     apply_finished,
+    apply_offer_result,
     apply_read,
     decide_admission,
     decide_close,
@@ -35,9 +37,10 @@ from domain.book import (
     remove_entries,
     rows_to_evict,
     summarize_book,
+    take_withdrawn,
     timer_outdated,
     undo_admission,
-    withdraw_from_event,
+    withdraw_settled,
 )
 from domain.limits import Policy
 from domain.outcome import OutcomeKind
@@ -552,9 +555,12 @@ def test_withdrawing_the_last_outcome_drops_the_event() -> None:
     admit(book, "h1")
     finish(book, "h1")
     assert next_event(book) is not None
+    event = next_event(book)
+    assert event is not None
     apply_closed_by_coordinator(book, "h1")
     assert book.event is None
     assert next_event(book) is None
+    assert take_withdrawn(book) == [event.key] and take_withdrawn(book) == [], "the store is told once"
 
 
 def test_withdraw_leaves_a_delivered_event_alone() -> None:
@@ -564,9 +570,60 @@ def test_withdraw_leaves_a_delivered_event_alone() -> None:
     finish(book, "h1")
     next_event(book)
     apply_event_delivered(book, "receipt-1")
-    withdraw_from_event(book, "h1")
-    assert book.event is not None and book.event.helper_ids == ["h1"]
-    withdraw_from_event(book, "not-in-it")
+    deliver(book, "h1")
+    withdraw_settled(book)
+    assert book.event is not None and book.event.helper_ids == ["h1"] and book.withdrawn == []
+
+
+def test_an_event_whose_outcomes_were_all_read_and_delivered_is_withdrawn() -> None:
+    """R26, R28: the chat was down, so the event for two outcomes waits; a turn reads and delivers one of them: the
+    event now announces only the other; once that one is delivered too, the event is withdrawn (never offered
+    again), and the next outcome gets an event of its own at once."""
+    book = book_of(max_running=3)
+    for helper_id in ("h1", "h2", "h3"):
+        admit(book, helper_id)
+    finish(book, "h1")
+    finish(book, "h2")
+    event = next_event(book)
+    assert event is not None and event.helper_ids == ["h1", "h2"]
+    deliver(book, "h1")
+    assert book.event is event and event.helper_ids == ["h2"]
+    deliver(book, "h2")
+    assert book.event is None and book.withdrawn == [event.key]
+    finish(book, "h3")
+    fresh = next_event(book)
+    assert fresh is not None and fresh.key != event.key and fresh.helper_ids == ["h3"]
+
+
+def test_a_follow_up_takes_its_earlier_outcome_out_of_the_event() -> None:
+    """R26: a follow-up delivers the outcome it continues; the event announcing only that outcome is withdrawn."""
+    book = book_of()
+    admit(book, "h1")
+    finish(book, "h1", OutcomeKind.QUESTION)
+    event = next_event(book)
+    assert event is not None
+    follow_up = HelperRequest(owner="anna", helper_id="h2", task="yes", model="m", follow_up="h1")
+    decision = decide_admission(book, follow_up)
+    assert isinstance(decision, Admit)
+    apply_admission(book, follow_up, decision, T0, HARD_MS)
+    assert book.entries["h1"].state is RowState.DELIVERED
+    assert book.event is None and book.withdrawn == [event.key]
+
+
+def test_an_offer_answered_after_its_event_was_withdrawn_is_not_retried() -> None:
+    """R26: the chat was down while the turn delivered the outcome; the offer under way then fails: the event is
+    not offered again. Had the chat taken it after all, the store keeps its receipt rather than "withdrawn"."""
+    for state, receipt, still_withdrawn in ((EventState.FAILED, None, True), (EventState.DELIVERED, "r-1", False)):
+        book = book_of()
+        admit(book, "h1")
+        finish(book, "h1")
+        event = next_event(book)
+        assert event is not None
+        deliver(book, "h1")
+        outcome = apply_offer_result(book, event, state, receipt, "down", T0, timedelta(hours=1))
+        assert outcome is OfferOutcome.WITHDRAWN
+        assert book.event is None and next_event(book) is None
+        assert (book.withdrawn == [event.key]) is still_withdrawn
 
 
 def test_closing_a_delivered_helper_without_goal_removes_it() -> None:

@@ -105,6 +105,8 @@ EXERCISED = [
     "event offered again",
     "event given up",
     "event withdrawn by a close",
+    "event withdrawn by a delivery",
+    "event withdrawn while offered",
     "expired rows removed",
     "event delivered",
     "follow-up admitted",
@@ -535,6 +537,19 @@ class OwnerBookMachine(RuleBasedStateMachine):
             self._close(helper_id)
         assert self.book.event is None
 
+    @precondition(_event_in_flight_with_closable_rows)
+    @rule()
+    def chat_turn_reads_and_answers_everything_an_event_announces(self) -> None:
+        """R26, R28: a turn that reads and delivers every outcome an undelivered event announces withdraws the
+        event: it is never offered again, and holds back no later outcome's event."""
+        self._step()
+        event = self.book.event
+        assert event is not None
+        assert decide_read(self.book, event.helper_ids) is None
+        apply_read(self.book, "turn-all", event.helper_ids)
+        self._answer("turn-all")
+        assert (self.book.event is None and not event_due(self.book)) or next_event(self.book) is not event
+
     @precondition(lambda self: any(e.state is RowState.DELIVERED for e in self.book.entries.values()))
     @rule(which=pick)
     def owner_closes_a_delivered_row(self, which: int) -> None:
@@ -626,7 +641,16 @@ class OwnerBookMachine(RuleBasedStateMachine):
     def _answer(self, turn: str) -> list[str]:
         reads = list(self.book.turn_reads.get(turn, []))
         expected = [h for h in reads if h in self.book.entries and self.book.entries[h].state is RowState.UNREPORTED]
+        event_before = self.book.event
+        announced = list(event_before.helper_ids) if event_before is not None else []
         delivered = apply_delivered(self.book, turn, self.now)
+        if event_before is not None and event_before.state is not EventState.DELIVERED:
+            if self.book.event is None:
+                assert set(announced) <= set(expected), "only an event none of whose outcomes is unreported goes"
+                assert self.book.withdrawn[-1] == event_before.key, "the store is told it was withdrawn"
+                STEPS.saw("event withdrawn by a delivery")
+            else:
+                assert not set(self.book.event.helper_ids) & set(expected), "a delivered outcome is not announced"
         STEPS.saw("delivered", len(delivered))
         assert [e.helper_id for e in delivered] == expected
         keep = timedelta(milliseconds=self.book.policy.keep_ms)
@@ -640,10 +664,12 @@ class OwnerBookMachine(RuleBasedStateMachine):
         state=st.sampled_from([EventState.DELIVERED, EventState.PENDING, EventState.FAILED, EventState.UNCERTAIN]),
         receipt=st.booleans(),
         minutes=st.sampled_from([0, 1, 30, 61]),
+        delivered_meanwhile=st.booleans(),
     )
-    def chat_outbox_offers(self, state: EventState, receipt: bool, minutes: int) -> None:
+    def chat_outbox_offers(self, state: EventState, receipt: bool, minutes: int, delivered_meanwhile: bool) -> None:
         """R26: the coordinator's outbox: one offer of the event due; delivered only with the chat's receipt as
-        evidence; otherwise offered again, and given up after an hour (its outcomes stay unreported)."""
+        evidence; otherwise offered again, and given up after an hour (its outcomes stay unreported). An event
+        whose outcomes a turn read and delivered while it was offered is not offered again."""
         self._step()
         if not event_due(self.book):
             assert next_event(self.book) is None or self.book.event is not None
@@ -656,11 +682,19 @@ class OwnerBookMachine(RuleBasedStateMachine):
         first_offered_at = event.first_offered_at
         attempts = event.attempts
         self.now += timedelta(minutes=minutes)
+        if delivered_meanwhile and decide_read(self.book, event.helper_ids) is None:
+            apply_read(self.book, "turn-meanwhile", event.helper_ids)
+            self._answer("turn-meanwhile")
+        withdrawn = self.book.event is not event
         outcome = apply_offer_result(
             self.book, event, state, f"receipt-{event.key}" if receipt else None, "busy", self.now, OFFER_GIVE_UP
         )
         assert event.attempts == attempts + 1
-        if state is EventState.DELIVERED and receipt:
+        if withdrawn:
+            assert outcome is OfferOutcome.WITHDRAWN and self.book.event is None
+            assert (event.key in self.book.withdrawn) is not (state is EventState.DELIVERED and receipt)
+            STEPS.saw("event withdrawn while offered")
+        elif state is EventState.DELIVERED and receipt:
             assert outcome is OfferOutcome.DELIVERED and event.state is EventState.DELIVERED
             STEPS.saw("event delivered")
         elif self.now - first_offered_at >= OFFER_GIVE_UP:
@@ -783,6 +817,18 @@ class OwnerBookMachine(RuleBasedStateMachine):
             later = self.book.entries.get(entry.followed_up_by) if entry.followed_up_by else None
             if later is not None:
                 assert later.follow_up_of == entry.helper_id
+
+    @invariant()
+    def an_event_announces_only_unreported_outcomes(self) -> None:
+        """R22, R26: an event not yet delivered names only outcomes still unreported, at least one: an event none
+        of whose outcomes is unreported is withdrawn, never offered again."""
+        event = self.book.event
+        if event is None or event.state is EventState.DELIVERED:
+            return
+        assert event.helper_ids
+        for helper_id in event.helper_ids:
+            entry = self.book.entries.get(helper_id)
+            assert entry is not None and entry.state is RowState.UNREPORTED, (helper_id, entry)
 
     @invariant()
     def entries_are_consistent(self) -> None:
