@@ -205,7 +205,6 @@ class ParkSession(BaseModel):
 
 class CancelResult(BaseModel):
     stopped: bool
-    reachable: bool = True
     detail: str = ""
 
 

@@ -223,7 +223,7 @@ class HelperWorkflow:
                     SessionActivities.cancel_session,
                     session_ref(run),
                     summary=f"cancel: {reason}",
-                    **options.core_call(check_ms, cancellable=True),
+                    **options.cancel(check_ms),
                 )
             )
         if starts.follow is not None:
@@ -294,7 +294,7 @@ class HelperWorkflow:
         try:
             answer: CancelResult = await self._jobs.pop(Job.CANCEL)
         except ActivityError as error:
-            answer = CancelResult(stopped=False, reachable=False, detail=cause_of(error))
+            answer = CancelResult(stopped=False, detail=cause_of(error))
         if answer.stopped:
             workflow.logger.info("%s: the core confirmed session %s stopped", self.start.helper_id, session_id)
         else:
