@@ -59,7 +59,7 @@ async def test_one_helper_is_one_trace_from_the_starter_to_the_core(
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         try:
             async with running_worker(traced, settings):
-                admission = await HelperClient(settings, store, traced).start(helper_request(owner, helper_id))
+                admission = await HelperClient(settings, store.reads, traced).start(helper_request(owner, helper_id))
                 assert admission.status == "running"
 
                 async def finished() -> bool:
