@@ -89,6 +89,7 @@ class HelperStore:
             address = StoreAddress.parse(address)
         engine = create_engine(address)
         try:
+            store = cls(engine)
             if run_migrations:
                 await migrate(engine)
             else:
@@ -96,7 +97,7 @@ class HelperStore:
         except BaseException:
             await engine.dispose()
             raise
-        return cls(engine)
+        return store
 
     async def close(self) -> None:
         await self.engine.dispose()
