@@ -172,7 +172,7 @@ T = TypeVar("T")
 
 
 def _finish_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
-    """The result of a coroutine that never suspends (`store.row_reads.SqliteRowReader`'s reads never do)."""
+    """The result of a coroutine that never suspends (`store.reads.open_sqlite`'s reads never do)."""
     try:
         coroutine.send(None)
     except StopIteration as finished:

@@ -36,15 +36,16 @@ from starter.backpressure import WriteGate
 from starter.inputs import (
     check_goal_ids,
     check_ids,
-    check_store_url,
     clip,
     delivered_request,
     parse_goal,
     parse_request,
     read_request,
     scrub,
+    store_address,
 )
-from starter.reads import RowSource, StoreReader, open_store
+from starter.reads import StoreReader, open_store
+from store.reads import RowReader
 
 if TYPE_CHECKING:
     from starter.goals import GoalView
@@ -60,7 +61,7 @@ NO_COORDINATOR = "no_coordinator"
 class HelperClient(StoreReader):
     """Everything Iva does: the reads of `StoreReader`, and the writes through the owner's coordinator."""
 
-    def __init__(self, settings: Settings, store: RowSource, temporal: Client | None) -> None:
+    def __init__(self, settings: Settings, store: RowReader, temporal: Client | None) -> None:
         super().__init__(settings, store)
         self._temporal = temporal
         self.gate = WriteGate(settings.starter_max_in_flight)
@@ -69,7 +70,7 @@ class HelperClient(StoreReader):
     async def connect(cls, settings: Settings, *, temporal: bool = True, by: AnswerBy | None = None) -> HelperClient:
         """Open the store; connect to Temporal only when the operation writes (reads need no server), by `by`
         (HELPER_STARTER_TIMEOUT_MS from now unless given)."""
-        check_store_url(settings.store_url)
+        store_address(settings.store_url)  # an invalid URL is refused first (exit 2)
         if temporal and (problem := settings.encryption_problem()):
             raise InvalidConfiguration(problem)
         store = await open_store(settings)
@@ -200,7 +201,7 @@ async def check_model(settings: Settings, model: str) -> None:
     """Refuse a model the core does not offer, naming those it does (exit 2), when the core publishes a catalog
     (`GET /v1/models`). A core without one, or one that does not answer within MODEL_CHECK_S, leaves the check to
     the create, whose refusal becomes the helper's failed outcome."""
-    from starter.catalog import models_offering  # the stdlib's HTTP client where it asks as httpx would (R43)
+    from starter.catalog import models_offering  # the core client and httpx: only a command that asks loads them
 
     offered = await models_offering(
         settings.core_url, model, settings.policy.check_ms, MODEL_CHECK_S, settings.core_proxy

@@ -15,7 +15,7 @@ from config.settings import Settings
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
 from domain.requests import HelperRequest, RequestError, check_id
 from protocol.errors import InvalidConfiguration, InvalidRequest
-from store.row_reads import bare_store_address
+from store.address import StoreAddress
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal
@@ -177,30 +177,14 @@ _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"]*@")
 _SECRET_PARAMETER = re.compile(r"(?i)\b(?P<name>password|passwd|pwd|secret|token|api_?key)=[^&\s'\"]*")
 
 
-def _make_url(url: str) -> Any:
-    # SQLAlchemy costs a read command about 0.2 s to import: only an unusual URL or an error message loads it (R43).
-    from sqlalchemy.engine import make_url
-
-    return make_url(url)
-
-
-def check_store_url(url: str) -> None:
-    """A store URL that does not parse is the operator's error (exit 2); its text is never printed."""
-    if bare_store_address(url) is not None:
-        return  # parsed by SQLAlchemy's own pattern (store.row_reads)
+def store_address(url: str) -> StoreAddress:
+    """The configured store's address; a URL that does not parse is the operator's error (exit 2), its text never
+    printed (it may hold a password)."""
     try:
-        _make_url(url)
-    except Exception:
-        raise InvalidConfiguration(f"HELPER_STORE_URL is not a database URL ({describe_store(url)})") from None
-
-
-def describe_store(url: str) -> str:
-    """The store's URL as it may be printed: no user information, no query (it can carry a password)."""
-    try:
-        shown = _make_url(url).set(username=None, password=None, query={}).render_as_string(hide_password=True)
-    except Exception:
-        return url.split("://", 1)[0] + "://…" if "://" in url else "(an unreadable URL)"
-    return redact(shown)
+        return StoreAddress.parse(url)
+    except ValueError as error:
+        scheme = url.split("://", 1)[0] + "://…" if "://" in url else "an unreadable URL"
+        raise InvalidConfiguration(f"HELPER_STORE_URL is not a database URL ({redact(scheme)}): {error}") from None
 
 
 def redact(text: str) -> str:
@@ -208,14 +192,6 @@ def redact(text: str) -> str:
     return _SECRET_PARAMETER.sub(r"\g<name>=***", _USERINFO.sub(r"\g<scheme>***@", text))
 
 
-def scrub(text: str, store_url: str | None = None) -> str:
-    """`text` with the store URL (if given) replaced by its printable form, and every secret redacted."""
-    if store_url:
-        text = text.replace(store_url, describe_store(store_url))
-        try:
-            password = _make_url(store_url).password
-        except Exception:
-            password = None
-        if password and len(str(password)) >= 3:
-            text = text.replace(str(password), "***")
-    return redact(text)
+def scrub(text: str, store: StoreAddress | None = None) -> str:
+    """`text` with the store's URL (if given) in its printable form, and every secret redacted."""
+    return redact(text if store is None else store.scrubbed(text))

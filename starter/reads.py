@@ -5,34 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
 
 from pydantic import BaseModel
 
 from config.settings import Settings
 from domain.rows import HelperRow, HelperView, RowState
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, Unavailable
-from starter.inputs import check_ids, check_store_url, describe_store, scrub
+from starter.inputs import check_ids, scrub, store_address
+from store.address import StoreAddress
+from store.reads import RowReader, open_bare, open_sqlite
 from store.records import UsageLine
 from store.results import ResultDirectories
 from store.revisions import SchemaNotCurrent
-from store.row_reads import SqliteRowReader, bare_store_address, open_bare_reader
-
-
-class RowSource(Protocol):
-    """What the reads need of a store: `HelperStore` (SQLAlchemy) or a bare-driver reader (`store.row_reads`)."""
-
-    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]: ...
-
-    async def get(self, owner: str, helper_id: str) -> HelperRow | None: ...
-
-    async def ahead(self, owner: str, seq: int) -> int: ...
-
-    async def usage(self, owner: str) -> list[UsageLine]: ...
-
-    async def ping(self) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class UsageTotal(BaseModel):
@@ -49,58 +33,55 @@ class UsageReport(BaseModel):
     by_model: list[UsageTotal]
 
 
-def _unopened(settings: Settings, error: BaseException) -> Unavailable:
-    where = describe_store(settings.store_url)
-    return Unavailable(scrub(f"the store at {where} cannot be opened: {error}", settings.store_url))
+def _unopened(address: StoreAddress, error: BaseException) -> Unavailable:
+    return Unavailable(scrub(f"the store at {address.described} cannot be opened: {error}", address))
 
 
-def open_sqlite_reader(settings: Settings) -> SqliteRowReader | None:
+def open_sqlite_reader(settings: Settings) -> RowReader | None:
     """The configured SQLite store on the stdlib driver, opened without an event loop; None when the store is not
-    one the bare path takes, or its driver failed in a way SQLAlchemy's path words (then use `open_store`)."""
+    one the bare reader takes, or its driver failed in a way SQLAlchemy's path words (then use `open_store`)."""
     import sqlite3
 
-    check_store_url(settings.store_url)
-    address = bare_store_address(settings.store_url)
-    if address is None or address.dialect != "sqlite":
+    address = store_address(settings.store_url)
+    if address.bare != "sqlite":
         return None
     try:
-        return SqliteRowReader.open(address.sqlite_path)
+        return open_sqlite(address.sqlite_path())
     except SchemaNotCurrent as error:
-        raise Unavailable(scrub(str(error), settings.store_url)) from None
+        raise Unavailable(scrub(str(error), address)) from None
     except (sqlite3.Error, OSError):
         return None  # the store cannot be opened: SQLAlchemy's path says why, in the words it always has
 
 
-async def open_store(settings: Settings, pool_size: int | None = None) -> RowSource:
-    """The configured store, or Unavailable naming where it is (never its password). A store URL of the bare
-    path (`store.row_reads`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's path.
-    With `pool_size`, a PostgreSQL store is read through a pool of that many connections (the HTTP service)."""
-    check_store_url(settings.store_url)
-    address = bare_store_address(settings.store_url)
-    if address is not None:
+async def open_store(settings: Settings, pool_size: int | None = None) -> RowReader:
+    """The configured store's reads, or Unavailable naming where it is (never its password). A store the bare
+    readers take (`StoreAddress.bare`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's
+    path. With `pool_size`, a PostgreSQL store is read through a pool of that many connections (the HTTP service)."""
+    address = store_address(settings.store_url)
+    if address.bare is not None:
         try:
-            return await open_bare_reader(address, pool_size)
+            return await open_bare(address, pool_size)
         except SchemaNotCurrent as error:
-            raise Unavailable(scrub(str(error), settings.store_url)) from None
+            raise Unavailable(scrub(str(error), address)) from None
         except (OSError, TimeoutError) as error:
-            if address.dialect == "postgresql":  # a server down or silent: SQLAlchemy passes these on unwrapped
-                raise _unopened(settings, error) from None
+            if address.bare == "postgresql":  # a server down or silent: SQLAlchemy passes these on unwrapped
+                raise _unopened(address, error) from None
         except Exception:
             pass  # the driver's own error (a database that is missing, a bad password): SQLAlchemy words it below
     from store.helper_store import HelperStore
 
     try:
-        return await HelperStore.connect(settings.store_url)
+        return (await HelperStore.connect(address)).reads
     except SchemaNotCurrent as error:
-        raise Unavailable(scrub(str(error), settings.store_url)) from None
+        raise Unavailable(scrub(str(error), address)) from None
     except Exception as error:
-        raise _unopened(settings, error) from None
+        raise _unopened(address, error) from None
 
 
 class StoreReader:
     """Reads for one configuration: `open`, read, `aclose`. `HelperClient` adds the writes."""
 
-    def __init__(self, settings: Settings, store: RowSource) -> None:
+    def __init__(self, settings: Settings, store: RowReader) -> None:
         self.settings = settings
         self.store = store
         self.results = ResultDirectories(settings.results_dir)

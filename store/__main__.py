@@ -6,11 +6,12 @@ import asyncio
 import sys
 
 from config.settings import Settings
+from store.address import StoreAddress
 from store.database import create_engine, migrate
 
 
-async def _migrate(url: str) -> None:
-    engine = create_engine(url)
+async def _migrate(address: StoreAddress) -> None:
+    engine = create_engine(address)
     try:
         await migrate(engine)
     finally:
@@ -21,9 +22,9 @@ def main() -> int:
     if sys.argv[1:] != ["migrate"]:
         print("usage: python -m store migrate   (uses HELPER_STORE_URL)", file=sys.stderr)
         return 2
-    url = Settings.from_env().store_url
-    asyncio.run(_migrate(url))
-    print(f"store schema is current at {url.split('@')[-1]}")
+    address = StoreAddress.parse(Settings.from_env().store_url)
+    asyncio.run(_migrate(address))
+    print(f"store schema is current at {address.described}")
     return 0
 
 

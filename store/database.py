@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-# The revisions and the schema check's rule live in a stdlib-only module the bare read path shares (R43).
-from store.revisions import REVISIONS, SchemaNotCurrent, check_revision, head_revision
+# The address and the revisions with the schema check's rule live in stdlib-only modules the bare reads share (R43).
+from store.address import StoreAddress
+from store.revisions import REVISION_QUERY, REVISIONS, SchemaNotCurrent, check_revision, head_revision
 
 __all__ = ["REVISIONS", "SchemaNotCurrent", "check_schema", "create_engine", "head_revision", "migrate"]
 
@@ -30,13 +31,12 @@ STORE_POOL_SIZE = 20
 STORE_POOL_WAIT_S = 10
 
 
-def create_engine(url: str) -> AsyncEngine:
+def create_engine(address: StoreAddress) -> AsyncEngine:
     """An async engine; SQLite gets WAL and a busy timeout so readers never block the workers' writes."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        database = parsed.database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+    url = address.sqlalchemy_url()
+    if address.dialect == "sqlite":
+        if not address.in_memory:
+            Path(address.sqlite_path()).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_S})
         set_sqlite_pragmas(engine.sync_engine)
         return engine
@@ -84,7 +84,7 @@ def _config() -> Config:
 
 def _current_revision(connection: Connection) -> str | None:
     try:
-        return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        return connection.exec_driver_sql(REVISION_QUERY).scalar()
     except DBAPIError:  # no version table: nothing was ever migrated
         connection.rollback()
         return None

@@ -10,22 +10,23 @@ learns it lost without changing anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, HelperView, RowState
+from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from observability.recording import BY_CALLER, store_write
+from store.address import StoreAddress
 from store.database import check_schema, create_engine, migrate
-from store.records import ChatEvent, KeptSession, ParkedSession, UsageLine
-from store.row_reads import listed_views
+from store.reads import Marks, Query, Records, RowReader, helper_row
+from store.records import KeptSession, ParkedSession
 from store.statements import (
     WRITABLE,
     Prepared,
@@ -36,17 +37,14 @@ from store.statements import (
     kept_table,
     link_follow_up,
     now,
-    owner_rows,
     parked_table,
     plain,
     progress_update,
-    row_by_key,
     row_insert,
     row_table,
     state_update,
     to_columns,
     to_kept,
-    to_row,
     upsert,
     usage_table,
     utc,
@@ -70,16 +68,28 @@ class RowOfAnotherAdmission(ValueError):
         self.seq = seq
 
 
+# The parameter styles of the drivers the runtime ships (aiosqlite, asyncpg), in which `store.reads` writes its SQL.
+_MARKS: dict[str, Marks] = {"qmark": "qmark", "numeric_dollar": "numeric_dollar"}
+
+
 class HelperStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        marks = _MARKS.get(engine.dialect.paramstyle)
+        if marks is None:
+            raise ValueError(f"the store's driver {engine.dialect.driver} is not one the runtime ships")
+        # The reads of rows, views, places and usage: the SQL and decoding the starter's bare readers share.
+        self.reads = RowReader(marks, self._fetch, self.close)
 
     @classmethod
-    async def connect(cls, url: str, *, run_migrations: bool = False) -> HelperStore:
+    async def connect(cls, address: StoreAddress | str, *, run_migrations: bool = False) -> HelperStore:
         """Open the store. With `run_migrations` bring its schema up to date first; without, check that
         it is current and raise `SchemaNotCurrent` if not (production runs `python -m store migrate`)."""
-        engine = create_engine(url)
+        if isinstance(address, str):
+            address = StoreAddress.parse(address)
+        engine = create_engine(address)
         try:
+            store = cls(engine)
             if run_migrations:
                 await migrate(engine)
             else:
@@ -87,15 +97,16 @@ class HelperStore:
         except BaseException:
             await engine.dispose()
             raise
-        return cls(engine)
+        return store
 
     async def close(self) -> None:
         await self.engine.dispose()
 
-    async def ping(self) -> None:
-        """One `SELECT 1` round trip through the pool: whether the store answers."""
+    async def _fetch(self, query: Query) -> Records:
+        """One read of `store.reads`, its SQL as written there, on a connection of the engine's pool."""
         async with self.engine.connect() as connection:
-            await connection.execute(select(1))
+            result = await connection.exec_driver_sql(query.sql, query.parameters)
+            return [dict(record) for record in result.mappings()]
 
     # --- writes (activities only) -----------------------------------------------------------------
 
@@ -165,7 +176,7 @@ class HelperStore:
         statement = state_update(owner, helper_id, seq, generation, changes, returning=True)
         async with self.engine.begin() as connection:
             record = (await connection.execute(*statement)).mappings().first()
-        return None if record is None else to_row(record)
+        return None if record is None else helper_row(record)
 
     @store_write("progress", counts_conflicts=True)
     async def write_progress(
@@ -235,11 +246,6 @@ class HelperStore:
                 return False
             await connection.execute(*usage_line)
         return True
-
-    @store_write("usage")
-    async def record_usage(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> None:
-        async with self.engine.begin() as connection:
-            await connection.execute(*self._usage_line(row, kind, usage, finished_at))
 
     def _usage_line(self, row: HelperRow, kind: OutcomeKind, usage: Usage, finished_at: datetime) -> Prepared:
         """Usage is recorded once per admission: a second line for it is ignored, not an error (an error would
@@ -350,46 +356,7 @@ class HelperStore:
         return row
 
     async def get(self, owner: str, helper_id: str) -> HelperRow | None:
-        async with self.engine.connect() as connection:
-            record = (await connection.execute(*row_by_key(owner, helper_id))).mappings().first()
-        return None if record is None else to_row(record)
-
-    async def rows(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
-        async with self.engine.connect() as connection:
-            result = await connection.execute(*owner_rows(owner, states))
-            return [to_row(record) for record in result.mappings()]
-
-    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
-        """What `list` shows of one owner's rows (in some states): `store.row_reads.VIEW_COLUMNS` only."""
-        async with self.engine.connect() as connection:
-            result = await connection.execute(*owner_rows(owner, states, view=True))
-            return listed_views(result.mappings())
-
-    async def ahead(self, owner: str, seq: int) -> int:
-        """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""
-        statement = select(func.count()).where(
-            row_table.c.owner == owner, row_table.c.state == RowState.WAITING.value, row_table.c.seq < seq
-        )
-        async with self.engine.connect() as connection:
-            return int((await connection.execute(statement)).scalar_one())
-
-    async def usage(self, owner: str) -> list[UsageLine]:
-        table = usage_table
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.seq))
-            return [UsageLine.model_validate(plain(record)) for record in result.mappings()]
-
-    async def events(self, owner: str) -> list[ChatEvent]:
-        table = events_table
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
-            return [ChatEvent.model_validate(plain(record)) for record in result.mappings()]
-
-    async def parked(self, owner: str) -> list[ParkedSession]:
-        table = parked_table
-        async with self.engine.connect() as connection:
-            result = await connection.execute(select(table).where(table.c.owner == owner))
-            return [ParkedSession.model_validate(plain(record)) for record in result.mappings()]
+        return await self.reads.get(owner, helper_id)
 
     async def parked_sessions(self, limit: int) -> list[ParkedSession]:
         """Parked sessions of every owner, the oldest first, at most `limit` (one sweep's share)."""

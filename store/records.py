@@ -1,5 +1,4 @@
-"""What the store's side tables hold, as the starter and the tests read them: usage, chat events, parked
-sessions."""
+"""What the store's side tables hold, as the runtime reads them: usage, parked and kept sessions."""
 
 from __future__ import annotations
 
@@ -21,19 +20,6 @@ class UsageLine(BaseModel):
     input_tokens: int
     started_at: datetime | None
     finished_at: datetime
-
-
-class ChatEvent(BaseModel):
-    """A system event offered to the chat, with its delivery state (R26)."""
-
-    key: str
-    owner: str
-    helper_ids: list[str]
-    state: str
-    attempts: int
-    receipt_id: str | None
-    last_error: str | None
-    updated_at: datetime
 
 
 class ParkedSession(BaseModel):

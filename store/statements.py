@@ -15,12 +15,10 @@ from sqlalchemy import (
     ColumnElement,
     Executable,
     Insert,
-    Select,
     Table,
     Update,
     bindparam,
     insert,
-    select,
     update,
 )
 from sqlalchemy.dialects import postgresql as postgresql_insert
@@ -28,11 +26,10 @@ from sqlalchemy.dialects import sqlite as sqlite_insert
 
 from contracts.core_api import Action
 from domain.activity_io import FollowedUp
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
+from store.reads import aware
 from store.records import KeptSession
-from store.row_reads import DATETIME_COLUMNS, VIEW_COLUMNS
 from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
 
 row_table = cast(Table, HelperRowRecord.__table__)
@@ -163,38 +160,6 @@ def row_insert(table: Table, values: Mapping[str, Any]) -> Prepared:
     return _insert(table, tuple(sorted(values))), _values(values)
 
 
-# One row by its key: the finalizer's read, the open's fallback and `show` (built once, like the writes).
-_ROW_BY_KEY: Select[Any] = select(row_table).where(
-    row_table.c.owner == bindparam("key_owner"), row_table.c.helper_id == bindparam("key_helper_id")
-)
-
-
-def row_by_key(owner: str, helper_id: str) -> Prepared:
-    return _ROW_BY_KEY, {"key_owner": owner, "key_helper_id": helper_id}
-
-
-# One owner's rows, whole or a view's columns, in admission order, in some states or all: `rows`, `views` and the
-# worker's reads. Built once as well; the goal it serves: `unreported` p99 ≤ ×2 a `SELECT 1` (tools.bench.reads).
-def _owner_rows(columns: Iterable[ColumnElement[Any]], in_states: bool) -> Select[Any]:
-    statement = select(*columns).where(row_table.c.owner == bindparam("list_owner")).order_by(row_table.c.seq)
-    if in_states:
-        statement = statement.where(row_table.c.state.in_(bindparam("list_states", expanding=True)))
-    return statement
-
-
-_VIEW_COLUMNS = [row_table.c[name] for name in VIEW_COLUMNS]
-_OWNER_ROWS = {in_states: _owner_rows(row_table.columns, in_states) for in_states in (False, True)}
-_OWNER_VIEWS = {in_states: _owner_rows(_VIEW_COLUMNS, in_states) for in_states in (False, True)}
-
-
-def owner_rows(owner: str, states: Iterable[RowState] | None, *, view: bool = False) -> Prepared:
-    """The rows of `owner` (in `states`, when given), or with `view` only `store.row_reads.VIEW_COLUMNS`."""
-    statements = _OWNER_VIEWS if view else _OWNER_ROWS
-    if states is None:
-        return statements[False], {"list_owner": owner}
-    return statements[True], {"list_owner": owner, "list_states": [state.value for state in states]}
-
-
 def link_follow_up(row: HelperRow, earlier: FollowedUp) -> Update:
     return (
         update(row_table)
@@ -224,13 +189,6 @@ def utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def aware(moment: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes; everything this store writes is UTC.
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
-
-
 def column_value(value: Any) -> Any:
     if isinstance(value, RowState | OutcomeKind):
         return value.value
@@ -257,14 +215,6 @@ def plain(record: Any) -> dict[str, Any]:
 
 def to_kept(record: Any) -> KeptSession:
     return KeptSession.model_validate({**plain(record), "kept_at": aware(record["kept_at"])})
-
-
-def to_row(record: Any) -> HelperRow:
-    data = dict(record)
-    for name in DATETIME_COLUMNS & data.keys():
-        data[name] = aware(data[name])
-    data["limits"] = Limits(**data["limits"])
-    return HelperRow.model_validate(data)
 
 
 def dialect_insert(dialect: str, table: Table) -> sqlite_insert.Insert | postgresql_insert.Insert:

@@ -10,14 +10,15 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import pytest
-from sqlalchemy import make_url, text
+from pydantic import BaseModel
+from sqlalchemy import make_url, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
@@ -26,6 +27,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from config.settings import Settings
 from domain.limits import FollowTuning, Limits, Policy
 from domain.requests import HelperRequest
+from domain.rows import HelperRow, RowState
+from store.helper_store import HelperStore
+from store.records import ParkedSession
+from store.statements import events_table, plain
 from tools.demo.stack import Ports
 
 T = TypeVar("T")
@@ -203,3 +208,39 @@ async def delete_workflow(client: Any, workflow_id: str) -> str:
 
     await eventually(missing, timeout=20)
     return run_id
+
+
+# --- what a test reads of the store beyond the runtime's own reads ----------------------------------------------
+
+
+class ChatEvent(BaseModel):
+    """A system event offered to the chat, with its delivery state (R26)."""
+
+    key: str
+    owner: str
+    helper_ids: list[str]
+    state: str
+    attempts: int
+    receipt_id: str | None
+    last_error: str | None
+    updated_at: datetime
+
+
+async def rows_of(store: HelperStore, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
+    """An owner's whole rows (in some states), in admission order: each helper its listing shows, read as the worker
+    reads one row."""
+    rows = [await store.get(owner, view.helper_id) for view in await store.reads.views(owner, states)]
+    return [row for row in rows if row is not None]
+
+
+async def chat_events(store: HelperStore, owner: str) -> list[ChatEvent]:
+    """The chat events recorded for an owner, oldest change first: what an operator finds in `chat_events`."""
+    table = events_table
+    async with store.engine.connect() as connection:
+        result = await connection.execute(select(table).where(table.c.owner == owner).order_by(table.c.updated_at))
+        return [ChatEvent.model_validate(plain(record)) for record in result.mappings()]
+
+
+async def parked_of(store: HelperStore, owner: str) -> list[ParkedSession]:
+    """An owner's parked sessions, as the sweep finds them."""
+    return [parked for parked in await store.parked_sessions(limit=10_000) if parked.owner == owner]

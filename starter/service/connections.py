@@ -8,7 +8,8 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from config.settings import Settings
-from starter.reads import RowSource, StoreReader, open_store
+from starter.reads import StoreReader, open_store
+from store.reads import RowReader
 
 if TYPE_CHECKING:  # loaded with the first write
     from temporalio.client import Client
@@ -24,7 +25,7 @@ class Connections:
         """`temporal`: a client already connected (a test's dev server), else one is connected on first write."""
         self.settings = settings
         self.store_pool_size = store_pool_size
-        self._store: RowSource | None = None
+        self._store: RowReader | None = None
         self._temporal: Client | None = temporal
         self._reader: StoreReader | None = None
         self._writer: HelperClient | None = None

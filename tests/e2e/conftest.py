@@ -78,7 +78,7 @@ async def _stack(
     store = await HelperStore.connect(settings.store_url, run_migrations=True)
     try:
         async with running_worker(env.client, settings):
-            client = HelperClient(settings, store, env.client)
+            client = HelperClient(settings, store.reads, env.client)
             yield Stack(env, settings, client, store, core_url, chat_url, f"owner-{uuid.uuid4().hex[:8]}")
     finally:
         await store.close()

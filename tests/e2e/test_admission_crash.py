@@ -59,7 +59,7 @@ from tests.crash_worker import (
     IN_OFFER,
     WORKFLOW_TASK_SLOTS_ENV,
 )
-from tests.helpers import eventually, helper_request
+from tests.helpers import chat_events, eventually, helper_request, rows_of
 from workflows.coordinator import CoordinatorWorkflow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -465,7 +465,7 @@ async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offere
         store = await HelperStore.connect(settings.store_url)
 
         async def delivered() -> Any:
-            events = await store.events(owner)
+            events = await chat_events(store, owner)
             return events if events and events[-1].state == "delivered" else None
 
         try:
@@ -511,7 +511,7 @@ async def test_an_admission_killed_during_its_writes_keeps_its_slot_from_the_nex
         assert again.existing and again.status is not RowState.WAITING, f"the first helper lost its place: {again}"
         store = await HelperStore.connect(settings.store_url)
         try:
-            rows = {row.helper_id: row for row in await store.rows(owner)}
+            rows = {row.helper_id: row for row in await rows_of(store, owner)}
         finally:
             await store.close()
         assert rows["second"].seq > rows["first"].seq, {name: row.seq for name, row in rows.items()}

@@ -30,7 +30,7 @@ from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from starter.service.settings import ServiceSettings
 from tests.e2e.conftest import Stack
-from tests.helpers import eventually, free_port
+from tests.helpers import eventually, free_port, rows_of
 
 HERE = Path(__file__).resolve().parent
 NODE = shutil.which("node")
@@ -131,7 +131,7 @@ async def test_iva_reads_busy_and_unavailable_from_node_fetch(stack: Stack) -> N
         assert error["code"] == {429: "busy", 503: "unavailable"}[start["status"]]
         assert int(start["retryAfter"]) == error["retry_after_s"] >= 1
         assert "nothing was taken" in error["message"]
-    assert await stack.store.rows(stack.owner) == []
+    assert await rows_of(stack.store, stack.owner) == []
 
 
 async def test_the_service_refuses_a_caller_without_its_token_on_the_real_stack(stack: Stack) -> None:

@@ -58,7 +58,7 @@ async def test_histories_hold_only_ciphertext_and_the_codec_server_decodes_for_t
         )
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(client, settings):
-            helpers = HelperClient(settings, store, client)
+            helpers = HelperClient(settings, store.reads, client)
             await helpers.start(helper_request("kim", "secret", task))
             row = await eventually(functools.partial(_final, store), timeout=30)
             assert SECRET in (row.summary or "")  # the store, Iva's side, holds the text

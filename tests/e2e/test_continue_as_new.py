@@ -13,7 +13,7 @@ from protocol.messages import COUNTS
 from protocol.names import coordinator_id
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore
-from tests.helpers import eventually, helper_request
+from tests.helpers import eventually, helper_request, rows_of
 from workflows import coordinator
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +46,7 @@ async def test_a_coordinator_carries_its_book_across_runs(
     coordinator_handle = stack.env.client.get_workflow_handle(coordinator_id(owner))
     counts = await coordinator_handle.query(COUNTS, result_type=dict)
     assert (counts["running"], counts["waiting"]) == (3, 0), counts
-    rows = await stack.store.rows(owner)
+    rows = await rows_of(stack.store, owner)
     assert {row.helper_id for row in rows if row.state is RowState.RUNNING} == {"slot-1", "slot-2", "slot-3"}
     assert core.create_calls == 3
 
@@ -88,7 +88,7 @@ async def test_2500_admissions_through_one_owner(fake_stack: tuple[Stack, FakeCo
     assert len(runs) >= 5, f"expected several runs of the coordinator, got {len(runs)}"
     current = await stack.env.client.get_workflow_handle(coordinator_id(owner)).describe()
     assert current.status is not None and current.status.name == "RUNNING"
-    rows = await stack.store.rows(owner)
+    rows = await rows_of(stack.store, owner)
     assert len(rows) <= 20
     assert {row.helper_id for row in rows if row.state is RowState.RUNNING} == {"slot-1", "slot-2", "slot-3"}
     assert core.create_calls == 3  # no waiting helper ever reached the core

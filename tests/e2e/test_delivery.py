@@ -20,7 +20,7 @@ from reference.core.script import scripted_task
 from reference.core.server import running_core
 from starter.client import HelperClient
 from tests.e2e.conftest import Stack, _stack
-from tests.helpers import eventually, helper_request
+from tests.helpers import chat_events, eventually, helper_request
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ async def _final(stack: Stack, helper_id: str, owner: str | None = None) -> Any:
 
 
 async def _event_state(stack: Stack, state: str) -> Any:
-    events = await stack.store.events(stack.owner)
+    events = await chat_events(stack.store, stack.owner)
     return events if events and events[-1].state == state else None
 
 

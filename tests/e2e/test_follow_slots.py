@@ -47,7 +47,7 @@ async def _one_follow_slot(
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         try:
             async with running_worker(env.client, settings):
-                yield HelperClient(settings, store, env.client), store
+                yield HelperClient(settings, store.reads, env.client), store
         finally:
             await store.close()
 

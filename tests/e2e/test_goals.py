@@ -13,7 +13,7 @@ from protocol.errors import HelperRefused
 from reference.core.script import scripted_task
 from starter.goals import goal_schedule_id
 from tests.e2e.conftest import Stack
-from tests.helpers import eventually, helper_request
+from tests.helpers import eventually, helper_request, rows_of
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +57,7 @@ async def test_a_goal_check_runs_as_a_helper_with_the_goal_id(stack: Stack):
 
 
 async def _final_goal_row(stack: Stack, goal_id: str):
-    rows = [row for row in await stack.store.rows(stack.owner) if row.goal_id == goal_id]
+    rows = [row for row in await rows_of(stack.store, stack.owner) if row.goal_id == goal_id]
     return rows[0] if rows and rows[0].outcome_kind is not None else None
 
 
@@ -72,7 +72,7 @@ async def test_a_goal_check_leaves_the_last_open_place_to_the_owner(stack: Stack
     checks = await eventually(lambda: _checks(stack, "prices"), timeout=20)
     result = GoalCheckResult.model_validate(await checks[0].result())
     assert not result.admitted and result.refusal_code == "goal_needs_open_place"
-    assert [row.helper_id for row in await stack.store.rows(stack.owner)] == ["mine-1", "mine-2"]
+    assert [row.helper_id for row in await rows_of(stack.store, stack.owner)] == ["mine-1", "mine-2"]
     # The owner's own third helper still fits.
     assert (await stack.client.start(helper_request(stack.owner, "mine-3", long))).status == "running"
     for helper_id in ("mine-1", "mine-2", "mine-3"):

@@ -10,6 +10,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from health import serving_health
+from store.address import StoreAddress
 from store.database import create_engine
 from store.helper_store import HelperStore
 from tests.helpers import free_port, settings_for
@@ -34,7 +35,7 @@ async def test_not_ready_names_what_does_not_answer():
     """R25: a worker whose store and Temporal do not answer reports 503 naming both, so Kubernetes takes it
     out of service until they are back; it is still live."""
     port = free_port()
-    store = HelperStore(create_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none"))
+    store = HelperStore(create_engine(StoreAddress.parse("postgresql+asyncpg://nobody@127.0.0.1:9/none")))
     client = await Client.connect("127.0.0.1:9", lazy=True)
     try:
         async with serving_health(f"127.0.0.1:{port}", store, client), httpx.AsyncClient(timeout=10) as http:

@@ -18,10 +18,9 @@ from protocol.names import helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
-from store.records import ChatEvent
 from tests.e2e.conftest import Stack, _stack
 from tests.fakes.fake_core import FakeCore
-from tests.helpers import eventually, helper_request
+from tests.helpers import ChatEvent, chat_events, eventually, helper_request, parked_of
 
 pytestmark = pytest.mark.e2e
 
@@ -156,7 +155,7 @@ async def test_a_failing_reset_touches_neither_outcome_nor_slot_and_is_tried_unt
     core.reset_fails = False
     await eventually(lambda: "fake-1" not in core.sessions, timeout=45)
     await eventually(lambda: _workflow_ended(stack, "p", "COMPLETED"), timeout=20)
-    assert await stack.store.parked(owner) == []
+    assert await parked_of(stack.store, owner) == []
 
 
 @pytest.mark.parametrize("misbehaviour", ["html", "bad_json", "wrong_types", "negative", "missing", "hang"])
@@ -191,7 +190,7 @@ async def test_an_event_whose_outcomes_were_all_closed_is_withdrawn(stack: Stack
         await http.put(f"{stack.chat_url}/v1/owners/{owner}/idle", json={"idle": False})
         await stack.client.start(helper_request(owner, "lone", scripted_task("Look.", steps=1, step_ms=20)))
         await eventually(functools.partial(_final, stack, "lone"))
-        events = await eventually(lambda: stack.store.events(owner), timeout=30)
+        events = await eventually(lambda: chat_events(stack.store, owner), timeout=30)
         assert events[0].state in ("pending", "attempting")
         await stack.client.close(owner, "lone")
         withdrawn = await eventually(lambda: _event_states(stack, owner, {"withdrawn"}), timeout=30)
@@ -202,5 +201,5 @@ async def test_an_event_whose_outcomes_were_all_closed_is_withdrawn(stack: Stack
 
 
 async def _event_states(stack: Stack, owner: str, states: set[str]) -> list[ChatEvent]:
-    events = await stack.store.events(owner)
+    events = await chat_events(stack.store, owner)
     return [event for event in events if event.state in states]

@@ -16,7 +16,7 @@ from domain.limits import LimitOverrides
 from store.helper_store import HelperStore
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore
-from tests.helpers import eventually, helper_request
+from tests.helpers import chat_events, eventually, helper_request
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ async def test_an_unreachable_chat_is_a_failed_attempt(tmp_path: Path):
         offer = OfferEvent(owner="ida", key="helpers-ready:ida:1", helper_ids=["h1"], language="en", attempts=0)
         result = await ActivityEnvironment().run(ChatActivities(store, chat).offer_chat_event, offer)
         assert result.state is EventState.FAILED and result.receipt_id is None
-        recorded = await store.events("ida")
+        recorded = await chat_events(store, "ida")
         assert [(e.key, e.state, e.attempts) for e in recorded] == [("helpers-ready:ida:1", "failed", 1)]
     finally:
         await chat.aclose()

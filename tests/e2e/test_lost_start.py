@@ -163,7 +163,7 @@ async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_h
         try:
             async with worker, follows:
                 await promote(dev_env.client, settings)
-                client = HelperClient(settings, store, dev_env.client)
+                client = HelperClient(settings, store.reads, dev_env.client)
                 owner = f"owner-{uuid.uuid4().hex[:8]}"
                 hold = scripted_task("Busy.", hold_until=f"{owner}-go")
                 for n in range(3):
@@ -216,7 +216,7 @@ async def test_a_slow_admission_is_answered_accepted_within_the_bound(
         try:
             async with worker, follows:
                 await promote(dev_env.client, settings)
-                client = HelperClient(settings, store, dev_env.client)
+                client = HelperClient(settings, store.reads, dev_env.client)
                 owner = f"owner-{uuid.uuid4().hex[:8]}"
                 task = scripted_task("Slow to admit.", steps=1, step_ms=20, final_text="Done.")
                 started = time.monotonic()

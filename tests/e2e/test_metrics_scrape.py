@@ -76,7 +76,7 @@ async def scraped_stack(
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         try:
             async with running_worker(client, settings):
-                yield settings, HelperClient(settings, store, client), store
+                yield settings, HelperClient(settings, store.reads, client), store
         finally:
             await store.close()
 

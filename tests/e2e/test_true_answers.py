@@ -30,7 +30,7 @@ from starter.service.connections import Connections
 from starter.service.settings import ServiceSettings
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW
-from tests.helpers import eventually, helper_request, settings_for
+from tests.helpers import eventually, helper_request, rows_of, settings_for
 from worker import running_worker
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +51,7 @@ async def test_what_the_starter_called_not_taken_is_never_taken(dev_env: Workflo
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
         settings = settings.model_copy(update={"starter_timeout_ms": BOUND_MS})
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
-        client = HelperClient(settings, store, dev_env.client)
+        client = HelperClient(settings, store.reads, dev_env.client)
         owner = f"owner-{uuid.uuid4().hex[:8]}"
         long_task = scripted_task("Long work.", steps=200, step_ms=500)
         try:
@@ -131,6 +131,6 @@ async def test_the_service_refuses_what_it_cannot_answer_in_time_before_sending_
                     assert "nothing was taken" in error["message"]
             async with running_worker(dev_env.client, settings):
                 await asyncio.sleep(3)
-                assert await store.rows(owner) == [], "nothing refused or unavailable was taken"
+                assert await rows_of(store, owner) == [], "nothing refused or unavailable was taken"
         finally:
             await store.close()

@@ -28,7 +28,7 @@ from protocol.names import coordinator_id, helper_workflow_id
 from reference.core.script import scripted_task
 from store.results import ResultDirectories
 from tests.e2e.conftest import Stack
-from tests.helpers import eventually, helper_request
+from tests.helpers import eventually, helper_request, rows_of
 
 pytestmark = pytest.mark.e2e
 
@@ -81,7 +81,7 @@ async def test_a_row_whose_unrecorded_admission_ended_gives_way_to_the_next_admi
     assert "Again done." in (row.summary or "")
     description = await stack.env.client.get_workflow_handle(helper_workflow_id(stack.owner, "lost")).describe()
     assert (await description.memo())["seq"] == row.seq
-    assert [r.helper_id for r in await stack.store.rows(stack.owner)] == ["lost"]
+    assert [r.helper_id for r in await rows_of(stack.store, stack.owner)] == ["lost"]
 
 
 async def test_a_row_whose_unrecorded_admission_still_runs_is_closed_then_replaced(stack: Stack) -> None:

@@ -90,7 +90,7 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW, check_ms=2_000)
         settings = settings.model_copy(update={"deployment_name": deployment})
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
-        starter = HelperClient(settings, store, client)
+        starter = HelperClient(settings, store.reads, client)
         try:
             async with _worker(client, settings, "a"):
                 await _set_current(client, deployment, "a")

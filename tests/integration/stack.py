@@ -42,6 +42,6 @@ async def time_stack(
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         try:
             async with running_worker(env.client, settings):
-                yield TimeStack(env, core, settings, store, HelperClient(settings, store, env.client))
+                yield TimeStack(env, core, settings, store, HelperClient(settings, store.reads, env.client))
         finally:
             await store.close()

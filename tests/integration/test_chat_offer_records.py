@@ -14,6 +14,7 @@ from domain.activity_io import OfferEvent
 from domain.book import EventState
 from reference.chat.server import running_chat
 from store.helper_store import HelperStore
+from tests.helpers import chat_events
 
 
 async def test_an_offer_records_its_states(tmp_path: Path) -> None:
@@ -37,7 +38,7 @@ async def test_an_offer_records_its_states(tmp_path: Path) -> None:
                 await chat.aclose()
         assert result.state is EventState.DELIVERED and result.receipt_id
         assert states == ["attempting", "delivered"]
-        [event] = await store.events("vic")
+        [event] = await chat_events(store, "vic")
         assert (event.state, event.attempts, event.receipt_id) == ("delivered", 1, result.receipt_id)
     finally:
         await store.close()

@@ -44,7 +44,7 @@ async def test_a_client_without_the_keys_cannot_admit_or_close(time_env: Workflo
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         try:
             async with running_worker(keyed, settings):
-                client = HelperClient(settings, store, keyed)
+                client = HelperClient(settings, store.reads, keyed)
                 await client.start(helper_request("anna", "h1", task="Find the secret Q3 report"))
                 await eventually(lambda: core.session_of("h1"))
 

@@ -81,7 +81,7 @@ async def test_hard_ceiling_holds_when_the_core_is_down(time_env: WorkflowEnviro
     settings = settings_for(tmp_path, core_url, CLOSED_PORT, skipping_time=True)
     store = await HelperStore.connect(settings.store_url, run_migrations=True)
     async with running_worker(time_env.client, settings):
-        client = HelperClient(settings, store, time_env.client)
+        client = HelperClient(settings, store.reads, time_env.client)
         await client.start(helper_request("cat", "h1", language="ru"))
         session = await eventually(lambda: core.sessions.get("fake-1"))
         session.add_step(1_500, 200, "найдено два договора")

@@ -27,7 +27,7 @@ from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.fakes.fake_core import DoneAtOnce, FakeCore
-from tests.helpers import eventually, helper_request, history_events, local_activity_name
+from tests.helpers import eventually, helper_request, history_events, local_activity_name, parked_of
 from tests.integration.stack import TimeStack, time_stack
 from workflows.options import RESET_BUDGET
 
@@ -110,7 +110,7 @@ async def test_a_reset_against_a_failing_core_keeps_trying_with_backoff_and_gets
     async with time_stack(time_env, tmp_path, core) as stack:
         await _finished_quickly(stack, "h1")
         await _completed_skipping(stack, "ida", "h1", RESET_BUDGET)
-        parked = await stack.store.parked("ida")
+        parked = await parked_of(stack.store, "ida")
     assert parked == []
     assert core.session_of("h1") is None, "the session was reset"
     assert core.reset_calls >= 2
@@ -129,7 +129,7 @@ async def test_a_reset_that_keeps_failing_parks_the_session_after_minutes_and_th
         await eventually(functools.partial(core.session_of, "h2"))  # the slot passed on before the reset ended
         with caplog.at_level(logging.WARNING):
             events = await _completed_skipping(stack, "ida", "h1", 2 * RESET_BUDGET)
-        parked = await stack.store.parked("ida")
+        parked = await parked_of(stack.store, "ida")
         calls_while_trying = core.reset_calls
         finalized = next(e for e in events if local_activity_name(e) == "finalize_outcome")
         park = next(e for e in events if local_activity_name(e) == "park_session")
@@ -140,7 +140,7 @@ async def test_a_reset_that_keeps_failing_parks_the_session_after_minutes_and_th
             swept = await ActivityEnvironment().run(sweep.reset_kept_sessions)
         finally:
             await client.aclose()
-        still_parked = await stack.store.parked("ida")
+        still_parked = await parked_of(stack.store, "ida")
     tried_for = park.event_time.ToDatetime() - finalized.event_time.ToDatetime()
     assert [p.session_id for p in parked] == [session_id]
     assert tried_for >= RESET_BUDGET - timedelta(seconds=40), tried_for
@@ -193,7 +193,7 @@ async def test_a_finalization_run_again_keeps_the_first_outcome(tmp_path: Path) 
         text = await asyncio.to_thread((directory / "outcome.md").read_text)
         again = await env.run(rows.finalize_outcome, final(OutcomeKind.INTERRUPTED, "the core lost the session"))
         row = await store.get("vic", "h1")
-        usage = await store.usage("vic")
+        usage = await store.reads.usage("vic")
     finally:
         await store.close()
     assert first.applied and first.already is None

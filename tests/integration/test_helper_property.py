@@ -451,7 +451,7 @@ class RigThread:
                 store = await HelperStore.connect(settings.store_url, run_migrations=True)
                 try:
                     async with running_worker(env.client, settings):
-                        client = HelperClient(settings, store, env.client)
+                        client = HelperClient(settings, store.reads, env.client)
                         with Captured().attached() as captured:
                             self._ready.set_result(Rig(env, core, store, client, captured, wedges))
                             await self._stop.wait()

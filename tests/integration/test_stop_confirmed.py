@@ -28,7 +28,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.helpers import eventually, eventually_skipping, helper_request
+from tests.helpers import eventually, eventually_skipping, helper_request, parked_of
 from tests.integration.stack import time_stack
 from tests.store.test_helper_store import row
 
@@ -134,7 +134,7 @@ async def test_a_lost_session_the_core_never_confirms_stopped_is_reported_and_lo
     with caplog.at_level(logging.INFO):
         found = await _last_attempt().run(rig.activities.recover_session, recover)
     assert found.session_id == session_id and not found.stopped
-    assert [p.session_id for p in await rig.store.parked("anna")] == [session_id]
+    assert [p.session_id for p in await parked_of(rig.store, "anna")] == [session_id]
     assert any("stop not confirmed" in record.getMessage() for record in caplog.records)
 
 

@@ -81,7 +81,7 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
         settings = settings_for(work, core_url, chat_url, follow=FAST)
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(env.client, settings):
-            client = HelperClient(settings, store, env.client)
+            client = HelperClient(settings, store.reads, env.client)
             send = {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
             # The wave holds until the fourth admission is refused: a quick wave could end first and let it in.
             held = {"hold_until": "wave-refused"}
@@ -163,7 +163,7 @@ async def record_regrant_paths(env: WorkflowEnvironment, work: Path) -> None:
         settings = settings_for(work, core_url, chat_url, follow=FAST, max_open=4)
         store = await HelperStore.connect(settings.store_url, run_migrations=True)
         async with running_worker(env.client, settings):
-            client = HelperClient(settings, store, env.client)
+            client = HelperClient(settings, store.reads, env.client)
             hold = scripted_task("Hold.", hold_until="regrant-go")
             for helper_id in ("busy-0", "busy-1"):
                 await client.start(helper_request(owner, helper_id, hold))
@@ -242,7 +242,7 @@ async def _record_lost_create(folder: Path, name: str) -> None:
             )
             store = await HelperStore.connect(settings.store_url, run_migrations=True)
             async with running_worker(env.client, settings):
-                client = HelperClient(settings, store, env.client)
+                client = HelperClient(settings, store.reads, env.client)
                 await client.start(helper_request(name, "h1"))
                 await eventually(lambda: core.create_calls >= 1)
                 await skip_time(env, timedelta(seconds=95), chunk=timedelta(seconds=5))
@@ -264,7 +264,7 @@ async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:
             settings = settings_for(folder, core_url, "http://127.0.0.1:9", skipping_time=True)
             store = await HelperStore.connect(settings.store_url, run_migrations=True)
             async with running_worker(env.client, settings):
-                client = HelperClient(settings, store, env.client)
+                client = HelperClient(settings, store.reads, env.client)
                 await client.start(helper_request(name, "h1"))
                 session = await eventually(lambda: core.sessions.get("fake-1"))
                 session.add_step(1_000, 100, "first findings")

@@ -25,7 +25,7 @@ from domain.work import Usage
 from store.database import head_revision, migrate
 from store.helper_store import HelperStore, RowOfAnotherAdmission
 from tests.conftest import POSTGRES_URL
-from tests.helpers import without_postgres
+from tests.helpers import chat_events, parked_of, rows_of, without_postgres
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TABLES = {"helper_rows", "helper_usage", "chat_events", "parked_sessions", "alembic_version"}
@@ -179,7 +179,7 @@ async def test_insert_admitted_is_idempotent_for_the_same_admission(store: Helpe
     assert await store.insert_admitted(row(task="a retry carries the same admission")) is False
     got = await store.get("anna", "h1")
     assert got is not None and got.task == row().task
-    assert await store.rows("anna") == [row()]
+    assert await rows_of(store, "anna") == [row()]
 
 
 async def test_insert_admitted_refuses_another_admission(store: HelperStore) -> None:
@@ -202,7 +202,7 @@ async def test_the_row_of_an_unrecorded_admission_is_replaced_in_one_step(store:
     assert conflict.value.seq == 7
 
     assert await store.replace_unrecorded(row(seq=2), None, 7) == "/results/anna/h1/7"
-    assert await store.rows("anna") == [row(seq=2)]
+    assert await rows_of(store, "anna") == [row(seq=2)]
 
 
 async def test_a_replacement_names_the_row_it_replaces(store: HelperStore) -> None:
@@ -210,11 +210,11 @@ async def test_a_replacement_names_the_row_it_replaces(store: HelperStore) -> No
     assert await store.insert_admitted(row(seq=3))
     with pytest.raises(RowOfAnotherAdmission, match="#3"):
         await store.replace_unrecorded(row(seq=2), None, 7)
-    assert await store.rows("anna") == [row(seq=3)]
+    assert await rows_of(store, "anna") == [row(seq=3)]
     assert await store.replace_unrecorded(row(seq=2), None, 3) == row(seq=3).result_dir
     with pytest.raises(RowOfAnotherAdmission, match="#2"):  # replaced once: a second replacement finds #2
         await store.replace_unrecorded(row(seq=4), None, 3)
-    assert await store.rows("anna") == [row(seq=2)]
+    assert await rows_of(store, "anna") == [row(seq=2)]
 
 
 # --- write_state (R19) ------------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ async def test_write_state_refuses_another_admission(store: HelperStore) -> None
 async def test_write_state_on_a_missing_row_applies_nothing(store: HelperStore) -> None:
     """R19, R29: a write for a removed row reports that it did not apply."""
     assert await store.write_state("anna", "gone", 1, 2, state=RowState.CLOSED) is False
-    assert await store.rows("anna") == []
+    assert await rows_of(store, "anna") == []
 
 
 async def test_write_state_refuses_columns_that_are_not_writable(store: HelperStore) -> None:
@@ -338,7 +338,7 @@ async def test_remove_rows_returns_the_result_directories(store: HelperStore) ->
     assert await store.insert_admitted(row("h1", 7, owner="boris"))
     directories = await store.remove_rows("anna", ["h1", "h3", "never-was"])
     assert sorted(directories) == ["/results/anna/h1.1", "/results/anna/h3.3"]
-    assert [r.helper_id for r in await store.rows("anna")] == ["h2"]
+    assert [r.helper_id for r in await rows_of(store, "anna")] == ["h2"]
     assert await store.get("boris", "h1") == row("h1", 7, owner="boris")
     assert await store.remove_rows("anna", []) == []
     assert await store.remove_rows("anna", ["h1"]) == [], "removing twice is harmless"
@@ -362,6 +362,11 @@ async def test_result_dirs_lists_every_row(store: HelperStore) -> None:
     assert await store.result_dirs() == {"/results/anna/h1.1", "/results/boris/h2.2"}
 
 
+async def finish(store: HelperStore, started: HelperRow, kind: OutcomeKind, usage: Usage, at: datetime) -> None:
+    """The finalizer's write of an outcome at generation 3, which records the usage line with it."""
+    await store.write_outcome(started, 3, usage, state=RowState.UNREPORTED, outcome_kind=kind, finished_at=at)
+
+
 async def test_ahead_counts_waiting_rows_admitted_earlier(store: HelperStore) -> None:
     """R4, R6: a waiting helper's place: waiting rows of the same owner with a smaller seq."""
     assert await store.insert_admitted(row("r1", 1, state=RowState.RUNNING))
@@ -369,12 +374,12 @@ async def test_ahead_counts_waiting_rows_admitted_earlier(store: HelperStore) ->
         assert await store.insert_admitted(row(helper_id, seq))
     assert await store.insert_admitted(row("u4", 4, state=RowState.UNREPORTED))
     assert await store.insert_admitted(row("other", 1, owner="boris"))
-    assert await store.ahead("anna", 1) == 0
-    assert await store.ahead("anna", 2) == 0
-    assert await store.ahead("anna", 3) == 1
-    assert await store.ahead("anna", 5) == 2
-    assert await store.ahead("anna", 6) == 3
-    assert await store.ahead("boris", 9) == 1
+    assert await store.reads.ahead("anna", 1) == 0
+    assert await store.reads.ahead("anna", 2) == 0
+    assert await store.reads.ahead("anna", 3) == 1
+    assert await store.reads.ahead("anna", 5) == 2
+    assert await store.reads.ahead("anna", 6) == 3
+    assert await store.reads.ahead("boris", 9) == 1
 
 
 async def test_usage_is_recorded_once_per_admission(store: HelperStore) -> None:
@@ -382,9 +387,9 @@ async def test_usage_is_recorded_once_per_admission(store: HelperStore) -> None:
     started = await running(store)
     first = Usage(steps=12, work_tokens=34_000, input_tokens=90_000)
     finished = T0 + timedelta(minutes=20)
-    await store.record_usage(started, OutcomeKind.COMPLETED, first, finished)
-    await store.record_usage(started, OutcomeKind.FAILED, Usage(steps=99), finished + timedelta(minutes=1))
-    recorded = await store.usage("anna")
+    await finish(store, started, OutcomeKind.COMPLETED, first, finished)
+    await finish(store, started, OutcomeKind.FAILED, Usage(steps=99), finished + timedelta(minutes=1))
+    recorded = await store.reads.usage("anna")
     assert len(recorded) == 1
     usage = recorded[0]
     assert (usage.helper_id, usage.seq, usage.model, usage.outcome_kind) == (
@@ -395,9 +400,12 @@ async def test_usage_is_recorded_once_per_admission(store: HelperStore) -> None:
     )
     assert (usage.steps, usage.work_tokens, usage.input_tokens) == (12, 34_000, 90_000)
     # A later admission of the same helper id (after retention) is its own usage record.
-    await store.record_usage(row("h1", seq=8, goal_id="weekly"), OutcomeKind.PARTIAL, first, finished)
-    assert [(u.seq, u.goal_id) for u in await store.usage("anna")] == [(1, None), (8, "weekly")]
-    assert await store.usage("boris") == []
+    await store.remove_rows("anna", ["h1"])
+    again = row("h1", seq=8, goal_id="weekly")
+    assert await store.insert_admitted(again)
+    await finish(store, again, OutcomeKind.PARTIAL, first, finished)
+    assert [(u.seq, u.goal_id) for u in await store.reads.usage("anna")] == [(1, None), (8, "weekly")]
+    assert await store.reads.usage("boris") == []
 
 
 async def test_starting_a_row_answers_with_the_row_as_written(store: HelperStore) -> None:
@@ -431,7 +439,7 @@ async def test_the_outcome_and_its_usage_line_are_written_together_once(store: H
     assert not await store.write_outcome(started, 2, Usage(steps=99), finished_at=finished, summary="old", **outcome)
     stored = await store.get("anna", "h1")
     assert stored is not None and (stored.summary, stored.outcome_kind) == ("done again", OutcomeKind.COMPLETED)
-    lines = await store.usage("anna")
+    lines = await store.reads.usage("anna")
     assert [(u.helper_id, u.steps, u.outcome_kind) for u in lines] == [("h1", 3, "completed")]
     with pytest.raises(ValueError, match="outcome_kind and finished_at"):
         await store.write_outcome(started, 4, usage, state=RowState.UNREPORTED)
@@ -447,7 +455,7 @@ async def test_record_event_upserts_by_key(store: HelperStore) -> None:
         owner="anna", key="helpers-ready:anna:2", helper_ids=["h3"], state="pending", attempts=0, receipt_id=None,
         last_error=None,
     )  # fmt: skip
-    events = {e.key: e for e in await store.events("anna")}
+    events = {e.key: e for e in await chat_events(store, "anna")}
     assert set(events) == {"helpers-ready:anna:1", "helpers-ready:anna:2"}
     first = events["helpers-ready:anna:1"]
     assert (first.state, first.attempts, first.receipt_id, first.last_error) == (
@@ -457,7 +465,7 @@ async def test_record_event_upserts_by_key(store: HelperStore) -> None:
         None,
     )
     assert first.helper_ids == ["h1", "h2"]
-    assert await store.events("boris") == []
+    assert await chat_events(store, "boris") == []
 
 
 async def test_record_parked_keeps_one_record_per_session(store: HelperStore) -> None:
@@ -466,7 +474,7 @@ async def test_record_parked_keeps_one_record_per_session(store: HelperStore) ->
     await store.record_parked("anna", "h1", "s-1", "reset refused")
     await store.record_parked("anna", "h2", "s-2", "core down")
     await store.record_parked("boris", "h9", "s-9", "core down")
-    parked = {p.session_id: p for p in await store.parked("anna")}
+    parked = {p.session_id: p for p in await parked_of(store, "anna")}
     assert set(parked) == {"s-1", "s-2"}
     assert parked["s-1"].error == "reset refused" and parked["s-1"].helper_id == "h1"
 
@@ -479,12 +487,12 @@ async def test_rows_filter_by_state_in_admission_order(store: HelperStore) -> No
     states = [RowState.UNREPORTED, RowState.RUNNING, RowState.UNREPORTED, RowState.DELIVERED, RowState.CLOSED]
     for seq, state in zip([5, 1, 3, 2, 4], states, strict=True):
         assert await store.insert_admitted(row(f"h{seq}", seq, state=state))
-    assert [r.helper_id for r in await store.rows("anna")] == ["h1", "h2", "h3", "h4", "h5"]
-    assert [r.helper_id for r in await store.rows("anna", [RowState.UNREPORTED])] == ["h3", "h5"]
-    both = await store.rows("anna", [RowState.DELIVERED, RowState.CLOSED])
+    assert [r.helper_id for r in await rows_of(store, "anna")] == ["h1", "h2", "h3", "h4", "h5"]
+    assert [r.helper_id for r in await rows_of(store, "anna", [RowState.UNREPORTED])] == ["h3", "h5"]
+    both = await rows_of(store, "anna", [RowState.DELIVERED, RowState.CLOSED])
     assert [r.helper_id for r in both] == ["h2", "h4"]
-    assert await store.rows("anna", []) == []
-    assert await store.rows("anna", [RowState.WAITING]) == []
+    assert await rows_of(store, "anna", []) == []
+    assert await rows_of(store, "anna", [RowState.WAITING]) == []
 
 
 async def test_one_owner_never_sees_another_owners_rows(store: HelperStore) -> None:
@@ -492,9 +500,9 @@ async def test_one_owner_never_sees_another_owners_rows(store: HelperStore) -> N
     assert await store.insert_admitted(row("shared", 1, owner="anna", task="anna's task"))
     assert await store.insert_admitted(row("shared", 1, owner="boris", task="boris's task"))
     assert await store.insert_admitted(row("secret", 2, owner="boris", state=RowState.UNREPORTED))
-    anna = await store.rows("anna")
+    anna = await rows_of(store, "anna")
     assert [(r.owner, r.helper_id, r.task) for r in anna] == [("anna", "shared", "anna's task")]
-    assert await store.rows("anna", [RowState.UNREPORTED]) == []
+    assert await rows_of(store, "anna", [RowState.UNREPORTED]) == []
     assert await store.get("anna", "secret") is None
     boris = await store.get("boris", "shared")
     assert boris is not None and boris.task == "boris's task"
@@ -541,16 +549,16 @@ async def test_a_moment_in_another_time_zone_keeps_its_instant(
 async def test_usage_event_and_parked_moments_are_aware(store: HelperStore, request: pytest.FixtureRequest) -> None:
     """R31: the usage, event and parked records carry aware moments, like the rows."""
     started = await running(store)
-    await store.record_usage(started, OutcomeKind.COMPLETED, Usage(steps=1), T0 + timedelta(minutes=5))
+    await finish(store, started, OutcomeKind.COMPLETED, Usage(steps=1), T0 + timedelta(minutes=5))
     await store.record_event(
         owner="anna", key="k", helper_ids=["h1"], state="pending", attempts=0, receipt_id=None, last_error=None
     )
     await store.record_parked("anna", "h1", "s-h1", "reset failed")
     moments = [
-        (await store.usage("anna"))[0].finished_at,
-        (await store.usage("anna"))[0].started_at,
-        (await store.events("anna"))[0].updated_at,
-        (await store.parked("anna"))[0].parked_at,
+        (await store.reads.usage("anna"))[0].finished_at,
+        (await store.reads.usage("anna"))[0].started_at,
+        (await chat_events(store, "anna"))[0].updated_at,
+        (await parked_of(store, "anna"))[0].parked_at,
     ]
     assert all(isinstance(m, datetime) and m.tzinfo is not None for m in moments), moments
     assert moments[0] == T0 + timedelta(minutes=5)

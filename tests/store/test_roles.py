@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from domain.rows import RowState
+from store.address import StoreAddress
 from store.database import create_engine, migrate
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
@@ -48,7 +49,7 @@ def _as(url: str, role: str) -> str:
 
 
 async def test_each_role_can_do_its_job_and_no_more(database: str) -> None:
-    owner = create_engine(_as(database, "helpers"))
+    owner = create_engine(StoreAddress.parse(_as(database, "helpers")))
     try:
         await migrate(owner)
     finally:
@@ -68,7 +69,7 @@ async def test_each_role_can_do_its_job_and_no_more(database: str) -> None:
 
     reader = await HelperStore.connect(_as(database, "helpers_reader"))
     try:
-        assert [r.helper_id for r in await reader.rows("anna")] == ["h2"]
+        assert [r.helper_id for r in await reader.reads.views("anna")] == ["h2"]
         with pytest.raises(DBAPIError, match="permission denied"):
             await reader.insert_admitted(row("h3"))
         with pytest.raises(DBAPIError, match="permission denied"):

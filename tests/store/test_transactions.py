@@ -143,9 +143,9 @@ async def test_a_finalizer_cancelled_while_it_waits_for_another_writer_leaves_th
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert await store.get("anna", "h1") == before
-        assert await store.usage("anna") == []
+        assert await store.reads.usage("anna") == []
         assert _checked_out(store) == 0
         assert await finalize()
     after = await store.get("anna", "h1")
     assert after is not None and after.state is RowState.UNREPORTED and after.generation == 3
-    assert len(await store.usage("anna")) == 1
+    assert len(await store.reads.usage("anna")) == 1

@@ -1,6 +1,6 @@
-"""R43 (and R37): `start` and `goal add` ask the core's model catalog on the standard library's HTTP client
-(`starter.catalog`), so a write does not load httpx; it must answer exactly what the core client (`CoreClient.models`,
-its errors meaning "no usable catalog") answers, for every kind of answer a core may give."""
+"""R37, R48: `start` and `goal add` ask the core's model catalog (`starter.catalog`, through the core client): a
+catalog is its list of models, and any other answer a core may give is "no usable catalog" (None), within the
+time; a process asks once for a burst of starts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 import pytest
 
 from clients import core_client
-from clients.core_client import CoreClient, CoreError
 from starter import catalog
 from tests.helpers import free_port
 
@@ -55,67 +54,49 @@ def core_port() -> Iterator[int]:
     server.shutdown()
 
 
-async def _through_core_client(url: str) -> list[str] | None:
-    """What `check_model` did before: `CoreClient.models`, any CoreError meaning no usable catalog."""
-    core = CoreClient(url, 1_000)
-    try:
-        return await core.models(timeout_s=TIMEOUT_S)
-    except CoreError:
-        return None
-    finally:
-        await core.aclose()
-
-
 CATALOG = json.dumps({"models": ["scripted", "openai:gpt-5"]}).encode()
-SCENARIOS: dict[str, dict[str, Any]] = {
-    "a catalog": {"body": CATALOG},
-    "an empty catalog": {"body": b'{"models": []}'},
-    "no catalog (404)": {"status": 404, "body": b'{"message": "not found"}'},
-    "a failing core (503)": {"status": 503, "body": b"down"},
-    "a refusal (403)": {"status": 403, "body": b'{"message": "no"}'},
-    "a redirect": {"status": 302, "body": b"", "headers": {"Location": "/elsewhere"}},
-    "not JSON": {"body": b"<html>hello</html>"},
-    "the wrong shape": {"body": b'{"models": "scripted"}'},
-    "a name too long": {"body": json.dumps({"models": ["m" * 101]}).encode()},
-    "a declared body over the cap": {"body": CATALOG, "declared": core_client.CORE_ANSWER_MAX_BYTES + 1},
-    "too slow": {"body": CATALOG, "delay_s": TIMEOUT_S + 0.4},
-    "under a path prefix": {"body": CATALOG, "path": "/core/v1/models", "prefix": "/core"},
+MODELS = ["scripted", "openai:gpt-5"]
+# Each answer a core may give, and what the check makes of it: the models, or None (no usable catalog).
+SCENARIOS: dict[str, tuple[dict[str, Any], list[str] | None]] = {
+    "a catalog": ({"body": CATALOG}, MODELS),
+    "an empty catalog": ({"body": b'{"models": []}'}, []),
+    "no catalog (404)": ({"status": 404, "body": b'{"message": "not found"}'}, None),
+    "a failing core (503)": ({"status": 503, "body": b"down"}, None),
+    "a refusal (403)": ({"status": 403, "body": b'{"message": "no"}'}, None),
+    "a redirect": ({"status": 302, "body": b"", "headers": {"Location": "/elsewhere"}}, None),
+    "not JSON": ({"body": b"<html>hello</html>"}, None),
+    "the wrong shape": ({"body": b'{"models": "scripted"}'}, None),
+    "a name too long": ({"body": json.dumps({"models": ["m" * 101]}).encode()}, None),
+    "a declared body over the cap": ({"body": CATALOG, "declared": core_client.CORE_ANSWER_MAX_BYTES + 1}, None),
+    "too slow": ({"body": CATALOG, "delay_s": TIMEOUT_S + 0.4}, None),
+    "under a path prefix": ({"body": CATALOG, "path": "/core/v1/models", "prefix": "/core"}, MODELS),
 }
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-async def test_the_stdlib_catalog_answers_as_the_core_client(name: str, core_port: int) -> None:
-    """R43, R37: the same list, or None, as `CoreClient.models` for each answer."""
-    scenario = SCENARIOS[name]
+async def test_the_catalog_is_a_list_of_models_or_none(name: str, core_port: int) -> None:
+    """R37: a valid catalog is its models; anything else is no usable catalog, answered within the time."""
+    scenario, expected = SCENARIOS[name]
     _Core.scenario = scenario
     url = f"http://127.0.0.1:{core_port}{scenario.get('prefix', '')}"
     started = time.monotonic()
     fetched = await catalog.offered_models(url, 1_000, TIMEOUT_S)
-    assert time.monotonic() - started < TIMEOUT_S + 0.3  # bounded as the core client's call is
-    assert fetched == await _through_core_client(url)
-    if name in ("a catalog", "under a path prefix"):
-        assert fetched == ["scripted", "openai:gpt-5"]
+    assert time.monotonic() - started < TIMEOUT_S + 0.3
+    assert fetched == expected
 
 
 async def test_no_core_listening_means_no_catalog() -> None:
-    """R43: a core that is down leaves the check to the create, on both clients."""
-    url = f"http://127.0.0.1:{free_port()}"
-    assert await catalog.offered_models(url, 1_000, TIMEOUT_S) is None
-    assert await _through_core_client(url) is None
+    """R37: a core that is down leaves the check to the create."""
+    assert await catalog.offered_models(f"http://127.0.0.1:{free_port()}", 1_000, TIMEOUT_S) is None
 
 
-def test_https_and_proxies_stay_with_the_core_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    """R43: where httpx's own TLS trust or proxy handling would decide (HELPER_CORE_PROXY), the starter asks through
-    `CoreClient`; the environment's proxy variables decide nothing, as they decide nothing for the core client."""
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example.com:3128")
-    assert catalog._plain_http("http://127.0.0.1:8310", None)
-    assert not catalog._plain_http("https://core.example.com", None)
-    assert not catalog._plain_http("http://127.0.0.1:8310", "http://proxy.example.com:3128")
-
-
-def test_the_cap_is_the_core_clients() -> None:
-    """R43, R37: the catalog's body is capped where the core client caps every answer."""
-    assert catalog.CORE_ANSWER_MAX_BYTES == core_client.CORE_ANSWER_MAX_BYTES
+async def test_the_environments_proxy_decides_nothing(core_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R37: the catalog is asked directly, as the core client asks everything: a proxy comes from the settings
+    (HELPER_CORE_PROXY), never from the environment's proxy variables."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("ALL_PROXY", f"http://127.0.0.1:{free_port()}")
+    _Core.scenario = {"body": CATALOG}
+    assert await catalog.offered_models(f"http://127.0.0.1:{core_port}", 1_000, TIMEOUT_S) == MODELS
 
 
 class _CountedCore(http.server.BaseHTTPRequestHandler):

@@ -66,7 +66,7 @@ def test_a_read_command_loads_no_temporal_client(env: dict[str, str], argv: list
 
 
 def test_a_read_of_another_store_url_still_answers_through_sqlalchemy(env: dict[str, str]) -> None:
-    """R43: a store URL the bare path declines (here a query string) is read by `HelperStore`, as before."""
+    """R43: a store URL no bare reader takes (here a query string) is read by `HelperStore`, as before."""
     with_query = {**env, "HELPER_STORE_URL": env["HELPER_STORE_URL"] + "?timeout=30"}
     imported = _imported_by(["list", "--owner", "anna"], with_query)
     assert "sqlalchemy" in imported and not imported & {"temporalio", "workflows", "activities", "alembic"}
@@ -88,8 +88,9 @@ def test_a_write_command_loads_the_temporal_client_not_the_worker(env: dict[str,
         assert not imported & {"httpx", "clients"}
 
 
-def test_the_model_check_of_a_write_loads_no_httpx() -> None:
-    """R43: `start` and `goal add` ask the model catalog on the standard library (`starter.catalog`), not httpx."""
+def test_only_the_model_check_loads_httpx() -> None:
+    """R43: the core client and httpx are loaded when `start` or `goal add` asks the model catalog, not before: the
+    starter, its client and the catalog's module load neither."""
     probe = (
         "import sys, starter.cli, starter.client, starter.catalog\n"
         "names = ('httpx', 'httpcore', 'clients', 'workflows', 'activities')\n"

@@ -108,7 +108,7 @@ async def action_stack(deadline_minutes: float) -> AsyncIterator[ActionStack]:
                 async with running_worker(env.client, settings), httpx.AsyncClient() as http:
                     yield ActionStack(
                         env,
-                        HelperClient(settings, store, env.client),
+                        HelperClient(settings, store.reads, env.client),
                         store,
                         core,
                         f"http://127.0.0.1:{metrics_port}/metrics",

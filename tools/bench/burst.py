@@ -288,7 +288,7 @@ async def check_truth(stack: ProcessStack, side: Round) -> None:
     missing = []
     taken_anyway = set(side.untrue)
     for owner, kind in side.outcome.items():
-        rows = await stack.store.rows(owner)
+        rows = await stack.store.reads.views(owner)
         if kind in ("done", "accepted") and not rows:
             missing.append(owner)
         if kind not in ("done", "accepted") and rows:

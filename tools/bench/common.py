@@ -64,7 +64,7 @@ async def bench_stack(policy: Policy, store_url: str | None = None) -> AsyncIter
                 )
                 store = await HelperStore.connect(settings.store_url, run_migrations=True)
                 async with running_worker(env.client, settings):
-                    yield BenchStack(HelperClient(settings, store, env.client), store, core, settings)
+                    yield BenchStack(HelperClient(settings, store.reads, env.client), store, core, settings)
                 await store.close()
         finally:
             await env.shutdown()
@@ -373,7 +373,7 @@ async def process_stack(
                     core_url=core_url,
                     worker=worker,
                     settings=settings,
-                    client=HelperClient(settings, store, temporal),
+                    client=HelperClient(settings, store.reads, temporal),
                     store=store,
                     database_url=database_url,
                     metrics_url=metrics_url,

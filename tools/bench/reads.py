@@ -5,9 +5,9 @@
 For each size (owners × rows per owner) fills a fresh store (SQLite in a temporary folder, and PostgreSQL when a
 server URL is given: a database is created and dropped) with helper rows in every state, in bulk on the bare
 driver (executemany on SQLite, COPY on PostgreSQL), then times, in the same run, each read of a random owner and
-`SELECT 1` on the same connection as the baseline of a round trip: once through the bare driver (what the
-starter's read commands use, `store/row_reads.py`) and once through `HelperStore` (SQLAlchemy, what the worker
-and `HelperClient` in Python use). Prints one line per read:
+`SELECT 1` on the same connection as the baseline of a round trip: the same reads (`store/reads.py`) once on the bare
+driver (what the starter's read commands use) and once on `HelperStore`'s engine (SQLAlchemy, what the worker
+uses). Prints one line per read:
 
     <engine> <size> <read> (<path>): project p50=… ms p99=… ms | baseline p50=… ms p99=… ms | ratio ×… / ×…
 
@@ -39,15 +39,10 @@ from sqlalchemy import text
 
 from domain.limits import Limits
 from domain.rows import RowState
+from store.address import StoreAddress
 from store.database import create_engine, migrate
 from store.helper_store import HelperStore
-from store.row_reads import (
-    HELPER_ROW_COLUMNS,
-    RowReader,
-    SqliteRowReader,
-    bare_store_address,
-    open_bare_reader,
-)
+from store.reads import HELPER_ROW_COLUMNS, RowReader, open_bare, open_sqlite
 
 STATES = [RowState.WAITING, RowState.RUNNING, RowState.UNREPORTED, RowState.DELIVERED, RowState.CLOSED]
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -120,10 +115,9 @@ def _batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]
 
 async def fill_rows(url: str, owners: int, rows: int, analyze: bool) -> None:
     """The rows, in bulk on the bare driver: through HelperStore a million rows would take many minutes."""
-    address = bare_store_address(url)
-    assert address is not None, url
-    if address.dialect == "sqlite":
-        connection = sqlite3.connect(address.sqlite_path)
+    address = StoreAddress.parse(url)
+    if address.bare == "sqlite":
+        connection = sqlite3.connect(address.sqlite_path())
         marks = ", ".join("?" * len(HELPER_ROW_COLUMNS))
         with connection:
             connection.executemany(
@@ -136,9 +130,7 @@ async def fill_rows(url: str, owners: int, rows: int, analyze: bool) -> None:
         return
     import asyncpg  # type: ignore[import-untyped]
 
-    pg = await asyncpg.connect(
-        host=address.host, port=address.port, user=address.user, password=address.password, database=address.database
-    )
+    pg = await asyncpg.connect(**address.asyncpg_arguments())
     try:
         for batch in _batches(_all_rows(owners, rows, "postgresql")):
             await pg.copy_records_to_table("helper_rows", records=batch, columns=list(HELPER_ROW_COLUMNS))
@@ -182,7 +174,8 @@ Growth = dict[tuple[str, str, str], list[tuple[str, float, float]]]
 
 
 async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool, growth: Growth) -> list[str]:
-    engine = create_engine(url)
+    address = StoreAddress.parse(url)
+    engine = create_engine(address)
     await migrate(engine)
     store = HelperStore(engine)
     kind = engine.dialect.name
@@ -191,20 +184,18 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
         started = time.perf_counter()
         await fill_rows(url, owners, rows, analyze)
         fill_s = time.perf_counter() - started
-        address = bare_store_address(url)
-        assert address is not None
         # The console script's reader: on SQLite its queries run in the calling thread (starter.cli.answer).
         reader: RowReader
-        if address.dialect == "sqlite":
-            reader = SqliteRowReader.open(address.sqlite_path)
+        if address.bare == "sqlite":
+            reader = open_sqlite(address.sqlite_path())
         else:
-            reader = await open_bare_reader(address)
+            reader = await open_bare(address)
         names = [f"owner-{random.randrange(owners):06d}" for _ in range(samples)]
         lines = [f"{kind} {size}: {owners * rows:,} rows filled in {fill_s:.1f} s; {samples} samples per read"]
         try:
             sources: list[tuple[str, Any, Callable[[], Awaitable[Any]]]] = [
                 ("bare", reader, reader.ping),  # one `SELECT 1` on the connection the reads use
-                ("SQLAlchemy", store, lambda: _engine_select_one(store)),
+                ("SQLAlchemy", store.reads, lambda: _engine_select_one(store)),
             ]
             for path, source, select_one in sources:
                 picks = iter(names * 2)
@@ -231,7 +222,7 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
 
 
 def _read(source: Any, owners: Iterator[str], states: list[RowState] | None) -> Callable[[], Awaitable[Any]]:
-    # What `list` and `unreported` read: the views (`store.row_reads.VIEW_COLUMNS`), not whole rows.
+    # What `list` and `unreported` read: the views (`store.reads.VIEW_COLUMNS`), not whole rows.
     return lambda: source.views(next(owners), states)
 
 

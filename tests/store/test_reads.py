@@ -1,7 +1,7 @@
-"""R43: the starter's bare-driver reads (`store/row_reads.py`: stdlib sqlite3, asyncpg) answer exactly what the
-SQLAlchemy store answers, on SQLite and on PostgreSQL: rows written through `HelperStore` read back equal through
-both paths, the schema check refuses and accepts the same revisions, the SQL uses the owner-first indexes, and a
-URL parses as SQLAlchemy parses it. So the fast path and the store cannot drift apart.
+"""R43: the reads of `store/reads.py` answer the same on every driver that runs them, on SQLite and on PostgreSQL:
+rows written through `HelperStore` read back equal through its engine and through the starter's bare drivers
+(stdlib sqlite3, asyncpg), the schema check refuses and accepts the same revisions, and the read commands print the
+same answers on both paths.
 """
 
 from __future__ import annotations
@@ -13,36 +13,24 @@ import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from sqlalchemy import Table, text
-from sqlalchemy.engine import make_url
 
 from contracts.core_api import Action
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
+from store.address import StoreAddress
 from store.database import SchemaNotCurrent
 from store.helper_store import HelperStore, RowChanges, row_table
+from store.reads import HELPER_ROW_COLUMNS, USAGE_COLUMNS, VIEW_COLUMNS, Query, RowReader, open_bare
 from store.revisions import REVISIONS
-from store.row_reads import (
-    HELPER_ROW_COLUMNS,
-    USAGE_COLUMNS,
-    VIEW_COLUMNS,
-    PostgresRowReader,
-    RowReader,
-    ahead_query,
-    bare_store_address,
-    open_bare_reader,
-    row_query,
-    rows_query,
-)
 from store.schema import UsageRecord
 from tests.conftest import POSTGRES_URL
-from tests.helpers import fresh_postgres_database
+from tests.helpers import fresh_postgres_database, rows_of
 from tests.store.test_helper_store import row
-from tests.store.test_query_plans import OWNER_FIRST, _plan
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 9, 0, 0, 123456, tzinfo=UTC)
@@ -64,9 +52,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 @contextlib.asynccontextmanager
 async def both(url: str) -> AsyncIterator[tuple[HelperStore, RowReader]]:
     store = await HelperStore.connect(url)
-    address = bare_store_address(url)
-    assert address is not None, url
-    reader = await open_bare_reader(address)
+    reader = await open_bare(StoreAddress.parse(url))
     try:
         yield store, reader
     finally:
@@ -99,12 +85,17 @@ async def _fill(store: HelperStore) -> None:
                 changes["finished_at"] = T0 + timedelta(minutes=5)
                 changes["keep_until"] = T0 + timedelta(days=7)
             assert await store.write_state(owner, f"h{number}", number, 2, **changes)
-    goal_row = row("g1", seq=9, state=RowState.WAITING, goal_id="inbox", admitted_at=T0 + timedelta(seconds=1))
-    await store.insert_admitted(goal_row)
+    await store.insert_admitted(row("g1", seq=9, state=RowState.WAITING, goal_id="inbox", admitted_at=T0))
+    # Usage lines as the finalizer writes them: one of a started helper, one of a Goal's helper that never started.
     finished_row = await store.get("anna", "h3")
     assert finished_row is not None
-    await store.record_usage(finished_row, OutcomeKind.COMPLETED, Usage(steps=3, work_tokens=30, input_tokens=4), T0)
-    await store.record_usage(goal_row, OutcomeKind.FAILED, Usage(), T0 + timedelta(hours=1))
+    usage = Usage(steps=3, work_tokens=30, input_tokens=4)
+    outcome: RowChanges = {"state": RowState.UNREPORTED, "outcome_kind": OutcomeKind.COMPLETED, "finished_at": T0}
+    assert await store.write_outcome(finished_row, 3, usage, **outcome)
+    goal_row = row("g2", seq=10, state=RowState.WAITING, goal_id="inbox", admitted_at=T0 + timedelta(seconds=1))
+    await store.insert_admitted(goal_row)
+    failed: RowChanges = {**outcome, "outcome_kind": OutcomeKind.FAILED, "finished_at": T0 + timedelta(hours=1)}
+    assert await store.write_outcome(goal_row, 2, Usage(), **failed)
 
 
 async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> None:
@@ -112,24 +103,36 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
     async with both(store_url) as (store, reader):
         await _fill(store)
         for owner in ("anna", "boris", "nobody"):
-            assert await reader.rows(owner) == await store.rows(owner)
-            for states in ([RowState.UNREPORTED], [RowState.WAITING, RowState.RUNNING], []):
-                assert await reader.rows(owner, states) == await store.rows(owner, states)
             for some in (None, [RowState.UNREPORTED], [RowState.WAITING, RowState.RUNNING], []):
                 views = await reader.views(owner, some)
-                assert views == await store.views(owner, some) == _views_of(await store.rows(owner, some))
+                assert views == await store.reads.views(owner, some) == _views_of(await rows_of(store, owner, some))
             for helper_id in ("h1", "h3", "g1", "missing"):
                 assert await reader.get(owner, helper_id) == await store.get(owner, helper_id)
             for seq in (1, 9, 10):
-                assert await reader.ahead(owner, seq) == await store.ahead(owner, seq)
-            assert await reader.usage(owner) == await store.usage(owner)
-        listed = await reader.rows("anna")
-        assert [r.seq for r in listed] == sorted(r.seq for r in listed) and len(listed) == 6
-        assert all(isinstance(r, HelperRow) and r.admitted_at.tzinfo is not None for r in listed)
-        places = {view.helper_id: view.ahead for view in await reader.views("anna")}
-        assert places == {"h1": 0, "h2": None, "h3": None, "h4": None, "h5": None, "g1": 1}
-        [unreported] = await reader.views("anna", [RowState.UNREPORTED])
-        assert unreported.actions[0].whom == "bob@example.com" and unreported.finished_at == T0 + timedelta(minutes=5)
+                assert await reader.ahead(owner, seq) == await store.reads.ahead(owner, seq)
+            assert await reader.usage(owner) == await store.reads.usage(owner)
+        listed = await reader.views("anna")
+        assert [v.helper_id for v in listed] == ["h1", "h2", "h3", "h4", "h5", "g1", "g2"]
+        assert all(v.admitted_at.tzinfo is not None for v in listed)
+        assert {view.helper_id: view.ahead for view in listed} == {
+            "h1": 0,
+            "h2": None,
+            "h3": None,
+            "h4": None,
+            "h5": None,
+            "g1": 1,
+            "g2": None,
+        }
+        unreported = await reader.views("anna", [RowState.UNREPORTED])
+        assert unreported[0].actions[0].whom == "bob@example.com" and unreported[0].finished_at == T0
+        shown = await reader.get("anna", "h3")
+        assert shown is not None and shown.limits == row().limits and shown.boundary == row().boundary
+        lines = await reader.usage("anna")
+        assert [(u.helper_id, u.goal_id, u.outcome_kind, u.steps) for u in lines] == [
+            ("h3", None, "completed", 3),
+            ("g2", "inbox", "failed", 0),
+        ]
+        assert lines[0].started_at == T0 + timedelta(minutes=1) and lines[1].started_at is None
 
 
 def _views_of(rows: list[HelperRow]) -> list[HelperView]:
@@ -149,22 +152,21 @@ def _views_of(rows: list[HelperRow]) -> list[HelperView]:
 async def test_the_bare_schema_check_is_the_stores(store_url: str) -> None:
     """R43: a schema behind this code is refused naming both revisions, a newer release's is accepted, a store
     never migrated is "at nothing": the same rule (`store.revisions.check_revision`) as `check_schema`."""
-    address = bare_store_address(store_url)
-    assert address is not None
-    store = await HelperStore.connect(store_url)
+    address = StoreAddress.parse(store_url)
+    store = await HelperStore.connect(address)
     try:
         for version, refused in (("0001", f"at 0001, this code needs {REVISIONS[-1]}"), ("0099_newer", None)):
             async with store.engine.begin() as connection:
                 await connection.execute(text(f"UPDATE alembic_version SET version_num = '{version}'"))
             if refused:
                 with pytest.raises(SchemaNotCurrent, match=refused):
-                    await open_bare_reader(address)
+                    await open_bare(address)
             else:
-                await (await open_bare_reader(address)).close()
+                await (await open_bare(address)).close()
         async with store.engine.begin() as connection:
             await connection.execute(text("DROP TABLE alembic_version"))
         with pytest.raises(SchemaNotCurrent, match=f"at nothing, this code needs {REVISIONS[-1]}"):
-            await open_bare_reader(address)
+            await open_bare(address)
     finally:
         await store.close()
 
@@ -180,30 +182,6 @@ def test_the_bare_columns_are_the_tables() -> None:
     assert set(VIEW_COLUMNS) == shown | {"seq"} and set(VIEW_COLUMNS) <= set(mapped)
 
 
-@pytest.mark.parametrize(
-    ("name", "query"),
-    [
-        ("unreported", lambda dialect: rows_query(dialect, "anna", [RowState.UNREPORTED.value])),
-        ("list", lambda dialect: rows_query(dialect, "anna", None)),
-        ("unreported views", lambda dialect: rows_query(dialect, "anna", ["unreported"], VIEW_COLUMNS)),
-        ("show", lambda dialect: row_query(dialect, "anna", "h3")),
-        ("place in the queue", lambda dialect: ahead_query(dialect, "anna", 7)),
-    ],
-)
-async def test_the_bare_sql_uses_an_owner_first_index(store_url: str, name: str, query: Any) -> None:
-    """R43: the bare path's SQL reads one owner through an owner-first index, never a scan or a sort."""
-    async with both(store_url) as (store, _reader):
-        for owner in ("anna", "boris", "chen"):
-            for number in range(1, 9):
-                state = [RowState.WAITING, RowState.RUNNING, RowState.UNREPORTED, RowState.DELIVERED][number % 4]
-                await store.insert_admitted(row(f"h{number}", seq=number, state=state, owner=owner))
-        dialect = store.engine.dialect.name
-        plan = await _plan(store.engine, *query(dialect))
-        # SQLite names the (owner, helper_id) primary key's index itself.
-        assert any(index in plan for index in (*OWNER_FIRST, "sqlite_autoindex_helper_rows_1")), f"{name}: {plan}"
-        assert "SCAN helper_rows" not in plan and "TEMP B-TREE" not in plan and "Seq Scan" not in plan, plan
-
-
 @pytest.mark.postgres
 async def test_the_bare_reads_on_postgresql_never_plan_parallel_workers() -> None:
     """R43: an owner's few rows are never worth parallel workers, which a planner without column statistics (a
@@ -211,60 +189,12 @@ async def test_the_bare_reads_on_postgresql_never_plan_parallel_workers() -> Non
     async with fresh_postgres_database(POSTGRES_URL) as url:
         store = await HelperStore.connect(url, run_migrations=True)
         await store.close()
-        address = bare_store_address(url)
-        assert address is not None
-        reader = await open_bare_reader(address)
+        reader = await open_bare(StoreAddress.parse(url))
         try:
-            assert isinstance(reader, PostgresRowReader)
-            assert await reader._connection.fetchval("SHOW max_parallel_workers_per_gather") == "0"
+            setting = await reader.fetch(Query("SHOW max_parallel_workers_per_gather"))
+            assert setting == [{"max_parallel_workers_per_gather": "0"}]
         finally:
             await reader.close()
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "sqlite+aiosqlite:///data/helpers.sqlite3",
-        "sqlite+aiosqlite:////tmp/x%20y/helpers.sqlite3",
-        "postgresql+asyncpg://postgres@127.0.0.1:5432/helpers",
-        "postgresql+asyncpg://iva:p%40ss%3Aword@db.example.com/helpers",
-        "postgresql+asyncpg://iva:secret@[::1]:6432/helpers",
-        "postgresql+asyncpg://localhost",
-    ],
-)
-def test_a_bare_url_parses_as_sqlalchemy_parses_it(url: str) -> None:
-    """R43: the bare path connects where SQLAlchemy would: the same host, port, user, password and database."""
-    address = bare_store_address(url)
-    parsed = make_url(url)
-    assert address is not None
-    if address.dialect == "sqlite":
-        assert address.sqlite_path == str(Path(parsed.database or "").absolute())
-    else:
-        assert (address.host, address.port, address.user, address.password, address.database) == (
-            parsed.host,
-            parsed.port,
-            parsed.username,
-            parsed.password,
-            parsed.database,
-        )
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "sqlite+aiosqlite:///helpers.sqlite3?timeout=5",  # a query: connect options stay SQLAlchemy's
-        "sqlite+aiosqlite://",  # in memory
-        "sqlite+aiosqlite:///:memory:",
-        "sqlite:///helpers.sqlite3",  # another driver
-        "postgresql+psycopg://postgres@127.0.0.1/helpers",
-        "postgresql+asyncpg://postgres@127.0.0.1/helpers?ssl=require",
-        "postgresql+asyncpg://postgres@127.0.0.1:port/helpers",
-        "not a url",
-    ],
-)
-def test_any_other_url_is_left_to_sqlalchemy(url: str) -> None:
-    """R43: the bare path takes only the two documented forms; any other URL goes through `HelperStore`."""
-    assert bare_store_address(url) is None
 
 
 def _starter(argv: list[str], store_url: str, results: Path) -> tuple[int, str]:
@@ -280,7 +210,7 @@ def _starter(argv: list[str], store_url: str, results: Path) -> tuple[int, str]:
 
 
 def _through_sqlalchemy(url: str) -> str:
-    """The same store behind a URL the bare path declines (a harmless query), so `HelperStore` reads it."""
+    """The same store behind a URL no bare reader takes (a harmless query), so `HelperStore` reads it."""
     return url + ("?timeout=30" if url.startswith("sqlite") else "?prepared_statement_cache_size=100")
 
 

@@ -1,0 +1,326 @@
+"""The store's reads of rows, views, places in the queue and usage: each read's SQL is written here once and its
+records are decoded here once, whichever driver runs it. `HelperStore` runs them on SQLAlchemy's engine (the worker,
+and a URL no bare driver takes); the starter runs them on the bare drivers, the stdlib `sqlite3` and `asyncpg`,
+without SQLAlchemy, whose import alone takes a read command past its goal: ≤ ×10 a bare interpreter's start (R43).
+
+This module never loads SQLAlchemy; a reader loads its driver, and asyncio only if it runs in an event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from domain.rows import HelperRow, HelperView, RowState
+from store.address import StoreAddress
+from store.records import UsageLine
+from store.revisions import REVISION_QUERY, check_revision
+
+if TYPE_CHECKING:
+    import sqlite3
+
+# The columns of the reads, in the tables' order (a test checks them against store/schema.py).
+HELPER_ROW_COLUMNS = (
+    "owner",
+    "helper_id",
+    "seq",
+    "goal_id",
+    "state",
+    "task",
+    "boundary",
+    "language",
+    "model",
+    "limits",
+    "session_id",
+    "steps",
+    "work_tokens",
+    "input_tokens",
+    "last_message",
+    "outcome_kind",
+    "summary",
+    "actions",
+    "result_dir",
+    "admitted_at",
+    "started_at",
+    "deadline_at",
+    "finished_at",
+    "delivered_at",
+    "keep_until",
+    "generation",
+    "updated_at",
+    "follow_up_of",
+    "followed_up_by",
+    "follow_started_at",
+)
+USAGE_COLUMNS = (
+    "owner",
+    "helper_id",
+    "seq",
+    "goal_id",
+    "model",
+    "outcome_kind",
+    "steps",
+    "work_tokens",
+    "input_tokens",
+    "started_at",
+    "finished_at",
+)
+# What a listing shows of a row (`HelperView`'s columns) and `seq`, for a waiting helper's place: `list` and
+# `unreported` read no more, so Iva's per-turn read decodes a third of the columns (R43).
+VIEW_COLUMNS = (
+    "seq",
+    "helper_id",
+    "state",
+    "goal_id",
+    "steps",
+    "work_tokens",
+    "input_tokens",
+    "model",
+    "outcome_kind",
+    "summary",
+    "admitted_at",
+    "started_at",
+    "deadline_at",
+    "finished_at",
+    "delivered_at",
+    "result_dir",
+    "actions",
+    "follow_up_of",
+    "followed_up_by",
+    "follow_started_at",
+)
+JSON_COLUMNS = frozenset({"boundary", "limits", "actions"})
+DATETIME_COLUMNS = frozenset(
+    {
+        "admitted_at",
+        "started_at",
+        "deadline_at",
+        "finished_at",
+        "delivered_at",
+        "keep_until",
+        "updated_at",
+        "follow_started_at",
+    }
+)
+
+# --- the SQL of each read, in the parameter marks of the driver that runs it --------------------------------
+
+# The paramstyles of the drivers the runtime ships: the stdlib sqlite3 and aiosqlite (qmark), asyncpg
+# (numeric_dollar, as SQLAlchemy's asyncpg dialect also takes them).
+Marks = Literal["qmark", "numeric_dollar"]
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+    parameters: tuple[Any, ...] = ()
+
+
+def _marks(style: Marks, count: int, first: int = 1) -> list[str]:
+    return ["?"] * count if style == "qmark" else [f"${number}" for number in range(first, first + count)]
+
+
+def rows_query(
+    style: Marks, owner: str, states: Sequence[str] | None, columns: Sequence[str] = HELPER_ROW_COLUMNS
+) -> Query:
+    """One owner's rows (in some states), in admission order: the owner-first index (R43)."""
+    sql = f"SELECT {', '.join(columns)} FROM helper_rows WHERE owner = {_marks(style, 1)[0]}"
+    if states is not None:
+        sql += f" AND state IN ({', '.join(_marks(style, len(states), 2))})" if states else " AND 1 = 0"
+    return Query(sql + " ORDER BY seq", (owner, *(states or ())))
+
+
+def row_query(style: Marks, owner: str, helper_id: str) -> Query:
+    owner_mark, id_mark = _marks(style, 2)
+    columns = ", ".join(HELPER_ROW_COLUMNS)
+    return Query(
+        f"SELECT {columns} FROM helper_rows WHERE owner = {owner_mark} AND helper_id = {id_mark}", (owner, helper_id)
+    )
+
+
+def ahead_query(style: Marks, owner: str, seq: int) -> Query:
+    """Waiting helpers admitted before `seq`: a place in the queue (R4, R6)."""
+    owner_mark, state_mark, seq_mark = _marks(style, 3)
+    sql = f"SELECT count(*) FROM helper_rows WHERE owner = {owner_mark} AND state = {state_mark} AND seq < {seq_mark}"
+    return Query(sql, (owner, RowState.WAITING.value, seq))
+
+
+def usage_query(style: Marks, owner: str) -> Query:
+    sql = f"SELECT {', '.join(USAGE_COLUMNS)} FROM helper_usage WHERE owner = {_marks(style, 1)[0]} ORDER BY seq"
+    return Query(sql, (owner,))
+
+
+# --- decoding: a record from any driver (JSON as its text or decoded, moments as text or datetime) ------------
+
+
+def aware(value: Any) -> datetime | None:
+    """A stored moment as an aware datetime: SQLite keeps it as text (or SQLAlchemy hands it over) without its
+    offset, and everything the store writes is UTC."""
+    if value is None:
+        return None
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _decoded(record: Mapping[Any, Any]) -> dict[str, Any]:
+    data = dict(record)
+    for name in JSON_COLUMNS & data.keys():
+        if isinstance(data[name], str):  # a driver's own value: the JSON's text
+            data[name] = json.loads(data[name])
+    for name in DATETIME_COLUMNS & data.keys():
+        data[name] = aware(data[name])
+    return data
+
+
+def helper_row(record: Mapping[Any, Any]) -> HelperRow:
+    return HelperRow.model_validate(_decoded(record))
+
+
+def listed_views(records: Iterable[Mapping[Any, Any]]) -> list[HelperView]:
+    """A listing from records of `VIEW_COLUMNS`, each waiting helper with its place in the queue: the waiting
+    helpers admitted before it (R4, R6)."""
+    decoded = [_decoded(record) for record in records]
+    waiting = [data["seq"] for data in decoded if data["state"] == RowState.WAITING.value]
+    views = []
+    for data in decoded:
+        seq = data.pop("seq")
+        if data["state"] == RowState.WAITING.value:
+            data["ahead"] = sum(1 for other in waiting if other < seq)
+        views.append(HelperView.model_validate(data))
+    return views
+
+
+def usage_line(record: Mapping[Any, Any]) -> UsageLine:
+    return UsageLine.model_validate(_decoded(record))
+
+
+# --- the reads, on whichever driver runs their SQL ----------------------------------------------------------
+
+Records = list[dict[str, Any]]
+Fetch = Callable[[Query], Awaitable[Records]]
+
+
+class RowReader:
+    """The reads of one store. `fetch` runs one query on the driver and answers its records (column name to value);
+    `close` lets go of the connection, the pool or the engine; `marks` is the driver's parameter style."""
+
+    def __init__(self, marks: Marks, fetch: Fetch, close: Callable[[], Awaitable[None]]) -> None:
+        self.marks: Marks = marks
+        self.fetch = fetch
+        self._close = close
+
+    async def views(self, owner: str, states: Iterable[RowState] | None = None) -> list[HelperView]:
+        """What `list` shows of one owner's rows (in some states): `VIEW_COLUMNS` only."""
+        values = None if states is None else [state.value for state in states]
+        return listed_views(await self.fetch(rows_query(self.marks, owner, values, VIEW_COLUMNS)))
+
+    async def get(self, owner: str, helper_id: str) -> HelperRow | None:
+        records = await self.fetch(row_query(self.marks, owner, helper_id))
+        return helper_row(records[0]) if records else None
+
+    async def ahead(self, owner: str, seq: int) -> int:
+        """Waiting helpers admitted before `seq`: its place in the queue (R4, R6)."""
+        [record] = await self.fetch(ahead_query(self.marks, owner, seq))
+        return int(next(iter(record.values())))
+
+    async def usage(self, owner: str) -> list[UsageLine]:
+        return [usage_line(record) for record in await self.fetch(usage_query(self.marks, owner))]
+
+    async def ping(self) -> None:
+        """One `SELECT 1` round trip (through the pool, when it is one): whether the store answers."""
+        await self.fetch(Query("SELECT 1"))
+
+    async def close(self) -> None:
+        await self._close()
+
+
+# --- the bare drivers -------------------------------------------------------------------------------------
+
+
+def open_sqlite(path: str, *, threaded: bool = False) -> RowReader:
+    """The SQLite store at `path` on the stdlib `sqlite3`, its schema checked (`SchemaNotCurrent`) as
+    `HelperStore.connect` does. Opened for the console script (`threaded=False`), its reads never suspend, so
+    `starter.cli` runs them without loading asyncio; opened for a process with an event loop (`threaded=True`:
+    `watch`, `HelperClient`, the service), each query runs in a worker thread, as aiosqlite's do, so a writer's
+    lock never stalls the loop."""
+    import sqlite3
+
+    # As store.database.create_engine: the folder is created, and a busy writer is waited for up to 30 s.
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(path, timeout=30, check_same_thread=not threaded)
+    try:
+        try:
+            found = connection.execute(REVISION_QUERY).fetchone()
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):
+                raise  # not a database, locked, unreadable: the caller lets SQLAlchemy's path word it
+            found = None  # no version table: nothing was ever migrated
+        check_revision(None if found is None else found[0])
+    except BaseException:
+        connection.close()
+        raise
+    run = partial(_sqlite_records, connection)
+
+    async def fetch(query: Query) -> Records:
+        if not threaded:
+            return run(query)
+        import asyncio
+
+        return await asyncio.to_thread(run, query)
+
+    async def close() -> None:
+        connection.close()
+
+    return RowReader("qmark", fetch, close)
+
+
+def _sqlite_records(connection: sqlite3.Connection, query: Query) -> Records:
+    cursor = connection.execute(query.sql, query.parameters)
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+
+
+async def open_postgres(address: StoreAddress, pool_size: int | None = None) -> RowReader:
+    """The PostgreSQL store on `asyncpg`, connected as SQLAlchemy's asyncpg dialect would and its schema checked
+    (`SchemaNotCurrent`): one connection, or with `pool_size` a pool of that many (the HTTP service)."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    # A pool answers `fetch` as a connection does, each on a connection of its own.
+    connect = asyncpg.connect if pool_size is None else partial(asyncpg.create_pool, min_size=1, max_size=pool_size)
+    connection = await connect(
+        **address.asyncpg_arguments(),
+        # An owner's reads return at most a few dozen rows. Without column statistics (a restored dump, a table
+        # just loaded, before autovacuum analyzes it) the planner guesses thousands per owner and starts
+        # parallel workers for each `list`, many times slower than reading the owner's index alone.
+        server_settings={"max_parallel_workers_per_gather": "0"},
+    )
+    try:
+        try:
+            current = await connection.fetchval(REVISION_QUERY)
+        except asyncpg.PostgresError:  # no version table: nothing was ever migrated
+            current = None
+        check_revision(current)
+    except BaseException:
+        await connection.close()
+        raise
+
+    async def fetch(query: Query) -> Records:
+        return [dict(record) for record in await connection.fetch(query.sql, *query.parameters)]
+
+    return RowReader("numeric_dollar", fetch, connection.close)
+
+
+async def open_bare(address: StoreAddress, pool_size: int | None = None) -> RowReader:
+    """A reader on the bare driver of `address` (`address.bare` must name one), for a process with an event loop;
+    `SchemaNotCurrent` when its schema is behind this code. With `pool_size`, PostgreSQL is read through a pool."""
+    if address.bare == "sqlite":
+        import asyncio
+
+        # Opening waits for a busy writer too: in a worker thread, as every later query.
+        return await asyncio.to_thread(open_sqlite, address.sqlite_path(), threaded=True)
+    return await open_postgres(address, pool_size)
