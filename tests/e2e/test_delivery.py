@@ -61,7 +61,7 @@ async def test_a_failing_chat_gets_the_event_once_it_is_back(stack: Stack, mode:
 
 
 async def _offered_at_least(stack: Stack, attempts: int) -> Any:
-    events = await stack.store.events(stack.owner)
+    events = await chat_events(stack.store, stack.owner)
     return events if events and events[-1].attempts >= attempts else None
 
 
