@@ -29,7 +29,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 # Sanity bounds on the core's counters (R37). Real values sit orders of magnitude below them; beyond them
 # the answer is malformed (an unsigned underflow in a core gives 2**64 - 5), and it is refused before it
@@ -51,6 +59,12 @@ MAX_LONG_POLL_WAIT_MS = 60_000
 # A session id the core makes up: the reference core's are 34 characters; the runtime stores it, puts it in
 # URLs and texts, so it is short and printable.
 MAX_SESSION_ID_CHARS = 200
+
+# A structured question (R49): a short list of choices the owner picks from, each with a short label.
+MAX_QUESTION_OPTIONS = 10
+MAX_OPTION_LABEL_CHARS = 200
+# A question's or an option's id: the owner's answer names them, so they are short and printable.
+MAX_CHOICE_ID_CHARS = 64
 
 # C0 control characters except tab, newline and carriage return; DEL; and lone UTF-16 surrogates (not
 # encodable in UTF-8: a store write would fail). NUL is among them (PostgreSQL refuses it in text).
@@ -84,6 +98,33 @@ CoreText = Annotated[str, AfterValidator(strip_control_characters)]
 CoreIdentifier = Annotated[
     str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS), AfterValidator(_printable_identifier)
 ]
+
+
+ChoiceId = Annotated[str, Field(min_length=1, max_length=MAX_CHOICE_ID_CHARS), AfterValidator(_printable_identifier)]
+
+
+class QuestionOption(BaseModel):
+    id: ChoiceId
+    label: Annotated[CoreText, Field(min_length=1, max_length=MAX_OPTION_LABEL_CHARS)]
+
+
+class QuestionChoices(BaseModel):
+    """What a structured question offers (R49): its id, the options the owner picks from, and whether a free-text
+    answer is taken as well. A plain-text question has none. More options than the bound, an overlong label or two
+    options with one id make the answer malformed (R37)."""
+
+    question_id: ChoiceId
+    options: list[QuestionOption] = Field(default_factory=list, max_length=MAX_QUESTION_OPTIONS)
+    free_text: bool = False
+
+    @model_validator(mode="after")
+    def _answerable(self) -> QuestionChoices:
+        ids = [option.id for option in self.options]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two options of one question share an id")
+        if not ids and not self.free_text:
+            raise ValueError("a question with no options must take a free-text answer")
+        return self
 
 
 class SessionStatus(StrEnum):
