@@ -6,9 +6,11 @@ the codec server's (`HELPER_CODEC_*`) and the worker's logging. `Settings.from_e
 an error that names the variable and its value (a secret shown as ***); nothing starts with a half-read
 configuration. docs/configuration.md lists every variable with its default (tests/unit/test_configuration_doc.py).
 
-The tree is plain pydantic: each variable is a field alias, and pydantic parses and checks it. Nothing else in the
-product reads the environment but `config.local_env` (which file completes it for the CLI) and the libraries'
-own variables (Temporal's client profile and TLS, the OTLP exporter's headers and timeout).
+The tree is plain pydantic: each variable is a field alias, and pydantic parses and checks it. pydantic-settings
+would add nothing these aliases do not, and importing it loads asyncio, which a starter's read on SQLite never does
+(R43, tests/unit/test_starter_imports.py). Nothing else in the product reads the environment but `config.local_env`
+(which file completes it for the CLI) and the libraries' own variables (Temporal's client profile and TLS, the
+OTLP exporter's headers and timeout).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from pydantic_core import PydanticCustomError
 
 from domain.limits import FollowTuning, Limits, Policy
 
-DEFAULT_API_BIND = "127.0.0.1:8340"
 API_TOKEN_MIN_CHARS = 16
 
 
@@ -112,7 +113,7 @@ class ServiceSettings(Section):
 
     blank_is_unset: ClassVar[bool] = True
 
-    bind: str = Field(DEFAULT_API_BIND, validation_alias="HELPER_API_BIND")  # host:port
+    bind: str = Field("127.0.0.1:8340", validation_alias="HELPER_API_BIND")  # host:port
     # Authorization: Bearer <token> on every /v1 request
     token: str | None = Field(None, validation_alias="HELPER_API_TOKEN", repr=False)
     # PEM certificate chain; with tls_key, the service speaks HTTPS only
@@ -203,6 +204,9 @@ class LoggingSettings(Section):
 
 
 class Settings(Section):
+    """The tree's root: what every process reads, with the starter API's, the codec server's and the logging
+    settings as its parts."""
+
     temporal_address: str = Field("127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field("default", validation_alias="TEMPORAL_NAMESPACE")
     task_queue: str = Field("helpers", validation_alias="HELPER_TASK_QUEUE")
