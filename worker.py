@@ -254,7 +254,7 @@ def _runtime(settings: Settings) -> Runtime | None:
 
 async def serve(settings: Settings) -> None:
     # Before connecting: the client carries the tracing interceptor.
-    tracing.install(settings.tracing_enabled, "helper-worker")
+    tracing.install(settings.tracing_enabled, settings.tracing_name("helper-worker"))
     client = await connect_for(settings, _runtime(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -280,9 +280,9 @@ def configure_logging(level: str) -> None:
 
 
 def main() -> None:
-    configure_logging(os.environ.get("HELPER_LOG_LEVEL", "INFO"))
     try:
         settings = Settings.from_env()
+        configure_logging(settings.logging.level)
         codec_from(settings.codec_keys, settings.codec_key_id)  # a bad key stops the worker at once
         if problem := settings.encryption_problem():
             raise CodecError(problem)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 import uvicorn
 
-from codec.auth import AuthConfigError, Authorizer, auth_settings_from_env, startup_refusal
+from codec.auth import AuthConfigError, Authorizer, auth_settings, startup_refusal
 from codec.encryption import CodecError, codec_from, new_key
-from codec.server import DEFAULT_MAX_BODY_BYTES, create_app
+from codec.server import create_app
+from config.settings import Settings, SettingsError
 
 log = logging.getLogger("codec")
 
@@ -20,8 +20,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m codec")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve /decode and /encode for the Web UI and the CLI")
-    serve.add_argument("--host", default=os.environ.get("HELPER_CODEC_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("HELPER_CODEC_PORT", "8330")))
+    serve.add_argument("--host", help="default HELPER_CODEC_HOST or 127.0.0.1")
+    serve.add_argument("--port", type=int, help="default HELPER_CODEC_PORT or 8330")
     serve.add_argument(
         "--origin",
         action="append",
@@ -34,34 +34,28 @@ def main() -> None:
         print(new_key())
         return
     try:
+        settings = Settings.from_env()
         # The codec server only shows payloads: one written in clear is shown as it is.
-        codec = codec_from(
-            os.environ.get("HELPER_CODEC_KEYS"), os.environ.get("HELPER_CODEC_KEY_ID"), allow_plaintext=True
-        )
-    except CodecError as error:
+        codec = codec_from(settings.codec_keys, settings.codec_key_id, allow_plaintext=True)
+        auth = auth_settings(settings.codec)
+    except (SettingsError, CodecError, AuthConfigError) as error:
         sys.exit(str(error))
     if codec is None:
         sys.exit("HELPER_CODEC_KEYS is not set: there is nothing to decode with")
-    origins = arguments.origin or os.environ.get(
-        "HELPER_CODEC_ORIGINS", "http://127.0.0.1:8233,http://localhost:8233"
-    ).split(",")
-    try:
-        settings = auth_settings_from_env(os.environ)
-        max_body_bytes = int(os.environ.get("HELPER_CODEC_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES)
-    except AuthConfigError as error:
-        sys.exit(str(error))
-    except ValueError:
-        sys.exit("HELPER_CODEC_MAX_BODY_BYTES must be a whole number of bytes")
-    if max_body_bytes <= 0:
-        sys.exit("HELPER_CODEC_MAX_BODY_BYTES must be positive")
-    refusal = startup_refusal(settings, arguments.host)
+    host = arguments.host or settings.codec.host
+    refusal = startup_refusal(auth, host)
     if refusal is not None:
         sys.exit(refusal)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if not settings.any_credential:
-        log.warning("no HELPER_CODEC_TOKEN and no OIDC: anyone who can reach %s may read payloads", arguments.host)
-    app = create_app(codec, allowed_origins=origins, authorizer=Authorizer(settings), max_body_bytes=max_body_bytes)
-    uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="warning")
+    if not auth.any_credential:
+        log.warning("no HELPER_CODEC_TOKEN and no OIDC: anyone who can reach %s may read payloads", host)
+    app = create_app(
+        codec,
+        allowed_origins=arguments.origin or settings.codec.origin_list,
+        authorizer=Authorizer(auth),
+        max_body_bytes=settings.codec.max_body_bytes,
+    )
+    uvicorn.run(app, host=host, port=arguments.port or settings.codec.port, log_level="warning")
 
 
 if __name__ == "__main__":

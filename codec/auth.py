@@ -25,6 +25,8 @@ from urllib.parse import urlparse
 
 import jwt
 
+from config.settings import CodecServerSettings
+
 log = logging.getLogger(__name__)
 
 # Asymmetric algorithms only: `none` and HS* would let anyone holding the public key (or nothing) sign.
@@ -36,12 +38,6 @@ JWKS_TIMEOUT_SECONDS = 5.0
 JWKS_CACHE_SECONDS = 300
 JWKS_REFETCH_COOLDOWN_SECONDS = 30
 LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
-
-OIDC_VARIABLES = (
-    "HELPER_CODEC_OIDC_ISSUER",
-    "HELPER_CODEC_OIDC_AUDIENCE",
-    "HELPER_CODEC_OIDC_JWKS_URL",
-)
 
 
 class AuthConfigError(ValueError):
@@ -100,19 +96,27 @@ def _comma_list(value: str | None) -> frozenset[str]:
     return frozenset(item.strip() for item in (value or "").split(",") if item.strip())
 
 
-def auth_settings_from_env(env: Mapping[str, str]) -> AuthSettings:
-    """The settings the HELPER_CODEC_* variables describe; raises AuthConfigError naming what is missing."""
-    token = env.get("HELPER_CODEC_TOKEN", "").strip() or None
-    namespaces = _comma_list(env.get("HELPER_CODEC_NAMESPACES", "default"))
+def auth_settings(codec: CodecServerSettings) -> AuthSettings:
+    """Who may read, as the codec server's settings (HELPER_CODEC_*) describe it; raises AuthConfigError naming
+    what is missing or contradictory."""
+    token = (codec.token or "").strip() or None
+    namespaces = _comma_list(codec.namespaces)
     if not namespaces:
         raise AuthConfigError("HELPER_CODEC_NAMESPACES is empty: name the namespaces whose payloads it decodes")
-    issuer, audience, jwks_url = (env.get(name, "").strip() for name in OIDC_VARIABLES)
-    subjects = _comma_list(env.get("HELPER_CODEC_OIDC_SUBJECTS"))
-    groups = _comma_list(env.get("HELPER_CODEC_OIDC_GROUPS"))
-    groups_claim = env.get("HELPER_CODEC_OIDC_GROUPS_CLAIM", "").strip() or "groups"
+    issuer, audience, jwks_url = (
+        (value or "").strip() for value in (codec.oidc_issuer, codec.oidc_audience, codec.oidc_jwks_url)
+    )
+    subjects = _comma_list(codec.oidc_subjects)
+    groups = _comma_list(codec.oidc_groups)
+    groups_claim = codec.oidc_groups_claim.strip() or "groups"
     if not issuer:
-        needs_issuer = (*OIDC_VARIABLES[1:], "HELPER_CODEC_OIDC_SUBJECTS", "HELPER_CODEC_OIDC_GROUPS")
-        set_without_issuer = [name for name in needs_issuer if env.get(name, "").strip()]
+        needs_issuer = {
+            "HELPER_CODEC_OIDC_AUDIENCE": audience,
+            "HELPER_CODEC_OIDC_JWKS_URL": jwks_url,
+            "HELPER_CODEC_OIDC_SUBJECTS": subjects,
+            "HELPER_CODEC_OIDC_GROUPS": groups,
+        }
+        set_without_issuer = [name for name, value in needs_issuer.items() if value]
         if set_without_issuer:
             raise AuthConfigError(
                 f"HELPER_CODEC_OIDC_ISSUER is not set, but {', '.join(set_without_issuer)} is: set the issuer too"

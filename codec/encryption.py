@@ -39,6 +39,12 @@ ENCODING = b"binary/encrypted"
 REFUSED_PLAINTEXT = b"binary/plaintext-refused"
 KEY_ID = "encryption-key-id"
 NONCE_BYTES = 12
+# The one plaintext payload the worker is handed that none of ours wrote: the Temporal server writes it as the
+# details of an activity's cancel when the activity had not started (its first attempt not yet polled, or a retry
+# waiting out its backoff, as every follow does after a store, core or server restart), and the helper's ending
+# cancels such an activity. It carries nothing of the helper's; it is refused like any plaintext, without the
+# warning that would send an operator looking for a client without keys.
+SERVER_NOT_STARTED = Payload(metadata={"encoding": b"json/plain"}, data=b'"ACTIVITY_ID_NOT_STARTED"')
 
 
 log = logging.getLogger(__name__)
@@ -80,9 +86,10 @@ class EncryptionCodec(PayloadCodec):
             if payload.metadata.get("encoding") != ENCODING:
                 if self._allow_plaintext:
                     decoded.append(payload)  # written before encryption was turned on
-                else:
+                    continue
+                if payload != SERVER_NOT_STARTED:
                     log.warning("refused an unencrypted payload (%s)", payload.metadata.get("encoding", b"?")[:40])
-                    decoded.append(Payload(metadata={"encoding": REFUSED_PLAINTEXT}))
+                decoded.append(Payload(metadata={"encoding": REFUSED_PLAINTEXT}))
                 continue
             try:
                 key_id = payload.metadata.get(KEY_ID, b"").decode()

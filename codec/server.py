@@ -23,8 +23,9 @@ from temporalio.api.common.v1 import Payload, Payloads
 
 from codec.auth import AuthError, Authorizer, AuthSettings
 from codec.encryption import CodecError, EncryptionCodec
+from config.settings import CodecServerSettings
 
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = CodecServerSettings().max_body_bytes  # HELPER_CODEC_MAX_BODY_BYTES' default
 
 Step = Callable[[Sequence[Payload]], Coroutine[Any, Any, list[Payload]]]
 

@@ -5,7 +5,7 @@ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and HELPER_TRACING not false, `install` sets
 over OTLP/HTTP, and every Temporal client connected afterwards (`protocol.connection`) carries the SDK's
 `TracingInterceptor`: the starter's update-with-start, the coordinator's update handler, the helper workflow's
 run, its activities, and (`core_span`) each core HTTP call share one trace. The exporter reads its own OTEL_*
-variables (endpoint, headers, timeout, OTEL_SERVICE_NAME).
+variables (endpoint, headers, timeout); the process's name is the caller's (`Settings.tracing_name`).
 
 Nothing from opentelemetry is imported until tracing is on: the starter's writes keep their import cost (R43)
 and, with tracing off, `interceptors()` is empty and `core_span` returns one shared no-op context.
@@ -14,7 +14,6 @@ and, with tracing off, `interceptors()` is empty and `core_span` returns one sha
 from __future__ import annotations
 
 import contextlib
-import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -111,9 +110,7 @@ def _otlp_provider(service_name: str) -> TracerProvider:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    # OTEL_SERVICE_NAME, when set, names the process instead.
-    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
     # shutdown_on_exit=False: no atexit hook that could wait 30 s; `shutdown` flushes with a bound instead.
-    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider

@@ -138,7 +138,7 @@ async def run(command: Command, settings: Settings, by: AnswerBy) -> Any:
         from starter.client import HelperClient
 
         # Tracing only when configured (observability/tracing.py): opentelemetry is imported only then.
-        traced = tracing.install(settings.tracing_enabled, "helper-starter")
+        traced = tracing.install(settings.tracing_enabled, settings.tracing_name("helper-starter"))
         try:
             return await _run_and_close(await HelperClient.connect(settings, by=by), command, by)
         finally:

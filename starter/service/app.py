@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from config.settings import Settings
+from config.settings import ServiceSettings, Settings
 from domain.rows import Admission, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
 from protocol.deadlines import answer_by
 from protocol.errors import (
@@ -68,7 +68,6 @@ from starter.service.bodies import (
     StartBody,
 )
 from starter.service.connections import Connections
-from starter.service.settings import ServiceSettings
 from starter.watch import has_outcome, live_lines
 
 log = logging.getLogger("helper_api")
@@ -316,8 +315,10 @@ def _inputs(request: Request, *values: Any) -> list[str]:
     return found
 
 
-def create_app(settings: Settings, service: ServiceSettings, connections: Connections | None = None) -> FastAPI:
-    """The app; `connections` (the store and Temporal) open on first use and close when the app stops."""
+def create_app(settings: Settings, connections: Connections | None = None) -> FastAPI:
+    """The app, served as `settings.service` says; `connections` (the store and Temporal) open on first use and
+    close when the app stops."""
+    service = settings.service
     held = connections or Connections(settings, service.store_pool_size)
     state = ServiceState()
     timeout_s = service.request_timeout_ms / 1000

@@ -14,13 +14,12 @@ from typing import Any
 from config.settings import Settings
 from contracts.openapi import print_or_check
 from starter.service.app import create_app
-from starter.service.settings import ServiceSettings
 
 DOCS_COPY = Path(__file__).resolve().parents[2] / "docs" / "api" / "openapi.json"
 
 
 def openapi_document() -> dict[str, Any]:
-    return create_app(Settings(), ServiceSettings()).openapi()
+    return create_app(Settings()).openapi()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from types import FrameType
 
@@ -17,7 +16,6 @@ from config.settings import Settings
 from protocol.errors import InvalidConfiguration
 from starter.service.app import ServiceState, create_app, with_guards
 from starter.service.read_timeout import ReadTimeoutConfig
-from starter.service.settings import ServiceSettings, ServiceSettingsError
 
 log = logging.getLogger("helper_api")
 
@@ -41,20 +39,18 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def service_settings(bind: str | None = None) -> ServiceSettings:
-    try:
-        return ServiceSettings.from_env(os.environ, bind)
-    except ServiceSettingsError as error:
-        raise InvalidConfiguration(f"the service's configuration is invalid: {error}") from None
-
-
 def serve(settings: Settings, bind: str | None = None) -> None:
-    """Serve until SIGTERM or Ctrl-C. Refuses to start (InvalidConfiguration) when unsafe or misconfigured."""
-    service = service_settings(bind)
+    """Serve until SIGTERM or Ctrl-C, on `bind` if given (`serve --bind`), else on HELPER_API_BIND. Refuses to
+    start (InvalidConfiguration) when unsafe or misconfigured."""
+    if bind is not None:
+        settings = settings.model_copy(update={"service": settings.service.model_copy(update={"bind": bind})})
+    service = settings.service
+    if problem := service.problem():
+        raise InvalidConfiguration(f"the service's configuration is invalid: {problem}")
     if problem := settings.encryption_problem():
         raise InvalidConfiguration(problem)  # every write would be refused: say so at start, not per request
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings, service)
+    app = create_app(settings)
     config = ReadTimeoutConfig(
         with_guards(app, service),
         read_timeout_s=service.read_timeout_ms / 1000,

@@ -19,9 +19,9 @@ import promql_parser
 import pytest
 import yaml
 
+from config.settings import ServiceSettings
 from observability import metrics
 from protocol.names import SEARCH_ATTRIBUTES, follows_task_queue
-from starter.service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "k8s"

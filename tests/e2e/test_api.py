@@ -25,10 +25,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from config.settings import Settings
+from config.settings import ServiceSettings, Settings
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
-from starter.service.settings import ServiceSettings
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, free_port, rows_of
 
@@ -43,8 +42,8 @@ async def serving_api(stack: Stack, settings: Settings | None = None, **service:
     """The service on a free loopback port, on the stack's Temporal client and store (with `settings` instead of the
     stack's, if given), until the block ends."""
     options = ServiceSettings(bind=f"127.0.0.1:{free_port()}", **service)
-    settings = settings or stack.settings
-    app = create_app(settings, options, Connections(settings, 4, temporal=stack.env.client))
+    settings = (settings or stack.settings).model_copy(update={"service": options})
+    app = create_app(settings, Connections(settings, 4, temporal=stack.env.client))
     config = uvicorn.Config(with_guards(app, options), host=options.host, port=options.port, log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -6,24 +6,37 @@ import asyncio
 import base64
 import functools
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.common.v1 import Payload, Payloads, SearchAttributes
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import DescribeScheduleRequest
 from temporalio.client import Client
 from temporalio.exceptions import ActivityError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.workflow import ActivityCancellationType
 
-from codec.encryption import ENCODING, REFUSED_PLAINTEXT, EncryptionCodec, codec_from, data_converter, new_key
+from codec.encryption import (
+    ENCODING,
+    REFUSED_PLAINTEXT,
+    SERVER_NOT_STARTED,
+    EncryptionCodec,
+    codec_from,
+    data_converter,
+    new_key,
+)
 from codec.server import create_app
 from domain.activity_io import HelperStart
+from domain.rows import RowState
 from protocol.names import coordinator_id, helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
@@ -33,6 +46,7 @@ from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW
 from tests.helpers import eventually, helper_request, history_events, settings_for
 from worker import running_worker
+from workflows.maintenance import ensure_sweep_schedule
 
 pytestmark = pytest.mark.e2e
 
@@ -92,6 +106,87 @@ async def test_histories_hold_only_ciphertext_and_the_codec_server_decodes_for_t
         assert b"kim" in decoded.data and base64.b64encode(decoded.data)
 
 
+async def test_no_payload_of_ours_reaches_the_server_in_clear(dev_env: WorkflowEnvironment, tmp_path: Path):
+    """R39: with codec keys, every payload our code hands to Temporal is encrypted: read raw from the server, every
+    payload of a helper's history (started, closed while it runs, so its follow is cancelled), of its coordinator's,
+    and of the sweep schedule has the encrypted encoding, but what Temporal writes itself (`_written_by_temporal`).
+    Search attributes stay readable by design: the server indexes them (the owner and the helper's state, never
+    the task or the outcome)."""
+    keys = f"k1:{new_key()}"
+    client = Client(
+        dev_env.client.service_client,
+        namespace=dev_env.client.namespace,
+        data_converter=data_converter(codec_from(keys, "k1")),
+    )
+    task = scripted_task(f"Pass phrase {SECRET}: wait.", steps=50, step_ms=200, final_text="never")
+    async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
+        settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW).model_copy(
+            update={"codec_keys": keys, "codec_key_id": "k1", "starter_timeout_ms": 30_000}
+        )
+        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        async with running_worker(client, settings):
+            await ensure_sweep_schedule(client, settings.task_queue)
+            helpers = HelperClient(settings, store, client)
+            await helpers.start(helper_request("lee", "clear", task))
+            await eventually(functools.partial(_in_state, store, RowState.RUNNING), timeout=30)
+            await helpers.close("lee", "clear")
+            await eventually(functools.partial(_in_state, store, RowState.CLOSED), timeout=30)
+        await store.close()
+
+    found: list[tuple[str, Payload]] = []
+    for workflow_id in (helper_workflow_id("lee", "clear"), coordinator_id("lee")):
+        for event in await history_events(dev_env.client, workflow_id):
+            found += [(f"{workflow_id} {EventType.Name(event.event_type)}.{path}", p) for path, p in _payloads(event)]
+    schedule = await dev_env.client.workflow_service.describe_schedule(
+        DescribeScheduleRequest(
+            namespace=dev_env.client.namespace, schedule_id=f"helpers/maintenance/{settings.task_queue}/sweep-orphans"
+        )
+    )
+    found += [(f"schedule.{path}", p) for path, p in _payloads(schedule)]
+    assert schedule.schedule.action.start_workflow.workflow_type.name  # its start action, with any input, is read
+    clear = [
+        (where, payload.metadata.get("encoding"), payload.data[:80])
+        for where, payload in found
+        if payload.metadata.get("encoding") != ENCODING and not _written_by_temporal(where, payload)
+    ]
+    assert clear == []
+    assert SECRET.encode() not in b"".join(payload.SerializeToString() for _, payload in found)
+
+
+def _written_by_temporal(where: str, payload: Payload) -> bool:
+    """The plaintext payloads Temporal writes itself, not from anything of ours: the server's details of the cancel
+    of an activity that had not started, and the SDK core's record of a local activity (its seq, attempt, type and
+    times; the activity's result beside it, under `result`, is ours and encrypted)."""
+    return payload == SERVER_NOT_STARTED or where.endswith("marker_recorded_event_attributes.details[data].payloads")
+
+
+def _payloads(message: Message, path: str = "") -> Iterator[tuple[str, Payload]]:
+    """Every payload in a protobuf message, with its path; search attributes left out (the server indexes them)."""
+    if isinstance(message, Payload):
+        yield path, message
+        return
+    if isinstance(message, SearchAttributes):
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        name = f"{path}.{field.name}" if path else field.name
+        if field.message_type.GetOptions().map_entry:
+            items: Iterable[tuple[str, Any]] = ((f"{name}[{key}]", item) for key, item in value.items())
+        elif field.is_repeated:
+            items = ((name, item) for item in value)
+        else:
+            items = [(name, value)]
+        for where, item in items:
+            if isinstance(item, Message):
+                yield from _payloads(item, where)
+
+
+async def _in_state(store: HelperStore, state: RowState):
+    row = await store.get("lee", "clear")
+    return row if row is not None and row.state == state else None
+
+
 async def _final(store: HelperStore):
     row = await store.get("kim", "secret")
     return row if row is not None and row.outcome_kind is not None else None
@@ -117,10 +212,13 @@ class _CancelsAnActivityThatNeverStarted:
         return "completed"
 
 
-async def test_plaintext_the_server_writes_itself_does_not_fail_a_workflow_task(dev_env: WorkflowEnvironment):
+async def test_plaintext_the_server_writes_itself_does_not_fail_a_workflow_task(
+    dev_env: WorkflowEnvironment, caplog: pytest.LogCaptureFixture
+):
     """R39: the server writes its own plaintext details into the cancel of an activity that never started;
-    with encryption required the workflow still sees a plain cancellation, while a typed plaintext input is
-    still refused (a helper once stayed stuck on `Unknown payload encoding binary/plaintext-refused`)."""
+    with encryption required the workflow still sees a plain cancellation, and no warning sends anyone looking
+    for a client without keys, while a typed plaintext input is still refused (a helper once stayed stuck on
+    `Unknown payload encoding binary/plaintext-refused`)."""
     keyed = Client(
         dev_env.client.service_client,
         namespace=dev_env.client.namespace,
@@ -133,6 +231,13 @@ async def test_plaintext_the_server_writes_itself_does_not_fail_a_workflow_task(
         )
         result = await asyncio.wait_for(handle.result(), timeout=30)
     assert result == "CancelledError"
+    canceled = [
+        event.activity_task_canceled_event_attributes.details.payloads[0]
+        for event in await history_events(dev_env.client, handle.id)
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED
+    ]
+    assert canceled == [SERVER_NOT_STARTED]
+    assert "refused an unencrypted payload" not in caplog.text
     failures = [
         event
         for event in await history_events(keyed, handle.id)

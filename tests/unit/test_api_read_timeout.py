@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from starter.service.settings import ServiceSettings, ServiceSettingsError
+from config.settings import Settings, SettingsError
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,10 +204,10 @@ def test_hundreds_of_stalled_clients_do_not_keep_a_request_from_its_answer(serve
 
 
 def test_the_bound_is_a_setting_named_when_it_is_wrong() -> None:
-    assert ServiceSettings.from_env({}).read_timeout_ms == 5_000
-    assert ServiceSettings.from_env({"HELPER_API_READ_TIMEOUT_MS": "1500"}).read_timeout_ms == 1_500
-    with pytest.raises(ServiceSettingsError, match="HELPER_API_READ_TIMEOUT_MS"):
-        ServiceSettings.from_env({"HELPER_API_READ_TIMEOUT_MS": "0"})
+    assert Settings.from_env({}).service.read_timeout_ms == 5_000
+    assert Settings.from_env({"HELPER_API_READ_TIMEOUT_MS": "1_500"}).service.read_timeout_ms == 1_500
+    with pytest.raises(SettingsError, match="HELPER_API_READ_TIMEOUT_MS='0'"):
+        Settings.from_env({"HELPER_API_READ_TIMEOUT_MS": "0"})
 
 
 def test_a_whole_request_that_waits_while_the_service_is_held_up_is_answered(served: Served) -> None:

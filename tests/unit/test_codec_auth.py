@@ -25,9 +25,10 @@ from codec.auth import (
     Authorizer,
     AuthSettings,
     OidcSettings,
-    auth_settings_from_env,
+    auth_settings,
     startup_refusal,
 )
+from config.settings import Settings
 
 ISSUER = "https://idp.example.test/realms/helpers"
 AUDIENCE = "temporal-ui"
@@ -272,17 +273,19 @@ OIDC_ENV = {
 }
 
 
+def auth_from(env: dict[str, str]) -> AuthSettings:
+    return auth_settings(Settings.from_env(env).codec)
+
+
 def test_settings_from_the_environment() -> None:
     """R39: the HELPER_CODEC_* variables describe the auth model; lists are comma separated."""
-    settings = auth_settings_from_env(
-        {**OIDC_ENV, "HELPER_CODEC_TOKEN": " tok ", "HELPER_CODEC_NAMESPACES": "helpers,default"}
-    )
+    settings = auth_from({**OIDC_ENV, "HELPER_CODEC_TOKEN": " tok ", "HELPER_CODEC_NAMESPACES": "helpers,default"})
     assert settings.token == "tok"
     assert settings.namespaces == {"helpers", "default"}
     assert settings.oidc is not None
     assert settings.oidc.groups == {"readers", "ops"} and settings.oidc.groups_claim == "groups"
-    assert auth_settings_from_env({}) == AuthSettings()
-    assert auth_settings_from_env({"HELPER_CODEC_TOKEN": ""}).token is None
+    assert auth_from({}) == AuthSettings()
+    assert auth_from({"HELPER_CODEC_TOKEN": ""}).token is None
 
 
 @pytest.mark.parametrize(
@@ -298,15 +301,15 @@ def test_a_half_configured_oidc_is_refused(missing: str, named: str) -> None:
     """R39: OIDC without audience, JWKS URL, issuer, or anyone allowed to read refuses to start, naming it."""
     env = {name: value for name, value in OIDC_ENV.items() if name != missing}
     with pytest.raises(AuthConfigError, match=named):
-        auth_settings_from_env(env)
+        auth_from(env)
 
 
 def test_other_bad_settings_are_refused() -> None:
     """R39: an empty namespace list or a JWKS URL that is not http(s) refuses to start."""
     with pytest.raises(AuthConfigError, match="HELPER_CODEC_NAMESPACES"):
-        auth_settings_from_env({"HELPER_CODEC_NAMESPACES": " , "})
+        auth_from({"HELPER_CODEC_NAMESPACES": " , "})
     with pytest.raises(AuthConfigError, match="http"):
-        auth_settings_from_env({**OIDC_ENV, "HELPER_CODEC_OIDC_JWKS_URL": "file:///etc/passwd"})
+        auth_from({**OIDC_ENV, "HELPER_CODEC_OIDC_JWKS_URL": "file:///etc/passwd"})
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.5"])

@@ -269,3 +269,14 @@ def test_serve_refuses_a_half_configured_oidc() -> None:
     """R39: an issuer without an audience refuses to start and names the missing variable."""
     finished = _serve({"HELPER_CODEC_OIDC_ISSUER": "https://idp.example.test"}, "--port", "1")
     assert finished.returncode != 0 and "HELPER_CODEC_OIDC_AUDIENCE" in finished.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [("HELPER_CODEC_MAX_BODY_BYTES", "0"), ("HELPER_CODEC_MAX_BODY_BYTES", "lots"), ("HELPER_CODEC_PORT", "70000")],
+)
+def test_serve_refuses_a_bad_number_naming_the_variable_and_its_value(variable: str, raw: str) -> None:
+    """A bad value of the codec server's settings stops it with one line naming the variable and the value."""
+    finished = _serve({variable: raw})
+    assert finished.returncode != 0
+    assert f"{variable}={raw!r}" in finished.stderr and len(finished.stderr.strip().splitlines()) == 1

@@ -41,7 +41,6 @@ from protocol.messages import DeliveredRequest, ReadRequest
 from starter import commands
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
-from starter.service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = "127.0.0.1:9"  # nothing listens
@@ -698,8 +697,8 @@ def settings_down(store: tuple[Path, dict[str, str]]) -> Settings:
 @pytest.fixture
 async def service(settings_down: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, GoneTemporal]]:
     temporal = GoneTemporal()
-    options = ServiceSettings()
-    app = create_app(settings_down, options, Connections(settings_down, 1, temporal=cast(Client, temporal)))
+    options = settings_down.service
+    app = create_app(settings_down, Connections(settings_down, 1, temporal=cast(Client, temporal)))
     transport = httpx.ASGITransport(app=with_guards(app, options), raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
         yield client, temporal
@@ -889,8 +888,8 @@ class Served:
 @pytest.fixture(scope="module")
 def generated_service(settings_down: Settings) -> Iterator[Served]:
     temporal = GoneTemporal()
-    options = ServiceSettings()
-    app = create_app(settings_down, options, Connections(settings_down, 1, temporal=cast(Client, temporal)))
+    options = settings_down.service
+    app = create_app(settings_down, Connections(settings_down, 1, temporal=cast(Client, temporal)))
     transport = httpx.ASGITransport(app=with_guards(app, options), raise_app_exceptions=False)
     with asyncio.Runner() as runner:
         client = httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30)

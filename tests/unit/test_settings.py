@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from config.settings import Settings, SettingsError, release_build_id
 from domain.limits import (
@@ -233,3 +234,41 @@ def test_the_worker_refuses_to_start_without_keys_for_a_remote_temporal() -> Non
     )
     assert done.returncode == 2
     assert b"HELPER_CODEC_KEYS" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_the_parts_of_the_tree_read_their_own_variables() -> None:
+    """The starter API's, the codec server's and the worker's logging settings are parts of the one tree: each
+    variable lands in its part, `_` groups digits there too, and a bad value names the variable and its value."""
+    settings = Settings.from_env(
+        {
+            "HELPER_API_MAX_WATCHES": "1_000",
+            "HELPER_CODEC_PORT": "9330",
+            "HELPER_CODEC_ORIGINS": "http://ui:8233",
+            "HELPER_LOG_LEVEL": "DEBUG",
+            "OTEL_SERVICE_NAME": "helpers-eu",
+        }
+    )
+    assert settings.service.max_watches == 1_000
+    assert (settings.codec.port, settings.codec.origin_list) == (9330, ["http://ui:8233"])
+    assert settings.logging.level == "DEBUG"
+    assert settings.tracing_name("helper-worker") == "helpers-eu"
+    assert Settings.from_env({}).tracing_name("helper-worker") == "helper-worker"
+    with pytest.raises(SettingsError, match="HELPER_LOG_LEVEL='LOUD'"):
+        Settings.from_env({"HELPER_LOG_LEVEL": "LOUD"})
+    with pytest.raises(SettingsError, match="HELPER_API_STORE_POOL_SIZE='0'"):
+        Settings.from_env({"HELPER_API_STORE_POOL_SIZE": "0"})
+
+
+def test_a_flag_takes_yes_and_no_in_any_case() -> None:
+    for raw, value in (("1", True), ("TRUE", True), (" yes ", True), ("0", False), ("False", False), ("no", False)):
+        assert Settings.from_env({"HELPER_PROMOTE_BUILD": raw}).promote_build is value
+
+
+def test_a_secret_never_appears_in_an_error() -> None:
+    """A refused value of a secret (a field kept out of repr) is shown as ***."""
+    from config.settings import _named
+
+    with pytest.raises(ValidationError) as caught:
+        Settings.model_validate({"service": {"HELPER_API_TOKEN": 5}})
+    message = _named(caught.value, {"HELPER_API_TOKEN": "s3cret-s3cret-s3cret"})
+    assert message == "HELPER_API_TOKEN=***: Input should be a valid string"
