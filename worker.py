@@ -130,7 +130,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
     """A started worker (the workflows and short activities, and beside it the follows' worker) with its store and
     HTTP clients; everything is closed on exit."""
     ensure_descriptors(descriptors_needed(settings))
-    store = await HelperStore.connect(settings.store_url, run_migrations=settings.migrates_on_start)
+    store = await HelperStore.connect(settings.store, run_migrations=settings.migrates_on_start)
     core = CoreClient.of_worker(settings)
     chat = ChatClient.of_worker(settings)
     results = ResultDirectories(settings.results_dir)

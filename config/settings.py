@@ -28,8 +28,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from domain.limits import FollowTuning, Limits, Policy
+from store.address import StoreAddress
 
 API_TOKEN_MIN_CHARS = 16
+
+
+def _store_address(value: Any) -> Any:
+    return StoreAddress.parse(value) if isinstance(value, str) else value
+
+
+# HELPER_STORE_URL, parsed when the settings load; code may also set the field to a URL's text or a StoreAddress.
+StoreUrl = Annotated[StoreAddress, BeforeValidator(_store_address)]
 
 
 class SettingsError(ValueError):
@@ -210,7 +219,11 @@ class Settings(Section):
     temporal_address: str = Field("127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field("default", validation_alias="TEMPORAL_NAMESPACE")
     task_queue: str = Field("helpers", validation_alias="HELPER_TASK_QUEUE")
-    store_url: str = Field("sqlite+aiosqlite:///data/helpers.sqlite3", validation_alias="HELPER_STORE_URL")
+    # Parsed once, here: every process connects to, describes and scrubs this one value (store.address). Its text may
+    # hold a password, so an error never shows it.
+    store: StoreUrl = Field(
+        StoreAddress.parse("sqlite+aiosqlite:///data/helpers.sqlite3"), validation_alias="HELPER_STORE_URL", repr=False
+    )
     results_dir: Path = Field(Path("data/results"), validation_alias="HELPER_RESULTS_DIR")
     core_url: str = Field("http://127.0.0.1:8310", validation_alias="HELPER_CORE_URL")
     chat_url: str = Field("http://127.0.0.1:8320", validation_alias="HELPER_CHAT_URL")
@@ -312,7 +325,7 @@ class Settings(Section):
     def migrates_on_start(self) -> bool:
         if self.migrate_on_start is not None:
             return self.migrate_on_start
-        return self.store_url.startswith("sqlite")
+        return self.store.dialect == "sqlite"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -32,6 +32,7 @@ from protocol.client import admit, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.deadlines import AnswerBy, answer_by
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
+from protocol.temporal_errors import refusal_of_rpc
 from starter.backpressure import WriteGate
 from starter.inputs import (
     check_goal_ids,
@@ -42,7 +43,6 @@ from starter.inputs import (
     parse_request,
     read_request,
     scrub,
-    store_address,
 )
 from starter.reads import StoreReader, open_store
 from store.reads import RowReader
@@ -70,7 +70,6 @@ class HelperClient(StoreReader):
     async def connect(cls, settings: Settings, *, temporal: bool = True, by: AnswerBy | None = None) -> HelperClient:
         """Open the store; connect to Temporal only when the operation writes (reads need no server), by `by`
         (HELPER_STARTER_TIMEOUT_MS from now unless given)."""
-        store_address(settings.store_url)  # an invalid URL is refused first (exit 2)
         if temporal and (problem := settings.encryption_problem()):
             raise InvalidConfiguration(problem)
         store = await open_store(settings)
@@ -136,9 +135,9 @@ class HelperClient(StoreReader):
                 raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s()) from None
             raise
         except RPCError as error:
-            # protocol.client.answered translates every other answer; this one is the caller's: no coordinator.
-            if error.status is not RPCStatusCode.NOT_FOUND:
-                raise
+            if error.status is not RPCStatusCode.NOT_FOUND:  # one the send raised before Temporal answered it
+                raise refusal_of_rpc(error, "the request") from None
+            # The coordinator does not exist (protocol.client.answered leaves this one to the caller).
             if not missing_helper:
                 raise HelperRefused(NO_COORDINATOR, "this owner has no helpers") from None
             raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {missing_helper}.") from None

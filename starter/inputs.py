@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from config.settings import Settings
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
 from domain.requests import HelperRequest, RequestError, check_id
-from protocol.errors import InvalidConfiguration, InvalidRequest
+from protocol.errors import InvalidRequest
 from store.address import StoreAddress
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
@@ -175,16 +175,6 @@ def check_goal_ids(owner: str, goal_id: str) -> None:
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"]*@")
 
 _SECRET_PARAMETER = re.compile(r"(?i)\b(?P<name>password|passwd|pwd|secret|token|api_?key)=[^&\s'\"]*")
-
-
-def store_address(url: str) -> StoreAddress:
-    """The configured store's address; a URL that does not parse is the operator's error (exit 2), its text never
-    printed (it may hold a password)."""
-    try:
-        return StoreAddress.parse(url)
-    except ValueError as error:
-        scheme = url.split("://", 1)[0] + "://…" if "://" in url else "an unreadable URL"
-        raise InvalidConfiguration(f"HELPER_STORE_URL is not a database URL ({redact(scheme)}): {error}") from None
 
 
 def redact(text: str) -> str:

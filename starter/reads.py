@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from config.settings import Settings
 from domain.rows import HelperRow, HelperView, RowState
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, Unavailable
-from starter.inputs import check_ids, scrub, store_address
+from starter.inputs import check_ids, scrub
 from store.address import StoreAddress
 from store.reads import RowReader, open_bare, open_sqlite
 from store.records import UsageLine
@@ -42,7 +42,7 @@ def open_sqlite_reader(settings: Settings) -> RowReader | None:
     one the bare reader takes, or its driver failed in a way SQLAlchemy's path words (then use `open_store`)."""
     import sqlite3
 
-    address = store_address(settings.store_url)
+    address = settings.store
     if address.bare != "sqlite":
         return None
     try:
@@ -57,7 +57,7 @@ async def open_store(settings: Settings, pool_size: int | None = None) -> RowRea
     """The configured store's reads, or Unavailable naming where it is (never its password). A store the bare
     readers take (`StoreAddress.bare`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's
     path. With `pool_size`, a PostgreSQL store is read through a pool of that many connections (the HTTP service)."""
-    address = store_address(settings.store_url)
+    address = settings.store
     if address.bare is not None:
         try:
             return await open_bare(address, pool_size)

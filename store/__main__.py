@@ -22,7 +22,7 @@ def main() -> int:
     if sys.argv[1:] != ["migrate"]:
         print("usage: python -m store migrate   (uses HELPER_STORE_URL)", file=sys.stderr)
         return 2
-    address = StoreAddress.parse(Settings.from_env().store_url)
+    address = Settings.from_env().store
     asyncio.run(_migrate(address))
     print(f"store schema is current at {address.described}")
     return 0

@@ -171,7 +171,7 @@ async def serve(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await ensure_sweep_schedule(client, settings.task_queue)
-    store = await HelperStore.connect(settings.store_url, run_migrations=settings.migrates_on_start)
+    store = await HelperStore.connect(settings.store, run_migrations=settings.migrates_on_start)
     core = CoreClient.of_worker(settings)
     chat = ChatClient.of_worker(settings)
     results = ResultDirectories(settings.results_dir)

@@ -67,7 +67,7 @@ def settings_for(
     limits = policy.pop("limits", Limits())
     return Settings(
         task_queue=f"helpers-{uuid.uuid4().hex[:8]}",
-        store_url=f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}",
+        store=f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}",
         results_dir=tmp_path / "results",
         core_url=core_url,
         chat_url=chat_url,

@@ -75,7 +75,7 @@ async def _stack(
 ) -> AsyncIterator[Stack]:
     policy.setdefault("follow", E2E_FOLLOW)
     settings = settings_for(tmp_path, core_url, chat_url, **policy)
-    store = await HelperStore.connect(settings.store_url, run_migrations=True)
+    store = await HelperStore.connect(settings.store, run_migrations=True)
     try:
         async with running_worker(env.client, settings):
             client = HelperClient(settings, store.reads, env.client)

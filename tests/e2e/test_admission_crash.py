@@ -159,7 +159,7 @@ def _environment(settings: Settings, crash_dir: Path) -> dict[str, str]:
         **inherited,
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "HELPER_TASK_QUEUE": settings.task_queue,
-        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_STORE_URL": settings.store.text,
         "HELPER_RESULTS_DIR": str(settings.results_dir),
         "HELPER_CORE_URL": settings.core_url,
         "HELPER_CHAT_URL": settings.chat_url,
@@ -321,7 +321,7 @@ def _settings(dev_env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_
     return Settings(
         temporal_address=dev_env.client.service_client.config.target_host,
         task_queue=f"crash-{uuid.uuid4().hex[:8]}",
-        store_url=f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}",
+        store=f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}",
         results_dir=tmp_path / "results",
         core_url=core_url,
         chat_url=chat_url,
@@ -347,7 +347,7 @@ async def _crash_stack(
     and a client connected; everything stopped on the way out."""
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = _settings(dev_env, tmp_path, core_url, chat_url)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         await store.close()
         worker = CrashWorker(_environment(settings, crash_dir), tmp_path / "crash-worker.log")
         client: HelperClient | None = None
@@ -462,7 +462,7 @@ async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offere
         worker.spawn()
         assert (await asyncio.wait_for(starting, ANSWER_WAIT)).helper_id == "told"
 
-        store = await HelperStore.connect(settings.store_url)
+        store = await HelperStore.connect(settings.store)
 
         async def delivered() -> Any:
             events = await chat_events(store, owner)
@@ -509,7 +509,7 @@ async def test_an_admission_killed_during_its_writes_keeps_its_slot_from_the_nex
         again = await asyncio.wait_for(_start_until_answered(client, "first", owner=owner), ANSWER_WAIT)
         assert second.status is RowState.WAITING, f"the second helper took the first one's slot: {second}"
         assert again.existing and again.status is not RowState.WAITING, f"the first helper lost its place: {again}"
-        store = await HelperStore.connect(settings.store_url)
+        store = await HelperStore.connect(settings.store)
         try:
             rows = {row.helper_id: row for row in await rows_of(store, owner)}
         finally:

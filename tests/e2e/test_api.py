@@ -213,7 +213,7 @@ async def test_the_service_speaks_https_only_when_configured_with_a_certificate(
         "HELPER_ENV_FILE": os.devnull,
         "TEMPORAL_ADDRESS": stack.settings.temporal_address,
         "HELPER_TASK_QUEUE": stack.settings.task_queue,
-        "HELPER_STORE_URL": stack.settings.store_url,
+        "HELPER_STORE_URL": stack.settings.store.text,
         "HELPER_RESULTS_DIR": str(stack.settings.results_dir),
         "HELPER_CORE_URL": stack.settings.core_url,
         "HELPER_CHAT_URL": stack.settings.chat_url,

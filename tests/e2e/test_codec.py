@@ -70,7 +70,7 @@ async def test_histories_hold_only_ciphertext_and_the_codec_server_decodes_for_t
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW).model_copy(
             update={"codec_keys": keys, "codec_key_id": "k1"}
         )
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         async with running_worker(client, settings):
             helpers = HelperClient(settings, store.reads, client)
             await helpers.start(helper_request("kim", "secret", task))
@@ -123,10 +123,10 @@ async def test_no_payload_of_ours_reaches_the_server_in_clear(dev_env: WorkflowE
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW).model_copy(
             update={"codec_keys": keys, "codec_key_id": "k1", "starter_timeout_ms": 30_000}
         )
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         async with running_worker(client, settings):
             await ensure_sweep_schedule(client, settings.task_queue)
-            helpers = HelperClient(settings, store, client)
+            helpers = HelperClient(settings, store.reads, client)
             await helpers.start(helper_request("lee", "clear", task))
             await eventually(functools.partial(_in_state, store, RowState.RUNNING), timeout=30)
             await helpers.close("lee", "clear")

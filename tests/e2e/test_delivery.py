@@ -167,7 +167,7 @@ async def test_unreported_outcomes_are_listed_while_no_worker_runs(dev_env, tmp_
     environment = {
         "PATH": "",
         "TEMPORAL_ADDRESS": "127.0.0.1:9",
-        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_STORE_URL": settings.store.text,
         "HELPER_RESULTS_DIR": str(settings.results_dir),
     }
     process = await asyncio.create_subprocess_exec(

@@ -44,7 +44,7 @@ async def _one_follow_slot(
         settings = settings_for(tmp_path, core_url, chat_url, follow=follow).model_copy(
             update={"max_concurrent_follows": 1}
         )
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         try:
             async with running_worker(env.client, settings):
                 yield HelperClient(settings, store.reads, env.client), store

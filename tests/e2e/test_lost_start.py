@@ -143,7 +143,7 @@ async def test_a_close_during_a_slow_admission_passes_its_slot_to_the_admitted_h
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, max_open=4, follow=E2E_FOLLOW)
         settings = settings.model_copy(update={"starter_timeout_ms": 40_000})
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         slow = _SlowAdmission(store, "queued")
         core = CoreClient.of_worker(settings)
         chat = ChatClient.of_worker(settings)
@@ -199,7 +199,7 @@ async def test_a_slow_admission_is_answered_accepted_within_the_bound(
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
         assert settings.starter_timeout_ms == 10_000
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         slow = _SlowAdmission(store, "slow")
         core = CoreClient.of_worker(settings)
         chat = ChatClient.of_worker(settings)

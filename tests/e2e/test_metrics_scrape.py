@@ -73,7 +73,7 @@ async def scraped_stack(
             data_converter=dev_env.client.data_converter,
             runtime=_runtime(settings),
         )
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         try:
             async with running_worker(client, settings):
                 yield settings, HelperClient(settings, store.reads, client), store

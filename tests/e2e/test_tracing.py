@@ -56,7 +56,7 @@ async def test_one_helper_is_one_trace_from_the_starter_to_the_core(
     owner, helper_id = f"owner-{uuid.uuid4().hex[:8]}", "traced"
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         try:
             async with running_worker(traced, settings):
                 admission = await HelperClient(settings, store.reads, traced).start(helper_request(owner, helper_id))

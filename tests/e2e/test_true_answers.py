@@ -49,7 +49,7 @@ async def test_what_the_starter_called_not_taken_is_never_taken(dev_env: Workflo
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
         settings = settings.model_copy(update={"starter_timeout_ms": BOUND_MS})
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         client = HelperClient(settings, store.reads, dev_env.client)
         owner = f"owner-{uuid.uuid4().hex[:8]}"
         long_task = scripted_task("Long work.", steps=200, step_ms=500)
@@ -105,7 +105,7 @@ async def test_the_service_refuses_what_it_cannot_answer_in_time_before_sending_
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
         settings = settings.model_copy(update={"starter_timeout_ms": 2_000, "starter_max_in_flight": 1})
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         owner = f"owner-{uuid.uuid4().hex[:8]}"
         service = settings.service
         app = create_app(settings, Connections(settings, 2, temporal=dev_env.client))

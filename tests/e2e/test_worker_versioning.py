@@ -89,7 +89,7 @@ async def test_a_running_helper_stays_on_its_build_and_a_new_one_runs_on_the_cur
     async with serving_fake_core(core) as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW, check_ms=2_000)
         settings = settings.model_copy(update={"deployment_name": deployment})
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         starter = HelperClient(settings, store.reads, client)
         try:
             async with _worker(client, settings, "a"):

@@ -11,6 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from config.settings import Settings
 from starter.client import HelperClient
+from store.address import StoreAddress
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import settings_for
@@ -38,8 +39,8 @@ async def time_stack(
     async with serving_fake_core(core) as core_url:
         settings = settings_for(tmp_path, core_url, CLOSED_PORT, skipping_time=True, **policy)
         if store_url is not None:
-            settings = settings.model_copy(update={"store_url": store_url})
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+            settings = settings.model_copy(update={"store": StoreAddress.parse(store_url)})
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         try:
             async with running_worker(env.client, settings):
                 yield TimeStack(env, core, settings, store, HelperClient(settings, store.reads, env.client))

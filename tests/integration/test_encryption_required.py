@@ -41,7 +41,7 @@ async def test_a_client_without_the_keys_cannot_admit_or_close(time_env: Workflo
             data_converter=data_converter(codec_from(KEYS, None)),
         )
         raw = time_env.client  # the pydantic converter, no keys: what an attacker's client sends
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         try:
             async with running_worker(keyed, settings):
                 client = HelperClient(settings, store.reads, keyed)

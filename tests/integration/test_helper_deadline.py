@@ -79,7 +79,7 @@ async def test_hard_ceiling_holds_when_the_core_is_down(time_env: WorkflowEnviro
     server = serving_fake_core(core)
     core_url = await server.__aenter__()
     settings = settings_for(tmp_path, core_url, CLOSED_PORT, skipping_time=True)
-    store = await HelperStore.connect(settings.store_url, run_migrations=True)
+    store = await HelperStore.connect(settings.store, run_migrations=True)
     async with running_worker(time_env.client, settings):
         client = HelperClient(settings, store.reads, time_env.client)
         await client.start(helper_request("cat", "h1", language="ru"))

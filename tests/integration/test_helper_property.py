@@ -448,7 +448,7 @@ class RigThread:
                     max_running=MAX_RUNNING,
                     max_open=3,
                 )
-                store = await HelperStore.connect(settings.store_url, run_migrations=True)
+                store = await HelperStore.connect(settings.store, run_migrations=True)
                 try:
                     async with running_worker(env.client, settings):
                         client = HelperClient(settings, store.reads, env.client)

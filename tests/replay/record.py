@@ -79,7 +79,7 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
         core_url = await core.__aenter__()
         port = int(core_url.rsplit(":", 1)[1])
         settings = settings_for(work, core_url, chat_url, follow=FAST)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         async with running_worker(env.client, settings):
             client = HelperClient(settings, store.reads, env.client)
             send = {"step": 1, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
@@ -161,7 +161,7 @@ async def record_regrant_paths(env: WorkflowEnvironment, work: Path) -> None:
     owner = "recorded-regrant"
     async with running_chat() as chat_url, running_core(work / "core.sqlite3") as core_url:
         settings = settings_for(work, core_url, chat_url, follow=FAST, max_open=4)
-        store = await HelperStore.connect(settings.store_url, run_migrations=True)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
         async with running_worker(env.client, settings):
             client = HelperClient(settings, store.reads, env.client)
             hold = scripted_task("Hold.", hold_until="regrant-go")
@@ -240,7 +240,7 @@ async def _record_lost_create(folder: Path, name: str) -> None:
                 check_ms=400,
                 limits=Limits(deadline_ms=60_000, grace_ms=30_000),
             )
-            store = await HelperStore.connect(settings.store_url, run_migrations=True)
+            store = await HelperStore.connect(settings.store, run_migrations=True)
             async with running_worker(env.client, settings):
                 client = HelperClient(settings, store.reads, env.client)
                 await client.start(helper_request(name, "h1"))
@@ -262,7 +262,7 @@ async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:
     try:
         async with serving_fake_core(core) as core_url:
             settings = settings_for(folder, core_url, "http://127.0.0.1:9", skipping_time=True)
-            store = await HelperStore.connect(settings.store_url, run_migrations=True)
+            store = await HelperStore.connect(settings.store, run_migrations=True)
             async with running_worker(env.client, settings):
                 client = HelperClient(settings, store.reads, env.client)
                 await client.start(helper_request(name, "h1"))

@@ -131,7 +131,7 @@ async def test_chaos_soak_keeps_every_promise(
         store_url=postgres.url if postgres else None,
         worker_health_ports=tuple(free_port() for _ in range(layout.workers)),
     )
-    tables = StoreTables(stack.settings().store_url)
+    tables = StoreTables(stack.settings().store.text)
     rng = random.Random(SEED)
     clock = Clock()
     journal = Journal(clock)

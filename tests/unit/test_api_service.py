@@ -36,7 +36,7 @@ async def settings(tmp_path: Path) -> Settings:
     store = await HelperStore.connect(store_url, run_migrations=True)
     await store.close()
     return Settings(
-        store_url=store_url, results_dir=tmp_path / "results", temporal_address=NOWHERE, starter_timeout_ms=3_000
+        store=store_url, results_dir=tmp_path / "results", temporal_address=NOWHERE, starter_timeout_ms=3_000
     )
 
 
@@ -44,7 +44,7 @@ async def settings(tmp_path: Path) -> Settings:
 def cli_env(settings: Settings) -> dict[str, str]:
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))},
-        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_STORE_URL": settings.store.text,
         "HELPER_RESULTS_DIR": str(settings.results_dir),
         "TEMPORAL_ADDRESS": NOWHERE,
         "HELPER_STARTER_TIMEOUT_MS": "3000",

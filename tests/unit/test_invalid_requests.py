@@ -686,7 +686,7 @@ def test_the_console_script_answers_invalid(
 def settings_down(store: tuple[Path, dict[str, str]]) -> Settings:
     tmp, env = store
     return Settings(
-        store_url=env["HELPER_STORE_URL"],
+        store=env["HELPER_STORE_URL"],
         results_dir=tmp / "results",
         temporal_address=NOWHERE,
         core_url=f"http://{NOWHERE}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,14 @@ from domain.limits import (
     TURN_MAX_STEPS_HELPER,
     FollowTuning,
 )
+from store.address import StoreAddress
 
 # variable -> (the raw value to set, the Settings field it lands in)
 OVERRIDES: dict[str, tuple[str, str]] = {
     "TEMPORAL_ADDRESS": ("temporal.example:7233", "temporal_address"),
     "TEMPORAL_NAMESPACE": ("helpers-prod", "temporal_namespace"),
     "HELPER_TASK_QUEUE": ("helpers-eu", "task_queue"),
-    "HELPER_STORE_URL": ("postgresql+asyncpg://iva@db/helpers", "store_url"),
+    "HELPER_STORE_URL": ("postgresql+asyncpg://iva@db/helpers", "store"),
     "HELPER_RESULTS_DIR": ("/var/lib/helpers/results", "results_dir"),
     "HELPER_CORE_URL": ("http://core:8310", "core_url"),
     "HELPER_CHAT_URL": ("http://chat:8320", "chat_url"),
@@ -100,7 +102,8 @@ def test_each_plain_variable_overrides_its_setting(variable: str) -> None:
     """Every connection variable is read."""
     raw, field = OVERRIDES[variable]
     settings = Settings.from_env({variable: raw})
-    expected: object = Path(raw) if field == "results_dir" else raw
+    parsed: dict[str, Callable[[str], object]] = {"results_dir": Path, "store": StoreAddress.parse}
+    expected = parsed[field](raw) if field in parsed else raw
     assert setting(settings, field) == expected
     assert settings.model_copy(update={field: getattr(Settings(), field)}) == Settings()
 

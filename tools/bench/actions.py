@@ -93,7 +93,7 @@ async def action_stack(deadline_minutes: float) -> AsyncIterator[ActionStack]:
         try:
             async with serving_fake_core(core) as core_url, running_chat() as chat_url:
                 settings = Settings(
-                    store_url=f"sqlite+aiosqlite:///{Path(scratch) / 'helpers.sqlite3'}",
+                    store=f"sqlite+aiosqlite:///{Path(scratch) / 'helpers.sqlite3'}",
                     results_dir=Path(scratch) / "results",
                     core_url=core_url,
                     chat_url=chat_url,
@@ -104,7 +104,7 @@ async def action_stack(deadline_minutes: float) -> AsyncIterator[ActionStack]:
                         follow=FollowTuning(),
                     ),
                 )
-                store = await HelperStore.connect(settings.store_url, run_migrations=True)
+                store = await HelperStore.connect(settings.store, run_migrations=True)
                 async with running_worker(env.client, settings), httpx.AsyncClient() as http:
                     yield ActionStack(
                         env,

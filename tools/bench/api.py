@@ -256,14 +256,14 @@ async def measure(owners: int, samples: int, start_samples: int, clients: int, p
 
 async def measure_on(owners: int, samples: int, start_samples: int, clients: int, store_url: str | None) -> list[str]:
     async with bench_stack(Policy(), store_url) as stack:
-        await fill_rows(stack.settings.store_url, owners, ROWS_PER_OWNER, False)
+        await fill_rows(stack.settings.store.text, owners, ROWS_PER_OWNER, False)
         temporal = stack.client.temporal
         environment = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))},
             "HELPER_ENV_FILE": os.devnull,
             "TEMPORAL_ADDRESS": temporal.service_client.config.target_host,
             "HELPER_TASK_QUEUE": stack.settings.task_queue,
-            "HELPER_STORE_URL": stack.settings.store_url,
+            "HELPER_STORE_URL": stack.settings.store.text,
             "HELPER_RESULTS_DIR": str(stack.settings.results_dir),
             "HELPER_CORE_URL": stack.settings.core_url,
             "HELPER_CHAT_URL": stack.settings.chat_url,

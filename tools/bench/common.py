@@ -55,14 +55,14 @@ async def bench_stack(policy: Policy, store_url: str | None = None) -> AsyncIter
         try:
             async with serving_fake_core(core) as core_url:
                 settings = Settings(
-                    store_url=store_url or f"sqlite+aiosqlite:///{Path(scratch) / 'helpers.sqlite3'}",
+                    store=store_url or f"sqlite+aiosqlite:///{Path(scratch) / 'helpers.sqlite3'}",
                     results_dir=Path(scratch) / "results",
                     core_url=core_url,
                     chat_url="http://127.0.0.1:9",
                     task_queue="bench",
                     policy=policy,
                 )
-                store = await HelperStore.connect(settings.store_url, run_migrations=True)
+                store = await HelperStore.connect(settings.store, run_migrations=True)
                 async with running_worker(env.client, settings):
                     yield BenchStack(HelperClient(settings, store.reads, env.client), store, core, settings)
                 await store.close()

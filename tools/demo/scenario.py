@@ -449,7 +449,7 @@ async def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 6
 async def _cli(settings: Settings, arguments: list[str]) -> tuple[int, dict[str, Any]]:
     environment = {
         "TEMPORAL_ADDRESS": settings.temporal_address,
-        "HELPER_STORE_URL": settings.store_url,
+        "HELPER_STORE_URL": settings.store.text,
         "HELPER_RESULTS_DIR": str(settings.results_dir),
         "HELPER_CODEC_KEYS": settings.codec_keys or "",
         "PATH": "",

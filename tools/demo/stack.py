@@ -97,7 +97,7 @@ class Stack:
     def settings(self, **overrides: object) -> Settings:
         return Settings(
             temporal_address=f"{HOST}:{self.ports.temporal}",
-            store_url=self.store_url or f"sqlite+aiosqlite:///{self.data / 'helpers.sqlite3'}",
+            store=self.store_url or f"sqlite+aiosqlite:///{self.data / 'helpers.sqlite3'}",
             results_dir=self.data / "results",
             core_url=f"http://{HOST}:{self.ports.core}",
             chat_url=f"http://{HOST}:{self.ports.chat}",
@@ -114,7 +114,7 @@ class Stack:
         settings = self.settings()
         return {
             "TEMPORAL_ADDRESS": settings.temporal_address,
-            "HELPER_STORE_URL": settings.store_url,
+            "HELPER_STORE_URL": settings.store.text,
             "HELPER_RESULTS_DIR": str(settings.results_dir),
             "HELPER_CORE_URL": settings.core_url,
             "HELPER_CHAT_URL": settings.chat_url,
