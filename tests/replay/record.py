@@ -36,7 +36,7 @@ from starter.goals import goal_schedule_id
 from store.helper_store import HelperStore
 from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
 from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.helpers import delete_workflow, eventually, helper_request, settings_for, skip_time
+from tests.helpers import chat_events, delete_workflow, eventually, helper_request, settings_for, skip_time
 from worker import running_worker
 from workflows.maintenance import SweepWorkflow
 
@@ -152,7 +152,31 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
             # The coordinator never ends: its history so far replays like any other.
             await _save(env.client, coordinator_id(OWNER), "coordinator-lifecycle", completed=False)
             await record_goal_check_and_sweep(env, client)
+            async with running_core(work / "core.sqlite3", port):
+                await record_withdrawn_event(env, client, store, chat_url)
         await store.close()
+
+
+async def record_withdrawn_event(env: WorkflowEnvironment, client: HelperClient, store: HelperStore, chat: str) -> None:
+    """A coordinator whose chat is down: its event is offered again after a backoff, the outcome is read and
+    delivered meanwhile, so the event is withdrawn; the chat comes back and a fresh outcome's event is offered."""
+    owner = "recorded-withdrawn"
+
+    async def events_in(state: str | None, attempts: int = 0) -> bool:
+        events = await chat_events(store, owner)
+        return bool(events) and state in (None, events[-1].state) and events[-1].attempts >= attempts
+
+    async with httpx.AsyncClient() as http:
+        await http.put(f"{chat}/v1/control/failing", json={"failing": True, "mode": "down"})
+        await client.start(helper_request(owner, "first", scripted_task("First.", steps=1, step_ms=20)))
+        await eventually(lambda: events_in(None, attempts=2), timeout=30)
+        await client.read(owner, "turn-1", ["first"])
+        await client.delivered(owner, "turn-1", answer_chars=12)
+        await eventually(lambda: events_in("withdrawn"), timeout=30)
+        await http.put(f"{chat}/v1/control/failing", json={"failing": False, "mode": "down"})
+        await client.start(helper_request(owner, "second", scripted_task("Second.", steps=1, step_ms=20)))
+        await eventually(lambda: events_in("delivered"), timeout=30)
+    await _save(env.client, coordinator_id(owner), "coordinator-withdrawn-event", completed=False)
 
 
 async def record_regrant_paths(env: WorkflowEnvironment, work: Path) -> None:

@@ -36,6 +36,7 @@ EXPECTED = {
     "helper-follow-up",
     "coordinator-lifecycle",
     "coordinator-regrant",
+    "coordinator-withdrawn-event",
     "goal-check",
     "sweep",
 }
