@@ -100,22 +100,36 @@ CoreIdentifier = Annotated[
 ]
 
 
+def _nonblank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("a label must show something once control characters are stripped")
+    return value
+
+
 ChoiceId = Annotated[str, Field(min_length=1, max_length=MAX_CHOICE_ID_CHARS), AfterValidator(_printable_identifier)]
 
 
 class QuestionOption(BaseModel):
-    id: ChoiceId
-    label: Annotated[CoreText, Field(min_length=1, max_length=MAX_OPTION_LABEL_CHARS)]
+    id: ChoiceId = Field(description="Names this option in the owner's answer: 1-64 printable characters.")
+    label: Annotated[
+        CoreText,
+        Field(min_length=1, max_length=MAX_OPTION_LABEL_CHARS, description="What the owner reads: 1-200 characters."),
+        AfterValidator(_nonblank),
+    ]
 
 
 class QuestionChoices(BaseModel):
     """What a structured question offers (R49): its id, the options the owner picks from, and whether a free-text
-    answer is taken as well. A plain-text question has none. More options than the bound, an overlong label or two
-    options with one id make the answer malformed (R37)."""
+    answer is taken as well. A plain-text question has none. More options than the bound, an overlong or blank
+    label, an overlong id or one with unprintable characters, two options with one id, or neither an option nor
+    free text make the answer malformed (R37); control characters in a label are stripped, as in every core text.
+    At its largest (ten options of 200 characters) it is a few kilobytes, so it passes whole."""
 
-    question_id: ChoiceId
+    question_id: ChoiceId = Field(
+        description="Names the question in the owner's answer: 1-64 printable characters; another question, another id."
+    )
     options: list[QuestionOption] = Field(default_factory=list, max_length=MAX_QUESTION_OPTIONS)
-    free_text: bool = False
+    free_text: bool = Field(default=False, description="The owner may answer in words instead of an option.")
 
     @model_validator(mode="after")
     def _answerable(self) -> QuestionChoices:
@@ -269,6 +283,15 @@ class Snapshot(BaseModel):
     )
     last_message: CoreText = Field(default="", description="The last completed assistant message.")
     question: CoreText | None = None
+    choices: QuestionChoices | None = Field(
+        default=None,
+        description=(
+            "A structured question (optional, R49): what the owner may pick from. It comes with the `question` "
+            "text (choices without one make the snapshot malformed) and means something only while the status "
+            "is `question`; with any other status it is not read (a pause cancelled keeps what was asked). "
+            "Without it a question is plain text."
+        ),
+    )
     authorization: Authorization | None = None
     actions: list[Action] = Field(default_factory=list)
     refusals: list[CoreText] = Field(default_factory=list, description="Actions refused outside the boundary.")
@@ -286,6 +309,12 @@ class Snapshot(BaseModel):
             "`after`, else when the snapshot changes or `wait_ms` has passed. A core without it is polled."
         ),
     )
+
+    @model_validator(mode="after")
+    def _choices_belong_to_a_question(self) -> Snapshot:
+        if self.choices is not None and not self.question:
+            raise ValueError("choices come with the question they offer answers to")
+        return self
 
 
 class CancelAnswer(BaseModel):

@@ -19,6 +19,8 @@ PAYLOAD_REFUSALS_MAX: Final = 20
 PAYLOAD_ITEM_TEXT_MAX: Final = 300
 # In a payload: question, authorization and error texts cut to this many characters.
 PAYLOAD_TEXT_MAX: Final = 4_000
+# A question's choices pass whole: the contract bounds them (contracts.core_api: ten options of 200 characters,
+# ids of 64), about 11 KB at worst.
 # The row keeps this much of the last completed message; the whole message is in the result directory.
 ROW_MESSAGE_MAX: Final = 64_000
 # Rows show this many actions; the outcome text and outcome.json in the result directory list them all.

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import Action, SessionStatus, Snapshot, StopReason
+from contracts.core_api import Action, QuestionChoices, SessionStatus, Snapshot, StopReason
 from domain.bounds import (
     PAYLOAD_ACTIONS_MAX,
     PAYLOAD_ITEM_TEXT_MAX,
@@ -88,6 +88,9 @@ class FollowResult(BaseModel):
     status: SessionStatus | None = None
     usage: Usage = Usage()
     question: str | None = None
+    # A structured question's choices (R49): only with a QUESTION verdict, from the snapshot judged; whole, as
+    # they are bounded by the contract (domain.bounds).
+    choices: QuestionChoices | None = None
     authorization: str | None = None
     actions: list[Action] = Field(default_factory=list)
     refusals: list[str] = Field(default_factory=list)
@@ -115,13 +118,15 @@ def judge(
 
 def result_from(snapshot: Snapshot, verdict: Verdict) -> FollowResult:
     """The verdict with what the workflow needs of the snapshot, bounded (R36): the first actions and
-    refusals with their totals, texts cut; the whole snapshot is kept in the result directory."""
+    refusals with their totals, texts cut; the whole snapshot is kept in the result directory. A question's
+    choices come only with the QUESTION verdict: with any other status the contract says they are not read."""
     usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
     return FollowResult(
         verdict=verdict,
         status=snapshot.status,
         usage=usage,
         question=cut(snapshot.question, PAYLOAD_TEXT_MAX),
+        choices=snapshot.choices if verdict is Verdict.QUESTION else None,
         authorization=cut(authorization_text(snapshot), PAYLOAD_TEXT_MAX),
         actions=[_cut_action(action) for action in first(snapshot.actions, PAYLOAD_ACTIONS_MAX)],
         actions_total=len(snapshot.actions),

@@ -19,9 +19,10 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from contracts.core_api import MAX_QUESTION_OPTIONS, QuestionOption
 from reference.core.latches import DEFAULT_HOLD_TIMEOUT_MS, LATCH_NAME, LATCH_NAME_RULE, LatchHolds
 from reference.core.model import ToolCall
-from reference.core.tools import WORLD_TOOLS, parse_arguments
+from reference.core.tools import ASK_OWNER, WORLD_TOOLS, parse_arguments
 
 BLOCK_LANGUAGE = "helper-script"
 _BLOCK = re.compile(r"```" + BLOCK_LANGUAGE + r"[ \t]*\n(.*?)```", re.DOTALL)
@@ -79,6 +80,13 @@ class Script(BaseModel):
     )
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     question: str | None = Field(default=None, min_length=1, max_length=2000)
+    # A structured question (end "question" only): its options as id/label pairs, whether free text is taken,
+    # and its id (the core makes one when absent). The contract's rules apply (`contracts.core_api`).
+    options: list[QuestionOption] = Field(
+        default_factory=list, max_length=MAX_QUESTION_OPTIONS, description="The question's choices, [id, label]."
+    )
+    free_text: bool = Field(default=False, description="With options: the owner may also answer in words.")
+    question_id: str | None = Field(default=None, description="The structured question's id.")
     authorization: str | None = Field(default=None, min_length=1, max_length=2000)
     error: str = Field(default="the scripted model failed", min_length=1, max_length=2000)
     final_text: str | None = Field(default=None, min_length=1, max_length=20_000)
@@ -110,6 +118,35 @@ class Script(BaseModel):
         if end in (ScriptEnd.COMPLETE, ScriptEnd.QUESTION, ScriptEnd.AUTHORIZATION) and steps < 1:
             raise ValueError(f"must be at least 1 when end is {end.value!r}")
         return steps
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _pairs_as_options(cls, options: Any) -> Any:
+        if not isinstance(options, list):
+            return options
+        return [
+            {"id": option[0], "label": option[1]} if isinstance(option, list | tuple) and len(option) == 2 else option
+            for option in options
+        ]
+
+    @model_validator(mode="after")
+    def _choices_of_a_question(self) -> Self:
+        structured = bool(self.options) or self.free_text or self.question_id is not None
+        if structured and self.end is not ScriptEnd.QUESTION:
+            raise ValueError("options, free_text and question_id are for end 'question'")
+        if structured:
+            self.ask_owner_arguments("check")  # the contract's rules for a question's choices, checked at create
+        return self
+
+    def ask_owner_arguments(self, question: str) -> dict[str, Any]:
+        """What the scripted model passes to ask_owner at the end "question"."""
+        arguments: dict[str, Any] = {"question": self.question or question}
+        if self.options or self.free_text or self.question_id is not None:
+            arguments |= {"options": [option.model_dump() for option in self.options], "free_text": self.free_text}
+        if self.question_id is not None:
+            arguments["question_id"] = self.question_id
+        parse_arguments(ToolCall(call_id="check", name=ASK_OWNER, arguments=arguments))
+        return arguments
 
     @field_validator("compact_at")
     @classmethod
@@ -209,9 +246,9 @@ def scripted_task(text: str, **fields: Any) -> str:
     """`text` with a helper-script block of `fields` appended (checked now, so mistakes fail early).
 
     Fields: steps, step_ms, input_tokens, input_growth, cached_ratio, output_tokens, compact_at,
-    compact_to_tokens, tool_calls (dicts {"step", "tool", "args"}), end, question, authorization,
-    error, final_text, recall (follow-ups: see `reference.core.scripted_model`), cancel_delay_ms, hold_until,
-    hold_at_step, cancel_hold_until, hold_timeout_ms
+    compact_to_tokens, tool_calls (dicts {"step", "tool", "args"}), end, question, options (id/label pairs),
+    free_text, question_id (a structured question), authorization, error, final_text, recall (follow-ups: see
+    `reference.core.scripted_model`), cancel_delay_ms, hold_until, hold_at_step, cancel_hold_until, hold_timeout_ms
     (latches: see `reference.core.latches`).
     """
     script = _validated(fields)

@@ -81,8 +81,8 @@ class ScriptedModel:
             final = script.final_text or self._summary("scripted.done", request)
             return ModelReply(final, (), usage)
         if at_the_end and script.end is ScriptEnd.QUESTION:
-            question = script.question or text("scripted.question", self._language, title=self._title)
-            calls.append(ToolCall(f"call-{request.index}-ask", ASK_OWNER, {"question": question}))
+            question = text("scripted.question", self._language, title=self._title)
+            calls.append(ToolCall(f"call-{request.index}-ask", ASK_OWNER, script.ask_owner_arguments(question)))
         if at_the_end and script.end is ScriptEnd.AUTHORIZATION:
             action = script.authorization or text("scripted.authorization", self._language, title=self._title)
             reason = text("scripted.authorization_reason", self._language)

@@ -48,6 +48,14 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "I need an answer from the owner: {question}",
         "ru": "Мне нужен ответ владельца: {question}",
     },
+    "outcome.question_options": {
+        "en": "Options: {options}.",
+        "ru": "Варианты: {options}.",
+    },
+    "outcome.question_free_text": {
+        "en": "An answer in your own words is welcome too.",
+        "ru": "Можно ответить и своими словами.",
+    },
     "outcome.authorization": {
         "en": "I am waiting for authorization to {action}.",
         "ru": "Я жду разрешения: {action}.",

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from contracts.core_api import Action
+from contracts.core_api import MAX_QUESTION_OPTIONS, Action, ChoiceId, QuestionChoices, QuestionOption
 from domain.boundary import TOOL_KEYWORDS, BoundaryItem, address_list, outside, readable_items
 from reference.core.instructions import wrap_untrusted
 from reference.core.model import ToolCall, ToolSpec
@@ -53,6 +53,29 @@ class CreateEventArgs(_Arguments):
 
 class AskOwnerArgs(_Arguments):
     question: str = Field(min_length=1)
+    options: list[QuestionOption] = Field(
+        default_factory=list,
+        max_length=MAX_QUESTION_OPTIONS,
+        description="Choices the owner may pick from, each an id and a short label; none for a plain question.",
+    )
+    free_text: bool = Field(default=False, description="With options: the owner may also answer in words.")
+    question_id: ChoiceId | None = Field(
+        default=None, description="Names the question in the owner's answer; the core makes one when absent."
+    )
+
+    @model_validator(mode="after")
+    def _answerable(self) -> AskOwnerArgs:
+        self.choices("check")  # the contract's rules for choices, so a bad call is refused to the model
+        return self
+
+    def choices(self, made_up_id: str) -> QuestionChoices | None:
+        """The structured question this call asks, with `made_up_id` when the model named none; None for a plain
+        question (no options, no free-text rule, no id)."""
+        if not self.options and not self.free_text and self.question_id is None:
+            return None
+        return QuestionChoices(
+            question_id=self.question_id or made_up_id, options=self.options, free_text=self.free_text
+        )
 
 
 class RequestAuthorizationArgs(_Arguments):
@@ -86,7 +109,11 @@ WORLD_TOOLS: dict[str, ToolDefinition] = {
 CONTROL_TOOLS: dict[str, ToolDefinition] = {
     tool.name: tool
     for tool in (
-        ToolDefinition(ASK_OWNER, "Pause and return a question for the owner in the outcome.", AskOwnerArgs),
+        ToolDefinition(
+            ASK_OWNER,
+            "Pause and return a question for the owner in the outcome, with choices to pick from if there are some.",
+            AskOwnerArgs,
+        ),
         ToolDefinition(
             REQUEST_AUTHORIZATION,
             "Pause because an action needs authorization the boundary does not give.",

@@ -21,6 +21,7 @@ from contracts.core_api import (
     Authorization,
     CancelAnswer,
     CreateSession,
+    QuestionChoices,
     SessionOutcome,
     SessionStatus,
     Snapshot,
@@ -76,6 +77,19 @@ def _with_last_message(opening: str, snapshot: Snapshot, language: str) -> str:
     if not snapshot.last_message:
         return opening
     return f"{opening}\n\n{text('outcome.last_message', language)}\n{snapshot.last_message}"
+
+
+def _with_choices(body: str, choices: QuestionChoices | None, language: str) -> str:
+    """The question's outcome text with its options, so an owner who only reads the text can answer too."""
+    if choices is None:
+        return body
+    lines = [body]
+    if choices.options:
+        listed = "; ".join(option.label for option in choices.options)
+        lines.append(text("outcome.question_options", language, options=listed))
+    if choices.free_text:
+        lines.append(text("outcome.question_free_text", language))
+    return "\n".join(lines)
 
 
 def end_session(
@@ -347,7 +361,12 @@ class Turn:
     def _pause(self, arguments: object) -> None:
         if isinstance(arguments, AskOwnerArgs):
             self.snapshot.question = arguments.question
-            body = text("outcome.question", self._language, question=arguments.question)
+            # A question the model did not name is named after its session and step: never reused.
+            choices = arguments.choices(made_up_id=f"{self.session_id}-{len(self.snapshot.steps)}")
+            self.snapshot.choices = choices
+            body = _with_choices(
+                text("outcome.question", self._language, question=arguments.question), choices, self._language
+            )
             end_session(self.snapshot, SessionStatus.QUESTION, body, self._language)
         elif isinstance(arguments, RequestAuthorizationArgs):
             self.snapshot.authorization = Authorization(action=arguments.action, reason=arguments.reason)

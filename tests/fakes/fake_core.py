@@ -3,7 +3,8 @@ decides what the sessions do (keep running, answer finish-now or not) and how th
 
 The reference core is the faithful one; this fake exists for what a faithful core never does on cue:
 silence, HTML error pages, wrong types, hangs, lost sessions, slow or lost answers to work it did,
-snapshots of another session, absurd counters, huge or dirty texts, garbage and endless bodies (R37).
+snapshots of another session, absurd counters, huge or dirty texts, garbage and endless bodies, a structured
+question's choices out of bounds or renamed at every read (R37, R49).
 
 Everything is plain data the test changes between steps (see `FakeCore`). Answers are sent as the test
 set them, without validation: a text or a step a test puts into a `FakeSession` is what the client reads.
@@ -29,10 +30,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from clients.core_client import CORE_ANSWER_MAX_BYTES
 from contracts.core_api import (
+    MAX_OPTION_LABEL_CHARS,
+    MAX_QUESTION_OPTIONS,
     Action,
     Authorization,
     CancelAnswer,
     CreateSession,
+    QuestionChoices,
     SessionCreated,
     SessionOutcome,
     SessionStatus,
@@ -53,7 +57,10 @@ INSTEAD_OF_ANSWER = frozenset(
 )
 # Misbehaviours that change an answer carrying a snapshot (snapshot, finish) after the work is done;
 # create, cancel and reset answer normally under them.
-SNAPSHOT_CHANGES = frozenset({"wrong_session", "overflow", "huge_actions", "huge_message", "nul"})
+SNAPSHOT_CHANGES = frozenset(
+    {"wrong_session", "overflow", "huge_actions", "huge_message", "nul"}
+    | {"too_many_options", "duplicate_option_ids", "overlong_label", "drifting_question_id"}
+)
 MISBEHAVIOURS = INSTEAD_OF_ANSWER | SNAPSHOT_CHANGES
 # An unsigned underflow in a core: 5 tokens short of 2**64.
 OVERFLOW_TOKENS = 2**64 - 5
@@ -63,6 +70,8 @@ CONTROL_NOISE = "\x00\x01\x08\x0b\x0c\x1b\x7f"
 # The outcome a "wrong_session" answer carries when there is no other session to show.
 FOREIGN_OUTCOME = "The payroll of bob: 5,400 EUR, sent to bob@example.com."
 _STREAM_CHUNK = 64 * 1024
+# The question a choices misbehaviour asks when the session asks none.
+FAKE_QUESTION = "Walk or taxi?"
 
 
 @dataclass
@@ -73,6 +82,7 @@ class FakeSession:
     steps: list[StepUsage] = field(default_factory=list)
     last_message: str = ""
     question: str | None = None
+    choices: QuestionChoices | None = None
     actions: list[Action] = field(default_factory=list)
     outcome: SessionOutcome | None = None
     finish_requested: bool = False
@@ -101,6 +111,7 @@ class FakeSession:
             input_tokens_total=sum(s.input_tokens for s in self.steps),
             last_message=self.last_message,
             question=self.question,
+            choices=self.choices,
             authorization=self.authorization,
             actions=list(self.actions),
             refusals=list(self.refusals),
@@ -166,7 +177,12 @@ class FakeCore:
       "huge_actions" (`huge_actions_count` valid actions, 10,000 by default), "huge_message" (a last
       message of `huge_message_chars` characters, 5,000,000 by default), "nul" (`CONTROL_NOISE` put
       around and inside last_message, and question, outcome text, authorization, refusals and action
-      texts where present: once stripped, each text is exactly the session's).
+      texts and option labels where present: once stripped, each text is exactly the session's);
+      a structured question's choices (R49), with the question `FAKE_QUESTION` when the session asks none:
+      "too_many_options" (`MAX_QUESTION_OPTIONS` + 1 options), "duplicate_option_ids" (two options of one id),
+      "overlong_label" (a label of `MAX_OPTION_LABEL_CHARS` + 1 characters), all three malformed; and
+      "drifting_question_id" (valid: the session's choices, their question id renamed `<id>~<n>` at the n-th
+      such answer; the ids sent are listed in `question_ids_sent`, the last one last).
     - `misbehave_on`: the endpoints it applies to ("create", "snapshot", "finish", "cancel", "reset");
       None means `DEFAULT_MISBEHAVE_ON`, every call on a session but not create (as before). For example
       {"snapshot"} gives a huge snapshot to GETs while create, finish and cancel work normally.
@@ -204,8 +220,10 @@ class FakeCore:
     on_cancel: str = "stop"
     # Misbehaviour of the answers (see the class docstring): None, "html", "bad_json", "wrong_types",
     # "negative", "missing", "hang", "503", "500", "garbage", "oversized_body", "lost", "wrong_session",
-    # "overflow", "huge_actions", "huge_message", "nul".
+    # "overflow", "huge_actions", "huge_message", "nul", "too_many_options", "duplicate_option_ids",
+    # "overlong_label", "drifting_question_id".
     misbehave: str | None = None
+    question_ids_sent: list[str] = field(default_factory=list)  # under "drifting_question_id"
     reset_fails: bool = False
     fail_next: dict[str, int] = field(default_factory=dict)
     fail_every_other: set[str] = field(default_factory=set)
@@ -459,6 +477,13 @@ class FakeCore:
                 body["last_message"] = _filler(self.huge_message_chars)
             case "nul":
                 _add_noise(body)
+            case "too_many_options" | "duplicate_option_ids" | "overlong_label":
+                body["question"] = body["question"] or FAKE_QUESTION
+                body["choices"] = _bad_choices(self.misbehave, body["choices"])
+            case "drifting_question_id" if body["choices"] is not None:
+                question_id = f"{body['choices']['question_id']}~{len(self.question_ids_sent) + 1}"
+                body["choices"]["question_id"] = question_id
+                self.question_ids_sent.append(question_id)
         return body
 
     async def _bad_answer(self, session_id: str) -> Response | None:
@@ -505,6 +530,20 @@ def _not_found() -> JSONResponse:
     return JSONResponse({"code": "session_not_found", "message": "no such session"}, status_code=404)
 
 
+def _bad_choices(misbehaviour: str, choices: dict[str, Any] | None) -> dict[str, Any]:
+    """Choices out of the contract's bounds, built on the session's own when it has some."""
+    bad = dict(choices or {"question_id": "fake-question", "options": [{"id": "walk", "label": "Walking"}]})
+    match misbehaviour:
+        case "too_many_options":
+            bad["options"] = [{"id": f"o{n}", "label": f"Option {n}"} for n in range(MAX_QUESTION_OPTIONS + 1)]
+        case "duplicate_option_ids":
+            first = bad["options"][0] if bad["options"] else {"id": "walk", "label": "Walking"}
+            bad["options"] = [first, {"id": first["id"], "label": "The same id again"}]
+        case "overlong_label":
+            bad["options"] = [{"id": "long", "label": "x" * (MAX_OPTION_LABEL_CHARS + 1)}]
+    return bad
+
+
 def _many_actions(count: int) -> Iterator[dict[str, Any]]:
     at = datetime(2026, 11, 29, 19, 41, 57, tzinfo=UTC).isoformat()
     for number in range(1, count + 1):
@@ -529,6 +568,9 @@ def _add_noise(body: dict[str, Any]) -> None:
         body["outcome"]["text"] = _noisy(body["outcome"]["text"])
     if body.get("authorization"):
         body["authorization"] = {key: _noisy(value) for key, value in body["authorization"].items()}
+    if body.get("choices"):
+        for option in body["choices"]["options"]:
+            option["label"] = _noisy(option["label"])
     body["refusals"] = [_noisy(refusal) for refusal in body["refusals"]]
     body["actions"] = [
         {**action, "tool": _noisy(action["tool"]), "whom": _noisy(action["whom"]), "what": _noisy(action["what"])}

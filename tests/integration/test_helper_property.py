@@ -60,7 +60,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
 
-from contracts.core_api import Authorization, SessionStatus
+from contracts.core_api import Authorization, QuestionChoices, QuestionOption, SessionStatus
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX, ROW_MESSAGE_MAX
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
@@ -135,6 +135,10 @@ SNAPSHOT_MISBEHAVIOURS = (
     "huge_actions",
     "huge_message",
     "nul",
+    "too_many_options",
+    "duplicate_option_ids",
+    "overlong_label",
+    "drifting_question_id",
 )
 
 
@@ -522,6 +526,9 @@ def end_session(session: FakeSession, how: str) -> None:
         return
     if how == "question":
         session.question = "Should the venue be within walking distance?"
+        session.choices = QuestionChoices(
+            question_id="venue", options=[QuestionOption(id="walk", label="Yes"), QuestionOption(id="taxi", label="No")]
+        )
         session.status = SessionStatus.QUESTION
     elif how == "authorization":
         session.authorization = Authorization(action="send_mail to carol@example.com", reason="not in the boundary")

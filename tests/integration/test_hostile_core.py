@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from contracts.core_api import Action, SessionStatus
+from activities.session import SessionActivities
+from clients.core_client import CoreClient
+from contracts.core_api import Action, CreateSession, QuestionChoices, QuestionOption, SessionLimits, SessionStatus
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX
+from domain.follow import FollowRequest, Verdict
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -26,7 +29,7 @@ from protocol.errors import InvalidRequest
 from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
-from tests.fakes.fake_core import FakeCore
+from tests.fakes.fake_core import FAKE_QUESTION, FakeCore, serving_fake_core
 from tests.helpers import (
     eventually,
     eventually_skipping,
@@ -36,6 +39,7 @@ from tests.helpers import (
     skip_time,
 )
 from tests.integration.stack import time_stack
+from tests.store.test_helper_store import row
 from workflows import options
 
 CLOSED_PORT = "http://127.0.0.1:9"
@@ -222,3 +226,79 @@ async def test_control_characters_never_reach_the_store(time_env: WorkflowEnviro
     stored = json.dumps(row.model_dump(mode="json"))
     assert not any(character in stored for character in ("\x00", "\x1b", "\\u0000", "\\u001b"))
     assert [(a.whom, a.what) for a in row.actions] == [("bob@example.com", "sent the report")]
+
+
+VENUE = QuestionChoices(
+    question_id="venue",
+    options=[QuestionOption(id="walk", label="Walking distance"), QuestionOption(id="taxi", label="A taxi is fine")],
+)
+
+
+@pytest.mark.parametrize("misbehaviour", ["too_many_options", "duplicate_option_ids", "overlong_label"])
+async def test_choices_out_of_bounds_never_reach_the_store(
+    time_env: WorkflowEnvironment, tmp_path: Path, misbehaviour: str
+) -> None:
+    """R37, R49: a question offering eleven options, two options of one id or an overlong label is a malformed
+    answer, counted like every bad answer: the helper fails with a plain sentence and nothing of the question
+    is stored."""
+    core = FakeCore(misbehave=misbehaviour, misbehave_on={"snapshot"})
+    async with time_stack(time_env, tmp_path, core, **PATIENT_POLICY) as stack:
+        client, store = stack.client, stack.store
+        await client.start(helper_request("qa", "ask"))
+        session = await eventually(lambda: core.session_of("ask"))
+        session.question, session.choices, session.status = "Walk or taxi?", VENUE, SessionStatus.QUESTION
+        row = await eventually(lambda: _final(store, "qa", "ask"), timeout=30)
+    assert row.outcome_kind is OutcomeKind.FAILED
+    assert "could not be read" in (row.summary or "")
+    assert core.snapshot_calls >= FOLLOW.bad_answers
+    stored = json.dumps(row.model_dump(mode="json"))
+    assert not any(text in stored for text in ("Walk or taxi?", FAKE_QUESTION, "Walking distance", "Option 10"))
+
+
+async def test_a_question_renamed_at_every_read_ends_with_the_last_name_the_follow_judged(tmp_path: Path) -> None:
+    """R49, R37: a core that renames its question at every read (while it still runs, then as it asks): the follow's
+    result carries the choices of the snapshot it judged, the last one read, never an earlier name."""
+    core = FakeCore(misbehave="drifting_question_id", misbehave_on={"snapshot"})
+    async with serving_fake_core(core) as url:
+        client = CoreClient(url, 2_000)
+        store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
+        try:
+            await store.insert_admitted(row("h1", state=RowState.RUNNING, generation=2))
+            session_id = (await client.create(_create("anna", "h1"))).session_id
+            session = core.sessions[session_id]
+            session.add_step(1_000, 100, "comparing venues")
+            session.question, session.choices = "Walk or taxi?", VENUE  # shown early: not read while running
+            request = FollowRequest(
+                owner="anna",
+                helper_id="h1",
+                seq=1,
+                session_id=session_id,
+                generation=2,
+                ceiling_tokens=10**9,
+                tuning=FOLLOW.model_copy(update={"window_ms": 600_000}),
+                check_ms=2_000,
+            )
+            following = asyncio.create_task(
+                ActivityEnvironment().run(SessionActivities(store, client).follow_session, request)
+            )
+            await eventually(lambda: len(core.question_ids_sent) >= 3)
+            session.status = SessionStatus.QUESTION
+            result = await asyncio.wait_for(following, 30)
+        finally:
+            await store.close()
+            await client.aclose()
+    assert result.verdict is Verdict.QUESTION and result.choices is not None
+    assert result.choices.question_id == core.question_ids_sent[-1] != core.question_ids_sent[0]
+    assert result.choices.options == VENUE.options
+
+
+def _create(owner: str, helper_id: str) -> CreateSession:
+    return CreateSession(
+        idempotency_key=f"helpers/{owner}/{helper_id}/run-1",
+        owner=owner,
+        helper_id=helper_id,
+        task="Pick a venue",
+        language="en",
+        model="scripted",
+        limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
+    )

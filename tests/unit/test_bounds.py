@@ -6,7 +6,19 @@ from datetime import UTC, datetime
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from contracts.core_api import Action, Authorization, SessionOutcome, SessionStatus, Snapshot, StepUsage
+from contracts.core_api import (
+    MAX_CHOICE_ID_CHARS,
+    MAX_OPTION_LABEL_CHARS,
+    MAX_QUESTION_OPTIONS,
+    Action,
+    Authorization,
+    QuestionChoices,
+    QuestionOption,
+    SessionOutcome,
+    SessionStatus,
+    Snapshot,
+    StepUsage,
+)
 from domain.activity_io import Finalize, HelperStart, RowKey
 from domain.book import EARLY_NOTICES_KEPT, Entry, FinishedNotice, OwnerBook
 from domain.bounds import PAYLOAD_ACTIONS_MAX, PAYLOAD_MAX_BYTES, PAYLOAD_REFUSALS_MAX, PAYLOAD_TEXT_MAX
@@ -50,6 +62,24 @@ def test_a_follow_result_stays_small_whatever_the_snapshot() -> None:
     assert len(result.refusals) == PAYLOAD_REFUSALS_MAX and result.refusals_total == 200
     assert result.question is not None and len(result.question) == PAYLOAD_TEXT_MAX
     assert result.question.endswith("…")
+
+
+def test_a_question_with_the_largest_choices_stays_small() -> None:
+    """R36, R49: a question's choices pass whole; at their largest (ten options of 200 four-byte characters, ids
+    of 64) the follow's result, with every other text at its worst, stays under the cap."""
+    widest = QuestionChoices(
+        question_id="q" * MAX_CHOICE_ID_CHARS,
+        options=[
+            QuestionOption(id=f"{n}".rjust(MAX_CHOICE_ID_CHARS, "o"), label="🙂" * MAX_OPTION_LABEL_CHARS)
+            for n in range(MAX_QUESTION_OPTIONS)
+        ],
+        free_text=True,
+    )
+    asked = _monster_snapshot().model_copy(update={"status": SessionStatus.QUESTION, "choices": widest})
+    result = result_from(asked, Verdict.QUESTION)
+    assert result.choices == widest
+    assert _size(result) < PAYLOAD_MAX_BYTES
+    assert _size(widest) < 16 * 1024
 
 
 def test_the_finalizer_input_stays_small() -> None:

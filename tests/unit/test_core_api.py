@@ -8,13 +8,17 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.core_api import (
+    MAX_CHOICE_ID_CHARS,
     MAX_INPUT_TOKENS_TOTAL,
+    MAX_OPTION_LABEL_CHARS,
+    MAX_QUESTION_OPTIONS,
     MAX_SESSION_ID_CHARS,
     MAX_SNAPSHOT_STEPS,
     MAX_STEP_INDEX,
     MAX_STEP_TOKENS,
     Action,
     Authorization,
+    QuestionChoices,
     SessionCreated,
     SessionOutcome,
     SessionStatus,
@@ -159,3 +163,92 @@ def test_the_models_still_build_what_the_reference_core_builds() -> None:
     built.actions.append(action)
     again = Snapshot.model_validate_json(built.model_dump_json())
     assert again == built
+
+
+def options(count: int) -> list[dict[str, str]]:
+    return [{"id": f"o{n}", "label": f"Option {n}"} for n in range(1, count + 1)]
+
+
+def asked(choices: dict[str, Any], **fields: Any) -> Snapshot:
+    return snapshot(status="question", question="Walk or taxi?", choices=choices, **fields)
+
+
+def test_a_structured_question_is_read_as_sent_and_a_plain_one_stays_valid() -> None:
+    """R49: a question's id, options (up to ten, labels up to 200 characters, ids up to 64) and free-text rule
+    are read as the core sent them, labels cleaned like every core text; a plain-text question has no choices."""
+    widest = options(MAX_QUESTION_OPTIONS)
+    widest[0] = {"id": "i" * MAX_CHOICE_ID_CHARS, "label": "Л" * MAX_OPTION_LABEL_CHARS}
+    read = asked({"question_id": "q-1", "options": widest, "free_text": True})
+    assert read.choices is not None and read.choices.question_id == "q-1" and read.choices.free_text
+    assert [option.id for option in read.choices.options] == ["i" * MAX_CHOICE_ID_CHARS] + [
+        f"o{n}" for n in range(2, MAX_QUESTION_OPTIONS + 1)
+    ]
+    dirty = asked({"question_id": "q-1", "options": [{"id": "walk", "label": "Walk\x00ing\x1b distance"}]})
+    assert dirty.choices is not None and dirty.choices.options[0].label == "Walking distance"
+    assert not dirty.choices.free_text  # free text is taken only when the core says so
+    words_only = asked({"question_id": "q-2", "free_text": True})
+    assert words_only.choices == QuestionChoices(question_id="q-2", free_text=True)
+    assert snapshot(status="question", question="Which week?").choices is None
+
+
+@pytest.mark.parametrize(
+    "choices",
+    [
+        {"question_id": "q", "options": options(MAX_QUESTION_OPTIONS + 1)},
+        {"question_id": "q", "options": [{"id": "a", "label": "One"}, {"id": "a", "label": "Two"}]},
+        {"question_id": "q", "options": [{"id": "a", "label": "x" * (MAX_OPTION_LABEL_CHARS + 1)}]},
+        {"question_id": "q", "options": [{"id": "a", "label": ""}]},
+        {"question_id": "q", "options": [{"id": "a", "label": "\x00\x1b "}]},
+        {"question_id": "q", "options": [{"id": "a" * (MAX_CHOICE_ID_CHARS + 1), "label": "A"}]},
+        {"question_id": "q", "options": [{"id": "a\x00", "label": "A"}]},
+        {"question_id": "q", "options": [{"id": " a", "label": "A"}]},
+        {"question_id": "q" * (MAX_CHOICE_ID_CHARS + 1), "options": options(2)},
+        {"question_id": "q\n1", "options": options(2)},
+        {"question_id": "", "options": options(2)},
+        {"options": options(2)},
+        {"question_id": "q"},
+        {"question_id": "q", "options": [], "free_text": False},
+        {"question_id": "q", "options": options(2), "free_text": "sometimes"},
+    ],
+    ids=[
+        "11-options",
+        "duplicate-option-ids",
+        "overlong-label",
+        "empty-label",
+        "label-blank-once-cleaned",
+        "overlong-option-id",
+        "option-id-with-nul",
+        "option-id-padded",
+        "overlong-question-id",
+        "question-id-with-newline",
+        "empty-question-id",
+        "no-question-id",
+        "nothing-to-answer-with",
+        "no-options-no-free-text",
+        "free-text-not-a-bool",
+    ],
+)
+def test_choices_out_of_their_bounds_make_the_snapshot_malformed(choices: dict[str, Any]) -> None:
+    """R49, R37: more than ten options, two options with one id, a label over 200 characters or blank, an id over
+    64 characters or unprintable, and a question nobody could answer are no sane core's: the snapshot is refused,
+    whatever its status."""
+    with pytest.raises(ValidationError):
+        asked(choices)
+    with pytest.raises(ValidationError):
+        snapshot(status="running", question="Walk or taxi?", choices=choices)
+
+
+def test_choices_without_a_question_text_make_the_snapshot_malformed() -> None:
+    """R49, R37: choices come with the question they answer; a snapshot with choices and no question text (or an
+    empty one) is refused."""
+    choices = {"question_id": "q-1", "options": options(2)}
+    for question in (None, ""):
+        with pytest.raises(ValidationError, match="choices come with the question"):
+            snapshot(status="question", question=question, choices=choices)
+
+
+def test_choices_with_another_status_are_still_the_contracts_shape() -> None:
+    """R49: a pause cancelled keeps what it asked: choices with a status other than `question` are valid (and not
+    read by the runtime)."""
+    kept = snapshot(status="cancelled", question="Walk or taxi?", choices={"question_id": "q-1", "options": options(2)})
+    assert kept.choices is not None and kept.choices.question_id == "q-1"

@@ -34,6 +34,8 @@ from contracts.core_api import (
     MAX_STEP_TOKENS,
     CancelAnswer,
     CreateSession,
+    QuestionChoices,
+    QuestionOption,
     ResetAnswer,
     SessionLimits,
     SessionStatus,
@@ -441,6 +443,9 @@ async def fake_with_session(**knobs: Any) -> tuple[FakeCore, FakeSession]:
     session = core.only_session()
     session.add_step(1_000, 100, "found the Q3 report in the finance folder")
     session.question = "Mail it to Bob or to Ann?"
+    session.choices = QuestionChoices(
+        question_id="whom", options=[QuestionOption(id="bob", label="To Bob"), QuestionOption(id="ann", label="To Ann")]
+    )
     for knob, value in knobs.items():
         setattr(core, knob, value)
     return core, session
@@ -460,6 +465,9 @@ FAKE_ERRORS = [
     ("lost", SessionNotFound),
     ("wrong_session", CoreProtocolError),
     ("overflow", CoreProtocolError),
+    ("too_many_options", CoreProtocolError),
+    ("duplicate_option_ids", CoreProtocolError),
+    ("overlong_label", CoreProtocolError),
 ]
 
 
@@ -467,9 +475,9 @@ FAKE_ERRORS = [
 async def test_each_misbehaviour_of_the_fake_core_raises_its_error(
     misbehaviour: str, expected: type[CoreError]
 ) -> None:
-    """R37, R10: the hostile fake core's misbehaviours, as the client reads them: not the contract (also a
-    foreign session, an overflowing counter, an oversized body) is a CoreProtocolError, a hang or a 5xx
-    CoreUnavailable, a forgotten session SessionNotFound."""
+    """R37, R10, R49: the hostile fake core's misbehaviours, as the client reads them: not the contract (also a
+    foreign session, an overflowing counter, an oversized body, choices out of bounds) is a CoreProtocolError, a
+    hang or a 5xx CoreUnavailable, a forgotten session SessionNotFound."""
     core, session = await fake_with_session(misbehave=misbehaviour)
     # A hang is seen at the bound; the rest answer at once (an oversized body is 16 MiB to read on a shared machine).
     async with fake_core_client(core, check_ms=300 if misbehaviour == "hang" else 5_000) as client:
@@ -496,7 +504,21 @@ async def test_misbehaviours_within_the_contract_reach_the_caller_cleaned(misbeh
         assert len(snapshot.last_message) == core.huge_message_chars == 5_000_000
     else:
         assert CONTROL_NOISE in sent["last_message"] and CONTROL_NOISE in sent["question"]
+        assert CONTROL_NOISE in sent["choices"]["options"][0]["label"]
         assert (snapshot.last_message, snapshot.question) == (session.last_message, session.question)
+        assert snapshot.choices == session.choices
+
+
+async def test_a_question_id_renamed_at_every_read_is_read_as_each_answer_says() -> None:
+    """R49, R37: a core that renames its question at every read sends valid answers; each read carries that
+    answer's id, the fake lists them in order, and the session's own choices are unchanged."""
+    core, session = await fake_with_session(misbehave="drifting_question_id", misbehave_on={"snapshot"})
+    async with fake_core_client(core) as client:
+        reads = [await client.snapshot(session.session_id) for _ in range(3)]
+    assert [read.choices.question_id for read in reads if read.choices] == core.question_ids_sent
+    assert core.question_ids_sent == ["whom~1", "whom~2", "whom~3"]
+    assert [option.id for read in reads if read.choices for option in read.choices.options] == ["bob", "ann"] * 3
+    assert session.choices is not None and session.choices.question_id == "whom"
 
 
 async def test_the_fake_core_misbehaves_only_where_told() -> None:

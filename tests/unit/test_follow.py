@@ -9,6 +9,8 @@ import pytest
 from contracts.core_api import (
     Action,
     Authorization,
+    QuestionChoices,
+    QuestionOption,
     SessionOutcome,
     SessionStatus,
     Snapshot,
@@ -106,6 +108,36 @@ def test_result_from_without_reason_or_authorization() -> None:
     assert result_from(with_action, Verdict.AUTHORIZATION).authorization == "send_mail"
     plain = result_from(snapshot(SessionStatus.COMPLETED), Verdict.TERMINAL)
     assert plain.authorization is None and plain.stop_reason is None and plain.usage == Usage()
+
+
+CHOICES = QuestionChoices(
+    question_id="venue-1",
+    options=[QuestionOption(id="walk", label="Walking distance"), QuestionOption(id="taxi", label="A taxi is fine")],
+    free_text=True,
+)
+
+
+def test_a_structured_question_reaches_the_workflow_with_its_choices() -> None:
+    """R49, R16: a question's id, options and free-text rule come with the QUESTION verdict, as the core sent them."""
+    asked = snapshot(SessionStatus.QUESTION, question="Walk or taxi?", choices=CHOICES.model_dump())
+    result = result_from(asked, Verdict.QUESTION)
+    assert (result.question, result.choices) == ("Walk or taxi?", CHOICES)
+    assert result_from(snapshot(SessionStatus.QUESTION, question="Which week?"), Verdict.QUESTION).choices is None
+
+
+@pytest.mark.parametrize(
+    ("status", "verdict"),
+    [
+        (SessionStatus.CANCELLED, Verdict.TERMINAL),  # a pause cancelled keeps what it asked
+        (SessionStatus.RUNNING, Verdict.WORK_CEILING),
+        (SessionStatus.COMPLETED, Verdict.TERMINAL),
+    ],
+)
+def test_choices_with_another_status_are_not_read(status: SessionStatus, verdict: Verdict) -> None:
+    """R49, R37: choices mean something only while the session asks; with another status they never reach the
+    workflow (the contract: not read)."""
+    other = snapshot(status, question="Walk or taxi?", choices=CHOICES.model_dump())
+    assert result_from(other, verdict).choices is None
 
 
 def test_a_long_poll_wait_fits_inside_the_heartbeat_timeout() -> None:

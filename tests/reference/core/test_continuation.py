@@ -88,6 +88,27 @@ async def test_a_follow_up_model_gets_the_earlier_conversation_and_the_new_autho
     assert f"Recalled from earlier: - Bob: Bob's address is {BOB_NOTE}" in done.outcome.text
 
 
+async def test_a_follow_up_of_a_structured_question_carries_the_options_offered_and_none_of_its_own(
+    recording: tuple[httpx.AsyncClient, dict[str, list[ModelRequest]]],
+) -> None:
+    """R49: the model that continues a structured question sees the options it offered (so an answer naming one
+    is understood); the follow-up session's snapshot starts without the earlier question's choices."""
+    client, recorded = recording
+    options = [("walk", "Walking distance"), ("taxi", "A taxi is fine")]
+    asked = scripted_task("Pick a venue", steps=1, end="question", question_id="venue-1", options=options, **FAST)
+    source_id = await create(client, asked, helper_id="asked")
+    assert (await settled(client, source_id)).choices is not None
+
+    follow_up_id = await _follow_up(client, source_id, scripted_task("walk", steps=1, **FAST), helper_id="answered")
+    done = await settled(client, follow_up_id)
+
+    (first,) = recorded["answered"]
+    (ask,) = [call for item in first.conversation.items if isinstance(item, AssistantTurn) for call in item.tool_calls]
+    assert ask.name == "ask_owner" and ask.arguments["question_id"] == "venue-1"
+    assert [(option["id"], option["label"]) for option in ask.arguments["options"]] == options
+    assert done.status is SessionStatus.COMPLETED and done.question is None and done.choices is None
+
+
 def test_the_openai_messages_of_a_follow_up_carry_the_earlier_ones() -> None:
     """The OpenAI-compatible path sends the earlier messages, an answer to every tool call the pause
     left open (a chat API refuses an unanswered one), then the follow-up as a user message."""

@@ -226,6 +226,30 @@ async def test_a_question_pauses_the_session(setup: Setup) -> None:
     assert paused.status is SessionStatus.QUESTION and paused.question == "Lisbon or Porto?"
 
 
+async def test_a_question_with_choices_from_the_model_pauses_with_them(setup: Setup) -> None:
+    """R49: ask_owner's options and free-text rule pass through the function call; options that break the contract
+    (two with one id) get an error result the model can correct, and no pause."""
+    task = new_task("Pick a city")
+    twice = [{"id": "lis", "label": "Lisbon"}, {"id": "lis", "label": "Porto"}]
+    good = [{"id": "lis", "label": "Lisbon"}, {"id": "opo", "label": "Porto"}]
+    session_id, requests = await run(
+        setup,
+        task,
+        completion(tool_calls=[("ask_owner", {"question": "Lisbon or Porto?", "options": twice})]),
+        completion(tool_calls=[("ask_owner", {"question": "Lisbon or Porto?", "options": good, "free_text": True})]),
+    )
+
+    paused = await settled(setup.client, session_id)
+
+    assert paused.status is SessionStatus.QUESTION and paused.choices is not None
+    assert [(option.id, option.label) for option in paused.choices.options] == [("lis", "Lisbon"), ("opo", "Porto")]
+    assert paused.choices.free_text and paused.choices.question_id.startswith(session_id)
+    refused = requests[1].messages[-1]
+    assert refused["role"] == "tool" and "two options of one question share an id" in refused["content"]
+    ask = next(tool for tool in requests[0].body["tools"] if tool["function"]["name"] == "ask_owner")
+    assert {"options", "free_text", "question_id"} <= set(ask["function"]["parameters"]["properties"])
+
+
 async def test_arguments_that_are_not_json_get_an_error_result_and_the_turn_goes_on(setup: Setup) -> None:
     """A malformed tool call is answered with an error the model can correct; nothing runs."""
     task = new_task("Bad arguments")

@@ -44,6 +44,12 @@ def test_a_task_without_a_block_gets_the_defaults() -> None:
         ),
         ({"steps": 2, "tool_calls": [{"step": 2, "tool": "read_mail"}]}, "script.tool_calls"),
         ({"cancel_delay_ms": -5}, "script.cancel_delay_ms"),
+        ({"end": "complete", "options": [["a", "A"]]}, "script"),
+        ({"end": "question", "options": [["a", "A"], ["a", "B"]]}, "script"),
+        ({"end": "question", "options": [[f"o{n}", "O"] for n in range(11)]}, "script.options"),
+        ({"end": "question", "options": [["a", "x" * 201]]}, "script.options.0.label"),
+        ({"end": "question", "question_id": "q-1"}, "script"),
+        ({"end": "question", "options": [["a"]]}, "script.options.0"),
     ],
 )
 def test_a_bad_script_names_the_field(fields: dict[str, Any], field: str) -> None:
@@ -52,6 +58,29 @@ def test_a_bad_script_names_the_field(fields: dict[str, Any], field: str) -> Non
         scripted_task("task", **fields)
     assert refused.value.field == field
     assert str(refused.value).startswith(field)
+
+
+def test_a_structured_question_takes_its_options_as_id_label_pairs() -> None:
+    """R49: options are given as [id, label] pairs (or objects), with the free-text rule and the question's id;
+    the scripted model passes them to ask_owner as they are."""
+    task = scripted_task(
+        "Pick a venue", steps=1, end="question", options=[("walk", "Walking distance"), ("taxi", "A taxi")]
+    )
+    script = parse_script(task)
+    assert [(o.id, o.label) for o in script.options] == [("walk", "Walking distance"), ("taxi", "A taxi")]
+    assert script.ask_owner_arguments("Walk or taxi?") == {
+        "question": "Walk or taxi?",
+        "options": [{"id": "walk", "label": "Walking distance"}, {"id": "taxi", "label": "A taxi"}],
+        "free_text": False,
+    }
+    words = parse_script(scripted_task("t", end="question", question="Why?", free_text=True, question_id="why-1"))
+    assert words.ask_owner_arguments("unused") == {
+        "question": "Why?",
+        "options": [],
+        "free_text": True,
+        "question_id": "why-1",
+    }
+    assert parse_script(scripted_task("t", end="question")).ask_owner_arguments("Which?") == {"question": "Which?"}
 
 
 def test_tool_calls_at_the_end_step_are_allowed_where_the_end_is_a_tool_call() -> None:

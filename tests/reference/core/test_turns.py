@@ -82,6 +82,39 @@ async def test_a_question_pauses_the_session_with_the_question(client: httpx.Asy
     assert (await snapshot(client, session_id)).steps == paused.steps
 
 
+async def test_a_structured_question_pauses_the_session_with_its_choices(client: httpx.AsyncClient) -> None:
+    """R49, R16, R32: a question with options carries its id, options and free-text rule in the snapshot, and its
+    outcome text lists the options in the owner's language, so a reader of the text alone can answer."""
+    options = [("walk", "Walking distance"), ("taxi", "A taxi is fine")]
+    task = scripted_task(
+        "Pick a venue", steps=1, end="question", question="Walk or taxi?", options=options, free_text=True, **FAST
+    )
+    named = await settled(client, await create(client, task.replace("Pick", "Choose")))
+    russian = await settled(client, await create(client, task, language="ru"))
+    unnamed = await settled(client, await create(client, scripted_task("Pick", end="question", options=options)))
+    plain = await settled(client, await create(client, scripted_task("Pick", end="question", **FAST)))
+
+    assert named.status is SessionStatus.QUESTION and named.choices is not None
+    assert [(option.id, option.label) for option in named.choices.options] == options
+    assert named.choices.free_text and not (unnamed.choices and unnamed.choices.free_text)
+    assert named.outcome is not None
+    assert "Options: Walking distance; A taxi is fine." in named.outcome.text
+    assert "your own words" in named.outcome.text
+    assert russian.outcome is not None and "Варианты: Walking distance; A taxi is fine." in russian.outcome.text
+    assert "своими словами" in russian.outcome.text
+    # A question the model did not name gets an id of its session's: never the same for two questions.
+    assert unnamed.choices is not None and unnamed.choices.question_id.startswith(unnamed.session_id)
+    assert named.choices.question_id != unnamed.choices.question_id
+    assert plain.question and plain.choices is None
+
+
+async def test_a_question_id_given_by_the_script_is_the_snapshots(client: httpx.AsyncClient) -> None:
+    """R49: the question's id is the one the model gave."""
+    task = scripted_task("Pick", steps=1, end="question", question_id="venue-1", options=[("a", "A")], **FAST)
+    paused = await settled(client, await create(client, task))
+    assert paused.choices is not None and paused.choices.question_id == "venue-1"
+
+
 async def test_an_authorization_wait_pauses_the_session_naming_the_action(client: httpx.AsyncClient) -> None:
     """R17: the snapshot says which action waits for authorization."""
     session_id = await create(
