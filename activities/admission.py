@@ -160,18 +160,7 @@ class AdmissionActivities:
                     return Regranted.ENDED  # an operator terminated it: nothing to run, its row is closed
                 await handle.signal(SLOT_GRANTED, Token())
                 return Regranted.GRANTED
-            start = helper_start(
-                regrant.policy,
-                owner=row.owner,
-                helper_id=row.helper_id,
-                seq=row.seq,
-                goal_id=row.goal_id,
-                language=row.language,
-                model=row.model,
-                limits=row.limits,
-                task=row.task,
-                slot_granted=True,
-            )
+            start = helper_start(regrant.policy, row, seq=row.seq, limits=row.limits, slot_granted=True)
             try:
                 await _start(start, _memo(row.seq, row.follow_up_of))
             except WorkflowAlreadyStartedError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -90,34 +91,39 @@ class HelperStart(BaseModel):
     title: str = Field(description="First line of the task, shown in the Web UI.")
 
 
-def helper_start(
-    policy: Policy,
-    *,
-    owner: str,
-    helper_id: str,
-    seq: int,
-    goal_id: str | None,
-    language: str,
-    model: str,
-    limits: Limits,
-    task: str,
-    slot_granted: bool,
-) -> HelperStart:
+class Admitted(Protocol):
+    """What a helper's start takes from its admission: the request as admitted, or the row it wrote."""
+
+    @property
+    def owner(self) -> str: ...
+    @property
+    def helper_id(self) -> str: ...
+    @property
+    def goal_id(self) -> str | None: ...
+    @property
+    def language(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+
+
+def helper_start(policy: Policy, admitted: Admitted, *, seq: int, limits: Limits, slot_granted: bool) -> HelperStart:
     """A helper workflow's input: its admission, with what it takes from the owner's policy."""
     return HelperStart(
-        owner=owner,
-        helper_id=helper_id,
+        owner=admitted.owner,
+        helper_id=admitted.helper_id,
         seq=seq,
-        goal_id=goal_id,
-        language=language,
-        model=model,
+        goal_id=admitted.goal_id,
+        language=admitted.language,
+        model=admitted.model,
         limits=limits,
         slot_granted=slot_granted,
         summary_max=policy.summary_max,
         check_ms=policy.check_ms,
         keep_ms=policy.keep_ms,
         follow=policy.follow,
-        title=_title(task),
+        title=_title(admitted.task),
     )
 
 

@@ -231,16 +231,7 @@ class CoordinatorWorkflow:
         admitting = AdmitHelper(
             row=new_row(self.book, request, entry, limits, now),
             start=helper_start(
-                policy,
-                owner=request.owner,
-                helper_id=request.helper_id,
-                seq=entry.seq,
-                goal_id=request.goal_id,
-                language=request.language,
-                model=request.model,
-                limits=limits,
-                task=request.task,
-                slot_granted=request.helper_id in granted,
+                policy, request, seq=entry.seq, limits=limits, slot_granted=request.helper_id in granted
             ),
             evict=removal(self.book.owner, evicted) if evicted else None,
         )

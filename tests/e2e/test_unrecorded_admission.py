@@ -42,18 +42,7 @@ async def _lose_an_admission(stack: Stack, helper_id: str, task: str) -> None:
     limits = effective_limits(policy.limits, request.session_limits, request.limits)
     admitted = AdmitHelper(
         row=NewRow(request=request, seq=UNRECORDED_SEQ, limits=limits, admitted_at=datetime.now(UTC)),
-        start=helper_start(
-            policy,
-            owner=stack.owner,
-            helper_id=helper_id,
-            seq=UNRECORDED_SEQ,
-            goal_id=None,
-            language=request.language,
-            model=request.model,
-            limits=limits,
-            task=task,
-            slot_granted=True,
-        ),
+        start=helper_start(policy, request, seq=UNRECORDED_SEQ, limits=limits, slot_granted=True),
     )
     environment = ActivityEnvironment(client=stack.env.client)
     environment.info = dataclasses.replace(environment.info, task_queue=stack.settings.task_queue)

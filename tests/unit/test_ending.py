@@ -23,20 +23,11 @@ from domain.follow import Verdict
 from domain.helper_run import HelperRun
 from domain.limits import Limits, Policy
 from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest
 from domain.rows import RowState
 
-START = helper_start(
-    Policy(),
-    owner="anna",
-    helper_id="h1",
-    seq=1,
-    goal_id=None,
-    language="en",
-    model="m",
-    limits=Limits(),
-    task="task",
-    slot_granted=True,
-)
+REQUEST = HelperRequest(owner="anna", helper_id="h1", task="task", model="m")
+START = helper_start(Policy(), REQUEST, seq=1, limits=Limits(), slot_granted=True)
 # The situations the table tells apart, as the helper's run holds them.
 OPENING = HelperRun(start=START)
 FOLLOWING = HelperRun(start=START, session_id="s-1")

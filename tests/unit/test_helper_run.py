@@ -28,6 +28,7 @@ from domain.helper_run import (
 )
 from domain.limits import Limits, Policy
 from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest
 from domain.rows import RowState
 from domain.work import Usage
 
@@ -35,19 +36,11 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 KEEP_MS = 3_600_000
 
 
+REQUEST = HelperRequest(owner="anna", helper_id="h1", task="task", model="m")
+
+
 def start_of(slot_granted: bool = True, keep_ms: int | None = KEEP_MS) -> HelperStart:
-    start = helper_start(
-        Policy(keep_ms=KEEP_MS),
-        owner="anna",
-        helper_id="h1",
-        seq=3,
-        goal_id=None,
-        language="en",
-        model="m",
-        limits=Limits(),
-        task="task",
-        slot_granted=slot_granted,
-    )
+    start = helper_start(Policy(keep_ms=KEEP_MS), REQUEST, seq=3, limits=Limits(), slot_granted=slot_granted)
     return start.model_copy(update={"keep_ms": keep_ms})
 
 

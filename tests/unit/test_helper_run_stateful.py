@@ -43,6 +43,7 @@ from domain.helper_run import (
 )
 from domain.limits import Limits, Policy
 from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest
 from domain.rows import RowState
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -66,6 +67,9 @@ ANSWERED_JOB = {
     Trigger.OPENED: Job.OPEN,
     Trigger.FINISH_ANSWERED: Job.FINISH,
 }
+
+
+REQUEST = HelperRequest(owner="anna", helper_id="h1", task="task", model="m")
 
 
 @dataclass
@@ -354,18 +358,7 @@ class HelperRunMachine(RuleBasedStateMachine):
 
 
 def start_of(slot_granted: bool) -> HelperStart:
-    return helper_start(
-        Policy(),
-        owner="anna",
-        helper_id="h1",
-        seq=1,
-        goal_id=None,
-        language="en",
-        model="m",
-        limits=Limits(),
-        task="task",
-        slot_granted=slot_granted,
-    )
+    return helper_start(Policy(), REQUEST, seq=1, limits=Limits(), slot_granted=slot_granted)
 
 
 def test_helper_run_state_machine() -> None:
