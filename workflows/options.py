@@ -155,8 +155,12 @@ CHAT_OFFER: ActivityOptions = {
 
 # The hourly sweep's activities walk every orphan result directory, and every kept and parked session (each core
 # call bounded by HELPER_CHECK_MS): ten minutes bounds an attempt; a failed one is retried with Temporal's default
-# backoff, and the Schedule skips the next run while this one goes on.
-SWEEP: ActivityOptions = {"start_to_close_timeout": timedelta(minutes=10)}
+# backoff for at most 25 minutes, so the sweep's two activities end within its hour and the Schedule, which skips
+# a run while the last one goes on, runs the next.
+SWEEP: ActivityOptions = {
+    "start_to_close_timeout": timedelta(minutes=10),
+    "schedule_to_close_timeout": timedelta(minutes=25),
+}
 
 # A Goal check's admission answers at once; if Temporal or the store is briefly away, it is tried for a few
 # minutes, then the check fails (shown beside the Goal's Schedule).
