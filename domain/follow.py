@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import Action, SessionStatus, Snapshot, StopReason
+from contracts.core_api import Action, QuestionChoices, SessionStatus, Snapshot, StopReason
 from domain.bounds import (
     PAYLOAD_ACTIONS_MAX,
     PAYLOAD_ITEM_TEXT_MAX,
@@ -88,6 +88,7 @@ class FollowResult(BaseModel):
     status: SessionStatus | None = None
     usage: Usage = Usage()
     question: str | None = None
+    choices: QuestionChoices | None = None
     authorization: str | None = None
     actions: list[Action] = Field(default_factory=list)
     refusals: list[str] = Field(default_factory=list)
