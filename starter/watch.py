@@ -157,7 +157,7 @@ def _outcome(view: HelperView) -> list[str]:
     else:
         opening = f"{view.state.value} · outcome {view.outcome_kind.value}"
     lines = [cut(f"{opening}: {headline(view.summary)}")]
-    if view.choices is not None:
+    if view.choices is not None and view.choices.options:
         lines += ["  " + cut(f"option {option.id} · {option.label}") for option in view.choices.options]
         if view.choices.free_text:
             lines.append("  or an answer in the owner's own words")

@@ -191,6 +191,11 @@ def test_a_fresh_watch_of_an_open_question_shows_its_options() -> None:
 
 
 def test_a_plain_text_question_shows_as_before() -> None:
-    asked = _view(RowState.UNREPORTED, outcome_kind=OutcomeKind.QUESTION, summary="Which venue?")
-    lines = LiveLines().update("anna", [asked])
+    """A question without options (plain text, or only a free-text answer) is its headline alone; the free-text only
+    one carries its choices all the same, for its id."""
+    plain = _view(RowState.UNREPORTED, outcome_kind=OutcomeKind.QUESTION, summary="Which venue?")
+    lines = LiveLines().update("anna", [plain])
     assert [(line.text, line.choices) for line in lines] == [("unreported · outcome question: Which venue?", None)]
+    free = QuestionChoices(question_id="venue", free_text=True)
+    lines = LiveLines().update("anna", [plain.model_copy(update={"choices": free})])
+    assert [(line.text, line.choices) for line in lines] == [("unreported · outcome question: Which venue?", free)]
