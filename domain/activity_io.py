@@ -12,7 +12,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import Action
+from contracts.core_api import Action, QuestionChoices
 from domain.book import EventState
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
@@ -229,6 +229,9 @@ class Finalize(BaseModel):
     explanation: str = ""
     session_id: str | None = Field(default=None, description="The session the full lists in session.json belong to.")
     question: str | None = None
+    choices: QuestionChoices | None = Field(
+        default=None, description="A question outcome's choices, whole: the contract bounds them (R36, R37)."
+    )
     authorization: str | None = None
     actions: list[Action] = Field(default_factory=list)
     actions_total: int = Field(default=0, description="Actions the session performed; `actions` holds the first.")

@@ -250,6 +250,7 @@ def finalize(
         explanation=explanation,
         session_id=run.session_id,
         question=result.question if result and kind is OutcomeKind.QUESTION else None,
+        choices=result.choices if result and kind is OutcomeKind.QUESTION else None,
         authorization=result.authorization if result and kind is OutcomeKind.AUTHORIZATION else None,
         actions=result.actions if result else [],
         actions_total=result.actions_total if result else 0,

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import Action
+from contracts.core_api import Action, QuestionChoices
 from domain.texts import text
 from domain.work import Usage
 
@@ -39,6 +39,7 @@ class Outcome(BaseModel):
     summary: str
     explanation: str = Field(default="", description="Why the helper stopped, in the owner's language.")
     question: str | None = None
+    choices: QuestionChoices | None = None
     authorization: str | None = None
     actions: list[Action] = Field(default_factory=list)
     refusals: list[str] = Field(default_factory=list)
@@ -71,6 +72,7 @@ def compose_outcome_text(
     message: str,
     explanation: str = "",
     question: str | None = None,
+    choices: QuestionChoices | None = None,
     authorization: str | None = None,
     actions: Sequence[Action] = (),
     refusals: Sequence[str] = (),
@@ -84,6 +86,8 @@ def compose_outcome_text(
     # core's last message already contains it: the summary must carry it (R16, R17).
     if kind is OutcomeKind.QUESTION and question:
         parts.append(text("outcome.question", language, question=question))
+    if kind is OutcomeKind.QUESTION and choices is not None and choices.options:
+        parts.append(choices_text(choices, language))
     if kind is OutcomeKind.AUTHORIZATION and authorization:
         parts.append(text("outcome.authorization", language, needed=authorization))
     if message.strip():
@@ -99,3 +103,13 @@ def compose_outcome_text(
     if follow_up_of is not None:
         parts.append(text("outcome.follows_up", language, earlier=follow_up_of))
     return "\n\n".join(parts)
+
+
+def choices_text(choices: QuestionChoices, language: str) -> str:
+    """The options a question offers, one a line, in the owner's language, and whether an answer in the owner's
+    own words is taken as well."""
+    lines = [text("outcome.options_heading", language)]
+    lines += [f"- {option.label}" for option in choices.options]
+    if choices.free_text:
+        lines.append(text("outcome.free_text", language))
+    return "\n".join(lines)

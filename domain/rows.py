@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import Action
+from contracts.core_api import Action, QuestionChoices
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 
@@ -58,6 +58,7 @@ class HelperRow(BaseModel):
     follow_up_of: str | None = None
     followed_up_by: str | None = None
     follow_started_at: datetime | None = None
+    choices: QuestionChoices | None = None
 
 
 class HelperView(BaseModel):
@@ -73,6 +74,11 @@ class HelperView(BaseModel):
     model: str
     outcome_kind: OutcomeKind | None = None
     summary: str | None = None
+    choices: QuestionChoices | None = Field(
+        default=None,
+        description="A question outcome's choices: the question's id, the options offered (each an id and a label) "
+        "and whether a free-text answer is taken; none for a plain-text question and for every other outcome.",
+    )
     admitted_at: datetime
     started_at: datetime | None = None
     follow_started_at: datetime | None = Field(

@@ -124,6 +124,14 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "The helper needs an answer: {question}",
         "ru": "Помощнику нужен ответ: {question}",
     },
+    "outcome.options_heading": {
+        "en": "Options to choose from:",
+        "ru": "Варианты ответа:",
+    },
+    "outcome.free_text": {
+        "en": "Or answer in your own words.",
+        "ru": "Или ответьте своими словами.",
+    },
     "outcome.authorization": {
         "en": "The helper stopped because it needs authorization: {needed}",
         "ru": "Помощник остановился, потому что ему нужно разрешение: {needed}",

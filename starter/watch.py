@@ -3,7 +3,7 @@
 `LiveLines` remembers what it last showed of each helper and turns each new set of views into the lines
 that say what changed, in a sensible order: a helper is "admitted" before it is "running", a step count
 is shown only while it changes, the outcome's headline is shown once (a later state change gets a short
-line of its own), and every line fits a terminal row, cut at a word with "…".
+line of its own) with a question's options under it, and every line fits a terminal row, cut at a word with "…".
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from contracts.core_api import QuestionChoices
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
 from protocol.errors import UNKNOWN_HELPER, HelperRefused
@@ -78,6 +79,8 @@ class LiveLine:
     helper_id: str = ""
     state: RowState | None = None  # the helper's state when the line was made
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # A question outcome's choices, on the first line that reports the outcome: what a page needs to offer them.
+    choices: QuestionChoices | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,10 @@ class LiveLines:
                 continue
             self._shown[key] = now
             who = f"{owner}/{view.helper_id}"
-            lines += [LiveLine(who, text, view.helper_id, view.state) for text in _changes(before, view)]
+            reports_outcome = view.outcome_kind is not None and (before is None or before.outcome_kind is None)
+            for number, text in enumerate(_changes(before, view)):
+                choices = view.choices if reports_outcome and number == 0 else None
+                lines.append(LiveLine(who, text, view.helper_id, view.state, choices=choices))
         return lines
 
 
@@ -151,6 +157,10 @@ def _outcome(view: HelperView) -> list[str]:
     else:
         opening = f"{view.state.value} · outcome {view.outcome_kind.value}"
     lines = [cut(f"{opening}: {headline(view.summary)}")]
+    if view.choices is not None and view.choices.options:
+        lines += ["  " + cut(f"option {option.id} · {option.label}") for option in view.choices.options]
+        if view.choices.free_text:
+            lines.append("  or an answer in the owner's own words")
     lines += ["  " + cut(f"action · {a.tool} · {a.whom}: {a.what}") for a in view.actions]
     return lines
 

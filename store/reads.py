@@ -56,6 +56,7 @@ HELPER_ROW_COLUMNS = (
     "follow_up_of",
     "followed_up_by",
     "follow_started_at",
+    "choices",
 )
 USAGE_COLUMNS = (
     "owner",
@@ -93,8 +94,9 @@ VIEW_COLUMNS = (
     "follow_up_of",
     "followed_up_by",
     "follow_started_at",
+    "choices",
 )
-JSON_COLUMNS = frozenset({"boundary", "limits", "actions"})
+JSON_COLUMNS = frozenset({"boundary", "limits", "actions", "choices"})
 DATETIME_COLUMNS = frozenset(
     {
         "admitted_at",

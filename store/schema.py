@@ -71,6 +71,9 @@ class HelperRowRecord(Base):
     followed_up_by: Mapped[str | None] = mapped_column(String(64))
     # When a worker began following the session (migration 0004); none while the follow waits for a slot.
     follow_started_at: Mapped[datetime | None]
+    # A question outcome's choices (migration 0005): its id, options and free-text rule; none for any other
+    # outcome and for a plain-text question. NULL, not JSON null, when there are none.
+    choices: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class UsageRecord(Base):

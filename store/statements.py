@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql as postgresql_insert
 from sqlalchemy.dialects import sqlite as sqlite_insert
 
-from contracts.core_api import Action
+from contracts.core_api import Action, QuestionChoices
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -50,6 +50,7 @@ class RowChanges(TypedDict, total=False):
     last_message: str
     outcome_kind: OutcomeKind
     summary: str
+    choices: QuestionChoices | None
     actions: list[Action]
     started_at: datetime
     deadline_at: datetime
@@ -194,6 +195,8 @@ def column_value(value: Any) -> Any:
         return value.value
     if isinstance(value, datetime):
         return utc(value)
+    if isinstance(value, QuestionChoices):
+        return value.model_dump(mode="json")
     if isinstance(value, list):
         return [item.model_dump(mode="json") if isinstance(item, Action) else item for item in value]
     return value

@@ -551,7 +551,12 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                 async for line in live_lines(watch.reader, watch.owner, watch.helper_id, once=watch.once, stop=ended):
                     seen[line.helper_id] = line
                     event = LineEvent(
-                        at=line.at, owner=watch.owner, helper_id=line.helper_id, state=line.state, text=line.text
+                        at=line.at,
+                        owner=watch.owner,
+                        helper_id=line.helper_id,
+                        state=line.state,
+                        text=line.text,
+                        choices=line.choices,
                     )
                     yield ServerSentEvent(event="line", data=event.model_dump(mode="json"))
             except StarterError as error:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.core_api import QuestionChoices
 from domain.goals import GOAL_ID_MAX
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
@@ -140,6 +141,11 @@ class LineEvent(BaseModel):
     helper_id: str
     state: RowState | None
     text: str = Field(description="what changed, as `helper-starter watch` prints it")
+    choices: QuestionChoices | None = Field(
+        default=None,
+        description="on the line that reports a question outcome: the question's id, its options and whether a "
+        "free-text answer is taken (the lines after it name the options)",
+    )
 
 
 class EndEvent(BaseModel):

@@ -17,13 +17,13 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from contracts.core_api import Action
+from contracts.core_api import Action, QuestionChoices, QuestionOption
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from store.database import head_revision, migrate
-from store.helper_store import HelperStore, RowOfAnotherAdmission
+from store.helper_store import HelperStore, RowChanges, RowOfAnotherAdmission
 from tests.conftest import POSTGRES_URL
 from tests.helpers import chat_events, parked_of, rows_of, without_postgres
 
@@ -562,3 +562,58 @@ async def test_usage_event_and_parked_moments_are_aware(store: HelperStore, requ
     ]
     assert all(isinstance(m, datetime) and m.tzinfo is not None for m in moments), moments
     assert moments[0] == T0 + timedelta(minutes=5)
+
+
+async def test_a_question_outcome_keeps_its_choices_and_any_other_keeps_none(store: HelperStore) -> None:
+    """R49: the finalizer's write keeps a question's choices in the row, read back equal (labels in any script);
+    an outcome without them stores SQL NULL, not a JSON null."""
+    choices = QuestionChoices(
+        question_id="venue",
+        options=[QuestionOption(id="hall-a", label="Зал «А»"), QuestionOption(id="roof", label="The roof")],
+        free_text=True,
+    )
+    asked = await running(store, "asked")
+    plain = await running(store, "plain")
+    finished = T0 + timedelta(minutes=5)
+    for written, offered in ((asked, choices), (plain, None)):
+        outcome: RowChanges = {
+            "state": RowState.UNREPORTED,
+            "outcome_kind": OutcomeKind.QUESTION,
+            "finished_at": finished,
+            "choices": offered,
+        }
+        assert await store.write_outcome(written, 3, Usage(), **outcome)
+    stored = await store.get("anna", "asked")
+    assert stored is not None and stored.choices == choices
+    assert [view.choices for view in await store.reads.views("anna")] == [choices, None]
+    async with store.engine.connect() as connection:
+        nulls = await connection.execute(text("SELECT helper_id FROM helper_rows WHERE choices IS NULL"))
+        assert [name for (name,) in nulls] == ["plain"]
+
+
+async def test_the_choices_migration_goes_down_and_up_again_keeping_the_rows(store: HelperStore) -> None:
+    """Migration 0005 adds the nullable choices column; its downgrade drops only that column, rows intact, and the
+    upgrade adds it again."""
+    from alembic import command
+
+    from store.database import _config
+
+    def downgrade(connection: Connection, revision: str) -> None:
+        config = _config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+    def columns(connection: Connection) -> list[str]:
+        return [column["name"] for column in inspect(connection).get_columns("helper_rows")]
+
+    await running(store, "h1")
+    async with store.engine.begin() as connection:
+        await connection.run_sync(downgrade, "0004")
+        assert "choices" not in await connection.run_sync(columns)
+        assert (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalar() == "0004"
+        assert (await connection.execute(text("SELECT helper_id FROM helper_rows"))).scalars().all() == ["h1"]
+    await migrate(store.engine)
+    async with store.engine.connect() as connection:
+        assert "choices" in await connection.run_sync(columns)
+    shown = await store.get("anna", "h1")
+    assert shown is not None and shown.choices is None and shown.state is RowState.RUNNING

@@ -7,6 +7,7 @@ same answers on both paths.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import cast
 import pytest
 from sqlalchemy import Table, text
 
-from contracts.core_api import Action
+from contracts.core_api import Action, QuestionChoices, QuestionOption
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
@@ -34,6 +35,11 @@ from tests.store.test_helper_store import row
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 9, 0, 0, 123456, tzinfo=UTC)
+CHOICES = QuestionChoices(
+    question_id="venue",
+    options=[QuestionOption(id="hall-a", label="Зал «А», 40 мест"), QuestionOption(id="roof", label="The roof")],
+    free_text=False,
+)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -96,6 +102,11 @@ async def _fill(store: HelperStore) -> None:
     await store.insert_admitted(goal_row)
     failed: RowChanges = {**outcome, "outcome_kind": OutcomeKind.FAILED, "finished_at": T0 + timedelta(hours=1)}
     assert await store.write_outcome(goal_row, 2, Usage(), **failed)
+    # A question outcome with choices (R49), as the finalizer writes it.
+    question_row = row("q1", seq=11, state=RowState.RUNNING, admitted_at=T0 + timedelta(seconds=2))
+    await store.insert_admitted(question_row)
+    asked: RowChanges = {**outcome, "outcome_kind": OutcomeKind.QUESTION, "summary": "Which venue?", "choices": CHOICES}
+    assert await store.write_outcome(question_row, 2, Usage(), **asked)
 
 
 async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> None:
@@ -112,7 +123,7 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
                 assert await reader.ahead(owner, seq) == await store.reads.ahead(owner, seq)
             assert await reader.usage(owner) == await store.reads.usage(owner)
         listed = await reader.views("anna")
-        assert [v.helper_id for v in listed] == ["h1", "h2", "h3", "h4", "h5", "g1", "g2"]
+        assert [v.helper_id for v in listed] == ["h1", "h2", "h3", "h4", "h5", "g1", "g2", "q1"]
         assert all(v.admitted_at.tzinfo is not None for v in listed)
         assert {view.helper_id: view.ahead for view in listed} == {
             "h1": 0,
@@ -122,15 +133,20 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
             "h5": None,
             "g1": 1,
             "g2": None,
+            "q1": None,
         }
         unreported = await reader.views("anna", [RowState.UNREPORTED])
         assert unreported[0].actions[0].whom == "bob@example.com" and unreported[0].finished_at == T0
         shown = await reader.get("anna", "h3")
         assert shown is not None and shown.limits == row().limits and shown.boundary == row().boundary
+        assert shown.choices is None and [v.choices for v in listed if v.choices] == [CHOICES]
+        asked = await reader.get("anna", "q1")
+        assert asked is not None and asked.choices == CHOICES
         lines = await reader.usage("anna")
         assert [(u.helper_id, u.goal_id, u.outcome_kind, u.steps) for u in lines] == [
             ("h3", None, "completed", 3),
             ("g2", "inbox", "failed", 0),
+            ("q1", None, "question", 0),
         ]
         assert lines[0].started_at == T0 + timedelta(minutes=1) and lines[1].started_at is None
 
@@ -230,6 +246,7 @@ async def test_the_read_commands_print_the_same_answers_on_both_paths(store_url:
         ["unreported", "--owner", "boris"],
         ["show", "--owner", "anna", "--id", "h1"],
         ["show", "--owner", "anna", "--id", "h3"],
+        ["show", "--owner", "anna", "--id", "q1"],
         ["show", "--owner", "anna", "--id", "missing"],
         ["usage", "--owner", "anna"],
     ]
@@ -256,3 +273,26 @@ async def test_the_read_commands_print_the_same_answers_on_both_paths(store_url:
             url = f"sqlite+aiosqlite:///{tmp_path / broken}"
             assert _starter(commands[0], url, tmp_path)[0] == 3
             assert _starter(commands[0], url, tmp_path) == _starter(commands[0], _through_sqlalchemy(url), tmp_path)
+
+
+async def test_the_read_commands_print_a_questions_choices(store_url: str, tmp_path: Path) -> None:
+    """R49: `show`, `list` and `unreported` print a question outcome's choices as one object (its id, the options
+    with their ids and labels, the free-text rule); every other row prints `"choices": null`."""
+    store = await HelperStore.connect(store_url)
+    try:
+        await _fill(store)
+    finally:
+        await store.close()
+    expected = {
+        "question_id": "venue",
+        "options": [{"id": "hall-a", "label": "Зал «А», 40 мест"}, {"id": "roof", "label": "The roof"}],
+        "free_text": False,
+    }
+    results = tmp_path / "results"
+    code, shown = _starter(["show", "--owner", "anna", "--id", "q1"], store_url, results)
+    assert code == 0 and json.loads(shown)["choices"] == expected
+    for argv in (["list", "--owner", "anna"], ["unreported", "--owner", "anna"]):
+        code, listed = _starter(argv, store_url, results)
+        assert code == 0, argv
+        choices = {view["helper_id"]: view["choices"] for view in json.loads(listed)}
+        assert choices.pop("q1") == expected and choices and set(choices.values()) == {None}, argv

@@ -5,6 +5,7 @@ is the app's. These run on a real SQLite store, with no Temporal (writes are ref
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,15 @@ import httpx
 import pytest
 
 from config.settings import ServiceSettings, Settings
+from contracts.core_api import QuestionChoices, QuestionOption
 from contracts.openapi import render
+from domain.limits import Limits
+from domain.outcome import OutcomeKind
+from domain.rows import HelperRow, RowState
+from domain.work import Usage
 from starter.service.app import create_app, with_guards
 from starter.service.openapi import DOCS_COPY, openapi_document
-from store.helper_store import HelperStore
+from store.helper_store import HelperStore, RowChanges
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,6 +237,69 @@ async def test_a_watch_once_of_an_unknown_helper_is_404_before_the_stream(api: h
     streamed = await api.get("/v1/owners/anna/watch", params={"once": "true"})
     assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
     assert streamed.text.strip().splitlines() == ["event: end", 'data: {"reason": "once", "outcome_kind": null}']
+
+
+async def test_a_questions_choices_read_the_same_through_the_service_and_the_watch_line_carries_them(
+    api: httpx.AsyncClient, settings: Settings, cli_env: dict[str, str]
+) -> None:
+    """R49: show, list and unreported answer a question outcome's choices as the console script prints them, one
+    object; the watch's line of that outcome carries the same object and the lines under it name the options."""
+    choices = QuestionChoices(
+        question_id="venue",
+        options=[QuestionOption(id="hall-a", label="Hall A"), QuestionOption(id="roof", label="The roof")],
+        free_text=True,
+    )
+    store = await HelperStore.connect(settings.store)
+    try:
+        now = datetime.now(UTC)
+        asked = HelperRow(
+            owner="anna",
+            helper_id="venue",
+            seq=1,
+            state=RowState.RUNNING,
+            task="Pick a venue",
+            language="en",
+            model="scripted",
+            limits=Limits(),
+            result_dir=str(settings.results_dir / "anna" / "venue.1"),
+            admitted_at=now,
+            generation=2,
+            updated_at=now,
+        )
+        await store.insert_admitted(asked)
+        outcome: RowChanges = {
+            "state": RowState.UNREPORTED,
+            "outcome_kind": OutcomeKind.QUESTION,
+            "finished_at": now,
+            "summary": "Which venue?",
+            "choices": choices,
+        }
+        assert await store.write_outcome(asked, 3, Usage(), **outcome)
+    finally:
+        await store.close()
+    expected = choices.model_dump(mode="json")
+    for argv, path in (
+        (["show", "--owner", "anna", "--id", "venue"], "/v1/owners/anna/helpers/venue"),
+        (["list", "--owner", "anna"], "/v1/owners/anna/helpers"),
+        (["unreported", "--owner", "anna"], "/v1/owners/anna/unreported"),
+    ):
+        exit_code, printed = _cli(argv, cli_env)
+        answered = await api.get(path)
+        assert exit_code == 0 and answered.status_code == 200 and answered.json() == printed, argv
+        body = printed if isinstance(printed, dict) else printed[0]
+        assert body["choices"] == expected, argv
+    streamed = await api.get("/v1/owners/anna/watch", params={"once": "true"})
+    lines = [
+        json.loads(line.removeprefix("data: "))
+        for before, line in itertools.pairwise(streamed.text.splitlines())
+        if before == "event: line"
+    ]
+    assert [(line["text"], line["choices"]) for line in lines] == [
+        ("unreported · outcome question: Which venue?", expected),
+        ("  option hall-a · Hall A", None),
+        ("  option roof · The roof", None),
+        ("  or an answer in the owner's own words", None),
+    ]
 
 
 def test_sigterm_ends_the_live_lines_streams_and_the_service(settings: Settings, cli_env: dict[str, str]) -> None:

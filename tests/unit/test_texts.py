@@ -131,6 +131,8 @@ FIELDS: dict[str, set[str]] = {
     "stop.close_unconfirmed": set(),
     "stop.no_message": set(),
     "outcome.question": {"question"},
+    "outcome.options_heading": set(),
+    "outcome.free_text": set(),
     "outcome.authorization": {"needed"},
     "outcome.interrupted": {"reason"},
     "outcome.failed": {"reason"},

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from contracts.core_api import SessionStatus
+from contracts.core_api import QuestionChoices, QuestionOption, SessionStatus
 from domain.activity_io import (
     CancelResult,
     Finalize,
@@ -337,7 +337,18 @@ async def test_question(run: Run) -> None:
     """R16: a question ends the helper with an outcome that carries it."""
     script().follow = [FollowResult(verdict=Verdict.QUESTION, question="Which venue?")]
     kind, final, _ = await _outcome(run)
-    assert kind == OutcomeKind.QUESTION and final.question == "Which venue?"
+    assert kind == OutcomeKind.QUESTION and final.question == "Which venue?" and final.choices is None
+
+
+async def test_a_question_with_choices_ends_with_an_outcome_that_offers_them(run: Run) -> None:
+    """R49: a structured question's choices go whole from the follow's result to the one outcome written."""
+    choices = QuestionChoices(
+        question_id="venue",
+        options=[QuestionOption(id="hall-a", label="Hall A"), QuestionOption(id="roof", label="The roof")],
+    )
+    script().follow = [FollowResult(verdict=Verdict.QUESTION, question="Which venue?", choices=choices)]
+    kind, final, _ = await _outcome(run)
+    assert kind == OutcomeKind.QUESTION and (final.question, final.choices) == ("Which venue?", choices)
 
 
 async def test_authorization_is_cancelled_beside_the_follow(run: Run) -> None:
