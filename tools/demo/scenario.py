@@ -190,6 +190,9 @@ async def _first_wave(client: HelperClient, watcher: Watcher, report: Report, se
             step_ms=900,
             end="question",
             question="Should the venue be within walking distance of the office, or is a taxi fine?",
+            question_id="venue",
+            options=[("walk", "Within walking distance"), ("taxi", "A taxi is fine")],
+            free_text=True,
             **held,
         ),
     )
@@ -413,6 +416,11 @@ def _check_outcomes(watcher: Watcher, report: Report) -> None:
     report.expect(
         venue is not None and "walking distance" in (venue.summary or ""),
         "pick-venue: outcome should carry the question",
+    )
+    offered = venue.choices if venue is not None else None
+    report.expect(
+        offered is not None and offered.question_id == "venue" and [o.id for o in offered.options] == ["walk", "taxi"],
+        f"pick-venue: outcome should offer the choices walk and taxi, got {offered}",
     )
     report.expect(bool(watcher.events.get(ANNA)), "the chat received no system event for Anna")
     told = _told(watcher, ANNA)
