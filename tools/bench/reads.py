@@ -86,6 +86,7 @@ def _templates(dialect: str) -> list[dict[str, Any]]:
                 "updated_at": moment,
                 "follow_up_of": None,
                 "followed_up_by": None,
+                "choices": None,
             }
         )
     return templates
