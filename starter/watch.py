@@ -3,19 +3,29 @@
 `LiveLines` remembers what it last showed of each helper and turns each new set of views into the lines
 that say what changed, in a sensible order: a helper is "admitted" before it is "running", a step count
 is shown only while it changes, the outcome's headline is shown once (a later state change gets a short
-line of its own) with a question's options under it, and every line fits a terminal row, cut at a word with "…".
+line of its own) with a question's options under it, a row gone from the store is said to be removed, and every
+line fits a terminal row, cut at a word with "…".
+
+A line is one statement about one row, made when a poll finds the row changed from what the lines said of it; one
+poll's lines share a moment, and a question's headline, its options and its actions share one change of its row.
+Each line's id (`Mark`) says where the watch is after it: its place in the watch's order, and what the lines have
+said of each row. The store's moments cannot say that: the lines depend on what the watcher saw (a row changed
+twice between polls gets one line), a waiting helper's place changes with other rows' writes, not its own, and
+rows written by workers on different clocks commit out of their `updated_at` order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from contracts.core_api import QuestionChoices
+from domain.ids import ID_PATTERN
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
 from protocol.errors import UNKNOWN_HELPER, HelperRefused
@@ -25,6 +35,7 @@ POLL_INTERVAL_S = 0.5
 TEXT_MAX_CHARS = 160  # of one line's message, so a line stays readable in a terminal
 WHO_WIDTH = 24
 ELLIPSIS = "…"
+REMOVED = "removed · its row is gone from the store: closed while waiting, expired or evicted"
 
 
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
@@ -77,20 +88,104 @@ class LiveLine:
     who: str  # owner/helper_id
     text: str
     helper_id: str = ""
-    state: RowState | None = None  # the helper's state when the line was made
+    state: RowState | None = None  # the helper's state when the line was made; none once its row is removed
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
     # A question outcome's choices, on the first line that reports the outcome: what a page needs to offer them.
     choices: QuestionChoices | None = None
+    # Where the watch is after this line (`Mark.id`): a watch started from it sends the lines after this one.
+    id: str = ""
 
 
 @dataclass(frozen=True)
-class _Shown:
-    """What the lines have said so far about one helper."""
+class Shown:
+    """What the lines have said so far about one row: everything a later line's text depends on."""
 
+    row: str  # which admission under the helper id: `row_tag`
     state: RowState
-    steps: int
-    ahead: int | None
-    outcome_kind: OutcomeKind | None
+    steps: int = 0
+    ahead: int | None = None
+    outcome_kind: OutcomeKind | None = None
+    details: int = 0  # of the lines under the outcome's headline (options, actions), how many were said
+
+
+def row_tag(view: HelperView) -> str:
+    """Which admission a view is of: a helper id taken again after its row expired is another row."""
+    return hashlib.sha256(f"{view.helper_id}@{view.admitted_at.isoformat()}".encode()).hexdigest()[:TAG_CHARS]
+
+
+# --- where a watch is: a line's id -----------------------------------------------------------------------
+
+MARK_FORMAT = "1"  # the first field of every id; another format is refused, not misread
+TAG_CHARS = 8
+SCOPE_CHARS = 8
+MARK_MAX_CHARS = 16_384  # far above an owner's rows (HELPER_MAX_ROWS, 64-character ids); a longer one is refused
+_STATES = {state.value[0]: state for state in RowState}
+_KINDS = {kind.value: kind for kind in OutcomeKind}
+
+
+def scope_of(owner: str, helper_id: str | None) -> str:
+    """Which watch an id belongs to: the owner's, or one helper's."""
+    return hashlib.sha256(f"{owner}/{helper_id or ''}".encode()).hexdigest()[:SCOPE_CHARS]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where a watch is, carried whole in each line's id, so any instance of the service, restarted or not, goes on
+    from it with nothing kept per client: how many lines the watch sent (the ids' order), which watch it is, and
+    what its lines said of each row it reported.
+
+    The id: `1~<count>~<scope>` then, per row, `~<helper id>:<row tag>:<state letter>:<steps>:<ahead>:<outcome
+    kind>:<details>` (helper ids hold none of `~` and `:`), safe in a header and a query string as it is."""
+
+    count: int
+    scope: str
+    shown: dict[str, Shown] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        rows = [
+            f"{helper_id}:{said.row}:{said.state.value[0]}:{said.steps}:{'' if said.ahead is None else said.ahead}:"
+            f"{'' if said.outcome_kind is None else said.outcome_kind.value}:{said.details}"
+            for helper_id, said in sorted(self.shown.items())
+        ]
+        return "~".join([MARK_FORMAT, str(self.count), self.scope, *rows])
+
+    @classmethod
+    def parse(cls, text: str, scope: str) -> Mark:
+        """The mark an id names, for the watch of `scope`; ValueError saying why it names none."""
+        if len(text) > MARK_MAX_CHARS:
+            raise ValueError(f"it is longer than {MARK_MAX_CHARS:,} characters")
+        fields = text.split("~")
+        if len(fields) < 3 or fields[0] != MARK_FORMAT or not _count(fields[1]):
+            raise ValueError("it is not a line id this service gave")
+        if fields[2] != scope:
+            raise ValueError("it is a line id of another watch (another owner, or another helper)")
+        shown: dict[str, Shown] = {}
+        for row in fields[3:]:
+            parts = row.split(":")
+            if len(parts) != 7:
+                raise ValueError("it is not a line id this service gave")
+            helper_id, tag, state, steps, ahead, kind, details = parts
+            if (
+                not ID_PATTERN.fullmatch(helper_id)
+                or helper_id in shown
+                or len(tag) != TAG_CHARS
+                or any(c not in "0123456789abcdef" for c in tag)
+                or state not in _STATES
+                or not _count(steps)
+                or not (ahead == "" or _count(ahead))
+                or not (kind == "" or kind in _KINDS)
+                or not _count(details)
+            ):
+                raise ValueError("it is not a line id this service gave")
+            shown[helper_id] = Shown(
+                tag, _STATES[state], int(steps), int(ahead) if ahead else None, _KINDS.get(kind), int(details)
+            )
+        return cls(int(fields[1]), scope, shown)
+
+
+def _count(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def render(who: str, text: str, at: datetime | None = None) -> str:
@@ -99,70 +194,134 @@ def render(who: str, text: str, at: datetime | None = None) -> str:
 
 
 class LiveLines:
-    """Change detection over successive views of helpers: each update returns only what is new."""
+    """Change detection over successive views of helpers: each update returns only what is new.
 
-    def __init__(self) -> None:
+    Each line carries its `id`, the `Mark` after it: the lines a `LiveLines` started from that mark returns for the
+    same views are exactly the lines this one would return next. With `mark`, it starts there (for one owner)."""
+
+    def __init__(self, mark: Mark | None = None) -> None:
         self.views: dict[tuple[str, str], HelperView] = {}
-        self._shown: dict[tuple[str, str], _Shown] = {}
+        self._shown: dict[tuple[str, str], Shown] = {}
+        self.scope = "" if mark is None else mark.scope
+        self.count = 0 if mark is None else mark.count
+        self._resumed = {} if mark is None else dict(mark.shown)  # taken as the first owner's, at its first update
 
     def update(self, owner: str, views: Iterable[HelperView]) -> list[LiveLine]:
+        """The lines of what changed since the last update: `views` are all of the owner's helpers that are
+        watched (a helper missing from them is reported removed)."""
+        self._shown.update({(owner, helper_id): shown for helper_id, shown in self._resumed.items()})
+        self._resumed = {}
         lines: list[LiveLine] = []
+        present: set[str] = set()
         for view in views:
             key = (owner, view.helper_id)
+            present.add(view.helper_id)
             self.views[key] = view
             before = self._shown.get(key)
-            now = _Shown(view.state, view.steps, view.ahead, view.outcome_kind)
-            if before == now:
+            tag = row_tag(view)
+            if before is not None and before.row != tag:
+                before = None  # the helper id names a new admission: it is reported from its start
+            said = _said(view, tag)
+            if before == said:
                 continue
-            self._shown[key] = now
             who = f"{owner}/{view.helper_id}"
-            reports_outcome = view.outcome_kind is not None and (before is None or before.outcome_kind is None)
-            for number, text in enumerate(_changes(before, view)):
-                choices = view.choices if reports_outcome and number == 0 else None
-                lines.append(LiveLine(who, text, view.helper_id, view.state, choices=choices))
+            for text, shown, choices in _changes(before, view, said):
+                self._shown[key] = shown
+                lines.append(self._line(owner, who, text, view.helper_id, view.state, choices))
+            self._shown[key] = said
+        for owner_of, helper_id in [key for key in self._shown if key[0] == owner and key[1] not in present]:
+            del self._shown[(owner_of, helper_id)]
+            self.views.pop((owner_of, helper_id), None)
+            lines.append(self._line(owner, f"{owner}/{helper_id}", REMOVED, helper_id, None, None))
         return lines
 
+    def _line(
+        self, owner: str, who: str, text: str, helper_id: str, state: RowState | None, choices: QuestionChoices | None
+    ) -> LiveLine:
+        self.count += 1
+        shown = {helper_id: seen for (owner_of, helper_id), seen in self._shown.items() if owner_of == owner}
+        return LiveLine(who, text, helper_id, state, choices=choices, id=Mark(self.count, self.scope, shown).id)
 
-def _changes(before: _Shown | None, view: HelperView) -> list[str]:
-    """What to say about `view` given what was said before (None: nothing yet)."""
+
+def _said(view: HelperView, tag: str) -> Shown:
+    """What the lines say of `view` once all its changes are told."""
+    details = len(_details(view)) if view.outcome_kind is not None else 0
+    return Shown(tag, view.state, view.steps, view.ahead, view.outcome_kind, details)
+
+
+Change = tuple[str, Shown, QuestionChoices | None]  # a line's text, what is said once it is, the choices it carries
+
+
+def _changes(before: Shown | None, view: HelperView, said: Shown) -> list[Change]:
+    """What to say about `view` given what was said before (None: nothing yet), each line with what is said once
+    it is: the last line says all of `said`, an earlier one only its part, so a watch resumed after it goes on
+    with the lines after it."""
+    tag = said.row
     if view.outcome_kind is not None:
+        details = _details(view)
         if before is not None and before.outcome_kind is not None:
-            if before.state is view.state or view.state not in _LATER_STATE:
-                return []
-            if view.state is RowState.DELIVERED and view.followed_up_by is not None:
-                return [f"delivered · the owner answered it: {view.followed_up_by} follows it up"]
-            return [_LATER_STATE[view.state]]
-        return _outcome(view)
+            part = before.state
+            changes: list[Change] = [
+                (text, replace(said, state=part, details=number), None)
+                for number, text in enumerate(details[before.details :], start=before.details + 1)
+            ]
+            if before.state is not view.state and view.state in _LATER_STATE:
+                if view.state is RowState.DELIVERED and view.followed_up_by is not None:
+                    later = f"delivered · the owner answered it: {view.followed_up_by} follows it up"
+                else:
+                    later = _LATER_STATE[view.state]
+                changes.append((later, said, None))
+            return _ending(changes, said)
+        opening = [(_headline(view), replace(said, details=0), view.choices)]
+        return _ending(
+            opening + [(text, replace(said, details=number), None) for number, text in enumerate(details, start=1)],
+            said,
+        )
     if view.state is RowState.CLOSED:
-        return ["closed while running · its slot is held until the core confirms the stop"]
+        return [("closed while running · its slot is held until the core confirms the stop", said, None)]
     admitted = "admitted" if view.follow_up_of is None else f"admitted · follows up {view.follow_up_of}"
     if view.state is RowState.WAITING:
         if before is None:
-            return [f"{admitted} · waiting for a slot · {ahead_text(view.ahead)}"]
-        return [f"waiting for a slot · {ahead_text(view.ahead)}"]
-    lines: list[str] = []
+            return [(f"{admitted} · waiting for a slot · {ahead_text(view.ahead)}", said, None)]
+        return [(f"waiting for a slot · {ahead_text(view.ahead)}", said, None)]
+    steps_before = 0 if before is None else before.steps
+    changes = []
+    running = Shown(tag, view.state, steps_before, view.ahead)
     if before is None:
-        lines.append(f"{admitted} · running now")
+        changes.append((f"{admitted} · running now", running, None))
     elif before.state is RowState.WAITING:
-        lines.append("got a slot · running now")
-    if view.steps > 0 and (before is None or before.steps != view.steps):
-        lines.append(progress_text(view))
-    return lines
+        changes.append(("got a slot · running now", running, None))
+    if view.steps > 0 and steps_before != view.steps:
+        changes.append((progress_text(view), said, None))
+    return _ending(changes, said)
 
 
-def _outcome(view: HelperView) -> list[str]:
+def _ending(changes: list[Change], said: Shown) -> list[Change]:
+    """`changes` with its last line saying all of `said`."""
+    if changes:
+        text, _, choices = changes[-1]
+        changes[-1] = (text, said, choices)
+    return changes
+
+
+def _headline(view: HelperView) -> str:
     assert view.outcome_kind is not None
     if view.outcome_kind is OutcomeKind.CLOSED:
         opening = f"stopped · the core confirmed, the slot is free · outcome {view.outcome_kind.value}"
     else:
         opening = f"{view.state.value} · outcome {view.outcome_kind.value}"
-    lines = [cut(f"{opening}: {headline(view.summary)}")]
+    return cut(f"{opening}: {headline(view.summary)}")
+
+
+def _details(view: HelperView) -> list[str]:
+    """The lines under an outcome's headline: a question's options, then the actions taken. They never change once
+    the outcome is written, so a watch resumed among them goes on from the next."""
+    lines = []
     if view.choices is not None and view.choices.options:
         lines += ["  " + cut(f"option {option.id} · {option.label}") for option in view.choices.options]
         if view.choices.free_text:
             lines.append("  or an answer in the owner's own words")
-    lines += ["  " + cut(f"action · {a.tool} · {a.whom}: {a.what}") for a in view.actions]
-    return lines
+    return lines + ["  " + cut(f"action · {a.tool} · {a.whom}: {a.what}") for a in view.actions]
 
 
 def has_outcome(views: Iterable[HelperView]) -> bool:
@@ -178,10 +337,12 @@ async def live_lines(
     once: bool = False,
     stop: asyncio.Event | None = None,
     interval_s: float = POLL_INTERVAL_S,
+    mark: Mark | None = None,
 ) -> AsyncIterator[LiveLine]:
     """The live lines of the owner's helpers (or one), polled from the store, until `stop` is set; with `once`,
-    the current ones. A watch of one helper ends by itself once the helper has its outcome."""
-    live = LiveLines()
+    the current ones. A watch of one helper ends by itself once the helper has its outcome. From `mark`, the lines
+    after the one whose id it is."""
+    live = LiveLines(mark)
     while True:
         views = await client.list_helpers(owner)
         if helper_id is not None:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import ServiceSettings, Settings
+from domain.ids import echo
 from domain.rows import Admission, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
 from protocol.deadlines import answer_by
 from protocol.errors import (
@@ -68,13 +69,15 @@ from starter.service.bodies import (
     StartBody,
 )
 from starter.service.connections import Connections
-from starter.watch import has_outcome, live_lines
+from starter.watch import Mark, has_outcome, live_lines, scope_of
 
 log = logging.getLogger("helper_api")
 
 API_VERSION = "1"
 READY_CHECK_S = 2.0
 RETRY_AFTER_S = "1"
+# How long a live-lines client waits before it connects again (the stream's `retry:`), as long as Retry-After.
+WATCH_RETRY_MS = int(RETRY_AFTER_S) * 1000
 # A write's own bound answers it; this much later, the request's timeout would (it never should).
 WRITE_BACKSTOP_S = 2.0
 # Where the request's arrival is kept in its ASGI scope, for the bound of its answer.
@@ -171,6 +174,30 @@ class Watch:
     helper_id: str | None
     once: bool
     reader: StoreReader
+    mark: Mark  # where it begins: a fresh watch's, or the one a resumed watch's last line id names
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The last line id a client names, and where it named it (a refusal says which)."""
+
+    last_event_id: str | None
+    named_in: str
+
+
+def mark_of(owner: str, helper_id: str | None, resumed: Resumed) -> Mark:
+    """Where a watch begins: fresh, or after the line whose id the client names (InvalidRequest, nothing streamed,
+    when it names none of this watch's lines)."""
+    scope = scope_of(owner, helper_id)
+    if resumed.last_event_id is None:
+        return Mark(0, scope)
+    try:
+        return Mark.parse(resumed.last_event_id, scope)
+    except ValueError as error:
+        raise InvalidRequest(
+            f"{resumed.named_in} {echo(resumed.last_event_id)} names no line of this watch: {error}; watch again "
+            "without it to start afresh"
+        ) from None
 
 
 class Guard:
@@ -514,10 +541,11 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
 
     # --- live lines --------------------------------------------------------------------------------------
 
-    async def watch_of(owner: str, helper_id: str | None, once: bool) -> Watch:
+    async def watch_of(owner: str, helper_id: str | None, once: bool, resumed: Resumed) -> Watch:
         """Checked and connected before the stream begins, so a refusal is still one JSON object."""
         try:
             commands.watch(owner, helper_id)
+            mark = mark_of(owner, helper_id, resumed)
             if state.stopping.is_set() or len(state.watches) >= service.max_watches:
                 raise Unavailable(f"the service holds {len(state.watches)} live-lines streams; connect again later")
             async with asyncio.timeout(timeout_s):
@@ -526,30 +554,58 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                     raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
         except TimeoutError:
             raise Unavailable(f"the store did not answer within {timeout_s:g} s") from None
-        return Watch(owner, helper_id, once, reader)
+        return Watch(owner, helper_id, once, reader, mark)
+
+    async def resumed_from(
+        last_event_id: Annotated[
+            str | None,
+            Header(
+                alias="Last-Event-ID",
+                description="the id of the last line the client has: the stream sends the lines after it (what an "
+                "EventSource sends when it connects again); it wins over `last_event_id`",
+            ),
+        ] = None,
+        last_event_id_query: Annotated[
+            str | None,
+            Query(
+                alias="last_event_id",
+                description="the same, for a client that cannot set the header",
+            ),
+        ] = None,
+    ) -> Resumed:
+        if last_event_id is not None:
+            return Resumed(last_event_id, "the Last-Event-ID header")
+        if last_event_id_query is not None:
+            return Resumed(last_event_id_query, "the query parameter last_event_id")
+        return Resumed(None, "")
 
     async def owner_watch(
         owner: Owner,
+        resumed: Annotated[Resumed, Depends(resumed_from)],
         helper_id: Annotated[
             str | None, Query(description="only this helper, until it has its outcome", json_schema_extra=ID_SCHEMA)
         ] = None,
         once: bool = False,
     ) -> Watch:
-        return await watch_of(owner, helper_id, once)
+        return await watch_of(owner, helper_id, once, resumed)
 
-    async def helper_watch(owner: Owner, helper_id: HelperId, once: bool = False) -> Watch:
-        return await watch_of(owner, helper_id, once)
+    async def helper_watch(
+        owner: Owner, helper_id: HelperId, resumed: Annotated[Resumed, Depends(resumed_from)], once: bool = False
+    ) -> Watch:
+        return await watch_of(owner, helper_id, once, resumed)
 
     async def stream(watch: Watch) -> AsyncIterator[ServerSentEvent]:
         ended = asyncio.Event()
         state.watches.add(ended)
         metrics.WATCHES.inc()
         timer = asyncio.get_running_loop().call_later(service.watch_max_ms / 1000, ended.set)
-        seen: dict[str, Any] = {}
         try:
+            yield ServerSentEvent(retry=WATCH_RETRY_MS)
             try:
-                async for line in live_lines(watch.reader, watch.owner, watch.helper_id, once=watch.once, stop=ended):
-                    seen[line.helper_id] = line
+                lines = live_lines(
+                    watch.reader, watch.owner, watch.helper_id, once=watch.once, stop=ended, mark=watch.mark
+                )
+                async for line in lines:
                     event = LineEvent(
                         at=line.at,
                         owner=watch.owner,
@@ -558,7 +614,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                         text=line.text,
                         choices=line.choices,
                     )
-                    yield ServerSentEvent(event="line", data=event.model_dump(mode="json"))
+                    yield ServerSentEvent(event="line", data=event.model_dump(mode="json"), id=line.id)
             except StarterError as error:
                 yield ServerSentEvent(event="error", data=error_json(error, [watch.owner, watch.helper_id or ""]))
                 return

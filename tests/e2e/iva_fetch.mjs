@@ -17,9 +17,11 @@ async function call(method, path, body) {
   return { status: response.status, body: await response.json(), ...(retryAfter ? { retryAfter } : {}) };
 }
 
-// Server-Sent Events from fetch's body stream: events are separated by a blank line.
-async function watch(path) {
-  const response = await fetch(`${api}${path}`, { headers: { accept: "text/event-stream" }, signal: bound() });
+// Server-Sent Events from fetch's body stream: events are separated by a blank line. With `lastEventId`, the
+// watch goes on after that line, as an EventSource's does when it connects again.
+async function watch(path, lastEventId) {
+  const headers = { accept: "text/event-stream", ...(lastEventId ? { "last-event-id": lastEventId } : {}) };
+  const response = await fetch(`${api}${path}`, { headers, signal: bound() });
   const events = [];
   const decoder = new TextDecoder();
   let buffered = "";
@@ -33,8 +35,9 @@ async function watch(path) {
       for (const line of block.split("\n")) {
         if (line.startsWith("event: ")) event.event = line.slice(7);
         else if (line.startsWith("data: ")) event.data += line.slice(6);
+        else if (line.startsWith("id: ")) event.id = line.slice(4);
       }
-      if (event.data) events.push({ event: event.event, data: JSON.parse(event.data) });
+      if (event.data) events.push({ ...event, data: JSON.parse(event.data) });
     }
   }
   return { status: response.status, contentType: response.headers.get("content-type"), events };
@@ -53,6 +56,11 @@ answers.start = await call("POST", "/helpers", { helper_id: helperId, model: "sc
 answers.again = await call("POST", "/helpers", { helper_id: helperId, model: "scripted", task: "Find the Q3 report" });
 answers.invalid = await call("POST", "/helpers", { helper_id: "no spaces", model: "scripted", task: "x" });
 answers.watch = await watch(`/helpers/${helperId}/watch`); // ends by itself with the outcome
+// The connection dropped just before the outcome's line (after the first, if the outcome came first): the watch
+// resumed from the line before it.
+const headline = answers.watch.events.findIndex((event) => / · outcome /.test(event.data.text ?? ""));
+answers.resumedFrom = answers.watch.events[Math.max(headline - 1, 0)].id;
+answers.resumed = await watch(`/helpers/${helperId}/watch`, answers.resumedFrom);
 answers.list = await call("GET", "/helpers");
 answers.unreported = await call("GET", "/unreported");
 answers.read = await call("POST", "/read", { turn: "turn-1", helper_ids: [helperId] });

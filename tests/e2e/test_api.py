@@ -79,8 +79,9 @@ async def _run(*command: str, timeout: float) -> tuple[int, str, str]:
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 async def test_iva_drives_the_service_from_node_fetch(stack: Stack) -> None:
-    """Start, the same start again, an invalid start, a watch that ends with the outcome, list, unreported, read,
-    delivered and close, each answered as the console script answers (R4, R5, R27, R28, R23)."""
+    """Start, the same start again, an invalid start, a watch that ends with the outcome (and the same watch resumed
+    after a line, R49), list, unreported, read, delivered and close, each answered as the console script answers
+    (R4, R5, R27, R28, R23)."""
     assert NODE is not None
     async with serving_api(stack) as url:
         code, out, err = await _run(NODE, str(HERE / "iva_fetch.mjs"), url, stack.owner, "report-q3", timeout=120)
@@ -98,6 +99,13 @@ async def test_iva_drives_the_service_from_node_fetch(stack: Stack) -> None:
     lines = [event["data"]["text"] for event in watch["events"] if event["event"] == "line"]
     assert lines[0].startswith("admitted")
     assert watch["events"][-1] == {"event": "end", "data": {"reason": "outcome", "outcome_kind": "completed"}}
+    # Resumed with the id of the line before the outcome's (Last-Event-ID): exactly the lines after it, the same
+    # ids, then the same end.
+    ids = [event.get("id") for event in watch["events"]]
+    after = ids.index(answers["resumedFrom"]) + 1
+    assert [(e["event"], e.get("id"), e["data"].get("text")) for e in answers["resumed"]["events"]] == [
+        (e["event"], e.get("id"), e["data"].get("text")) for e in watch["events"][after:]
+    ]
 
     assert [view["helper_id"] for view in answers["list"]["body"]] == ["report-q3"]
     assert [view["helper_id"] for view in answers["unreported"]["body"]] == ["report-q3"]

@@ -236,7 +236,12 @@ async def test_a_watch_once_of_an_unknown_helper_is_404_before_the_stream(api: h
     assert answered.json()["error"] == {"code": "unknown_helper", "message": "There is no helper nobody."}
     streamed = await api.get("/v1/owners/anna/watch", params={"once": "true"})
     assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
-    assert streamed.text.strip().splitlines() == ["event: end", 'data: {"reason": "once", "outcome_kind": null}']
+    assert streamed.text.strip().splitlines() == [
+        "retry: 1000",
+        "",
+        "event: end",
+        'data: {"reason": "once", "outcome_kind": null}',
+    ]
 
 
 async def test_a_questions_choices_read_the_same_through_the_service_and_the_watch_line_carries_them(

@@ -273,7 +273,7 @@ def test_a_follow_up_names_the_helper_it_continues_and_the_earlier_one_says_who_
         "admitted · follows up pick-venue · waiting for a slot · 1 helper ahead",
     ]
     running = follow_up.model_copy(update={"state": RowState.RUNNING})
-    assert _texts(live, running) == ["got a slot · running now"]
+    assert _texts(live, answered, running) == ["got a slot · running now"]
 
 
 def test_a_watch_of_one_helper_ends_by_itself_once_the_helper_has_its_outcome(
