@@ -10,7 +10,6 @@ from domain.book.admission import (
     undo_admission,
 )
 from domain.book.answer import (
-    ANSWER_TEXT_MAX_CHARS,
     AUTHORIZATION_QUESTION_ID,
     DENY,
     GRANT,
@@ -71,7 +70,6 @@ from domain.book.state import (
 )
 
 __all__ = [
-    "ANSWER_TEXT_MAX_CHARS",
     "AUTHORIZATION_QUESTION_ID",
     "DENY",
     "EARLY_NOTICES_KEPT",

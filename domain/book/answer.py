@@ -5,7 +5,8 @@ that goes on from it.
   of its options, or free text where it allows it; a plain-text question takes free text under the id
   `question`; an authorization wait takes `grant` or `deny` under the id `authorization`.
 - The first valid answer is recorded in the book entry (`record_answer`) and is the only one: a later answer to
-  the same question, the same or another, gets the first back and starts nothing (`Repeated`). An answer to
+  the same question, the same or another the question takes, gets the first back and starts nothing
+  (`Repeated`). An answer to
   another question than the one waiting, an option not offered, free text where none is taken, a grant whose
   item does not parse as a boundary item, or a helper that is not in this owner's book is refused, and nothing
   is written.
@@ -26,7 +27,7 @@ from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
 from domain.book.follow_up import deliver_answered
 from domain.book.state import Asked, Entry, OwnerAnswer, OwnerBook, Refusal, RefusalCode
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
-from domain.limits import HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
+from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, check_id, check_utf8
 from domain.rows import RowState
@@ -37,8 +38,6 @@ PLAIN_QUESTION_ID: Final = "question"
 AUTHORIZATION_QUESTION_ID: Final = "authorization"
 GRANT: Final = "grant"
 DENY: Final = "deny"
-# An answer in the owner's words, at most: it becomes the follow-up's task (bounded by HELPER_TASK_MAX_CHARS).
-ANSWER_TEXT_MAX_CHARS: Final = 4_000
 # The suffix of a follow-up's helper id (`answer_helper_id`).
 ANSWER_SUFFIX: Final = ".answer"
 _HELPER_ID_MAX_CHARS = 64
@@ -132,6 +131,9 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> Answe
             question_id=answer.question_id,
             waiting=asked.question_id,
         )
+    refusal = _offered(asked, answer, helper_id, language)
+    if refusal is not None:
+        return refusal
     if entry.answer is not None:
         return Repeated(entry, same=entry.answer == answer)
     if entry.state is RowState.CLOSED or entry.close_requested:
@@ -144,9 +146,6 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> Answe
             helper_id=helper_id,
             follow_up=entry.followed_up_by,
         )
-    refusal = _offered(asked, answer, helper_id, language)
-    if refusal is not None:
-        return refusal
     follow_up_id = answer_helper_id(helper_id)
     if follow_up_id in book.entries:  # a helper of that id was started by hand: the answer cannot take its place
         return _refusal(

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from domain.outcome import OutcomeKind
@@ -16,7 +17,9 @@ from domain.rows import AnswerResult, HelperRow, RowState
 from protocol.errors import HelperRefused, InvalidRequest
 from reference.core.script import scripted_task
 from tests.e2e.conftest import Stack
+from tests.e2e.test_api import serving_api
 from tests.helpers import eventually, helper_request
+from tools.demo.scenario import _cli
 
 pytestmark = pytest.mark.e2e
 
@@ -172,3 +175,31 @@ async def test_an_answer_refused_for_want_of_an_open_place_is_not_recorded(stack
     taken = await stack.client.answer(stack.owner, "room", "question", text="Small, please.")
     assert not taken.repeated and taken.text == "Small, please."
     assert taken.follow_up is not None and taken.follow_up.helper_id == "room.answer"
+
+
+async def test_the_console_script_and_the_service_answer_as_the_client_does(stack: Stack) -> None:
+    """R42, R47, R49: `helper-starter answer` and `POST .../answer`: the first answer is exit 0 / 200 with its
+    follow-up, a later different one the first again (`repeated`), a stale question exit 1 / 409."""
+    await _ask(stack, "pick", end="question", question="Where?", options=OPTIONS, question_id="venue")
+    settings = stack.settings.model_copy(
+        update={"temporal_address": stack.env.client.service_client.config.target_host}
+    )
+    answer = ["answer", "--owner", stack.owner, "--id", "pick", "--question", "venue"]
+    code, first = await _cli(settings, [*answer, "--option", "taxi"])
+    assert code == 0 and first["repeated"] is False and first["follow_up"]["helper_id"] == "pick.answer", first
+    code, stale = await _cli(
+        settings, ["answer", "--owner", stack.owner, "--id", "pick", "--question", "x", "--text", "a"]
+    )
+    assert (code, stale["error"]["code"]) == (1, "stale_question"), stale
+    async with serving_api(stack) as url, httpx.AsyncClient(timeout=30) as http:
+        path = f"{url}/v1/owners/{stack.owner}/helpers/pick/answer"
+        again = await http.post(path, json={"question_id": "venue", "option_id": "walk"})
+        assert again.status_code == 200, again.text
+        assert again.json()["repeated"] is True and again.json()["same"] is False
+        assert again.json()["option_id"] == "taxi"
+        refused = await http.post(path, json={"question_id": "venue", "option_id": "bike"})
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "not_offered"
+        unknown = await http.post(
+            f"{url}/v1/owners/{stack.owner}/helpers/nobody/answer", json={"question_id": "v", "text": "a"}
+        )
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_helper"

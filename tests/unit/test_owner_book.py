@@ -8,7 +8,6 @@ import pytest
 
 from contracts.core_api import QuestionChoices, QuestionOption
 from domain.book import (
-    ANSWER_TEXT_MAX_CHARS,
     AUTHORIZATION_QUESTION_ID,
     DENY,
     GRANT,
@@ -58,7 +57,7 @@ from domain.book import (
     withdraw_answer,
     withdraw_settled,
 )
-from domain.limits import Policy
+from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -919,11 +918,13 @@ def test_an_answer_to_another_question_or_not_offered_is_refused_and_nothing_is_
     assert book.entries["h1"].answer is None
 
 
-def test_a_stale_question_id_is_refused_even_after_the_question_was_answered() -> None:
+def test_what_the_question_never_took_is_refused_even_after_it_was_answered() -> None:
     book = asked_book()
     take(book, WALK)
-    refusal = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"))
-    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.STALE_QUESTION
+    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"))
+    assert isinstance(stale, Refusal) and stale.code is RefusalCode.STALE_QUESTION
+    not_offered = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="bike"))
+    assert isinstance(not_offered, Refusal) and not_offered.code is RefusalCode.NOT_OFFERED
 
 
 def test_an_unknown_helper_a_running_one_and_an_outcome_that_waits_for_nobody_are_refused() -> None:
