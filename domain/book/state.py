@@ -1,9 +1,10 @@
-"""The owner book: the coordinator's whole state for one owner, as plain data (R2-R8, R22-R23, R26-R29).
+"""The owner book: the coordinator's whole state for one owner, as plain data (R2-R8, R22-R23, R26-R29, R49).
 
 The coordinator workflow holds one `OwnerBook`, passes it on when it continues as new, and changes it only
-through the functions of this package, one module per concern: `admission`, `slots`, `close`, `delivery`,
-`outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without Temporal;
-mutating functions change the book in place and return what the workflow must now do.
+through the functions of this package, one module per concern: `admission`, `follow_up`, `answer`, `slots`,
+`close`, `delivery`, `outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without
+Temporal; mutating functions change the book in place and return what the workflow must now do. Fields are added
+with defaults only, so a book written by one build reads in the build before it (a rollback).
 """
 
 from __future__ import annotations
