@@ -15,11 +15,13 @@ import pytest
 from domain.outcome import OutcomeKind
 from domain.rows import AnswerResult, HelperRow, RowState
 from protocol.errors import HelperRefused, InvalidRequest
+from protocol.names import coordinator_id
 from reference.core.script import scripted_task
 from tests.e2e.conftest import Stack
 from tests.e2e.test_api import serving_api
 from tests.helpers import eventually, helper_request
 from tools.demo.scenario import _cli
+from workflows import coordinator
 
 pytestmark = pytest.mark.e2e
 
@@ -203,3 +205,20 @@ async def test_the_console_script_and_the_service_answer_as_the_client_does(stac
             f"{url}/v1/owners/{stack.owner}/helpers/nobody/answer", json={"question_id": "v", "text": "a"}
         )
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_helper"
+
+
+async def test_the_first_answer_stays_the_one_after_the_coordinator_continues_as_new(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R45, R49: the answer is recorded in the book the coordinator carries when it continues as new: answers that
+    reach a later run get the first back and start nothing."""
+    monkeypatch.setattr(coordinator, "MAX_MESSAGES_PER_RUN", 3)  # the worker runs in this process
+    await _ask(stack, "trip", end="question", question="Where?", options=OPTIONS, question_id="venue")
+    first = await stack.client.answer(stack.owner, "trip", "venue", option_id="walk")
+    assert not first.repeated
+    for _ in range(4):
+        again = await stack.client.answer(stack.owner, "trip", "venue", option_id="taxi")
+        assert again.repeated and not again.same and again.option_id == "walk"
+    runs = [run async for run in stack.env.client.list_workflows(f'WorkflowId = "{coordinator_id(stack.owner)}"')]
+    assert len(runs) >= 2, f"expected the coordinator to continue as new, got {len(runs)} runs"
+    assert len(_core_sessions(tmp_path / "core.sqlite3", "trip.answer")) == 1
