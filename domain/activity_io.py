@@ -6,6 +6,7 @@ directories; these messages carry ids, counters and short summaries only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -82,6 +83,9 @@ class HelperStart(BaseModel):
     goal_id: GoalId | None = None
     language: str
     model: str
+    boundary: tuple[str, ...] = Field(
+        default=(), description="The request's boundary: a question's answer admits its follow-up with it (R49)."
+    )
     limits: Limits
     slot_granted: bool
     summary_max: int
@@ -106,6 +110,8 @@ class Admitted(Protocol):
     def model(self) -> str: ...
     @property
     def task(self) -> str: ...
+    @property
+    def boundary(self) -> Sequence[str]: ...
 
 
 def helper_start(policy: Policy, admitted: Admitted, *, seq: int, limits: Limits, slot_granted: bool) -> HelperStart:
@@ -117,6 +123,7 @@ def helper_start(policy: Policy, admitted: Admitted, *, seq: int, limits: Limits
         goal_id=admitted.goal_id,
         language=admitted.language,
         model=admitted.model,
+        boundary=tuple(admitted.boundary),
         limits=limits,
         slot_granted=slot_granted,
         summary_max=policy.summary_max,

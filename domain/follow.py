@@ -22,7 +22,7 @@ from domain.bounds import (
     first,
 )
 from domain.ids import HelperId, OwnerId
-from domain.limits import FollowTuning
+from domain.limits import HELPER_BOUNDARY_ITEM_MAX_CHARS, FollowTuning
 from domain.work import Usage, fold_usage
 
 
@@ -92,6 +92,9 @@ class FollowResult(BaseModel):
     # they are bounded by the contract (domain.bounds).
     choices: QuestionChoices | None = None
     authorization: str | None = None
+    # The action an authorization wait asks for, alone: a grant adds it to the boundary (R49). One character over
+    # the item bound is kept, so an overlong action is refused at grant rather than cut to fit.
+    authorization_action: str | None = None
     actions: list[Action] = Field(default_factory=list)
     refusals: list[str] = Field(default_factory=list)
     stop_reason: StopReason | None = None
@@ -128,6 +131,9 @@ def result_from(snapshot: Snapshot, verdict: Verdict) -> FollowResult:
         question=cut(snapshot.question, PAYLOAD_TEXT_MAX),
         choices=snapshot.choices if verdict is Verdict.QUESTION else None,
         authorization=cut(authorization_text(snapshot), PAYLOAD_TEXT_MAX),
+        authorization_action=snapshot.authorization.action[: HELPER_BOUNDARY_ITEM_MAX_CHARS + 1]
+        if snapshot.authorization is not None
+        else None,
         actions=[_cut_action(action) for action in first(snapshot.actions, PAYLOAD_ACTIONS_MAX)],
         actions_total=len(snapshot.actions),
         refusals=[cut(r, PAYLOAD_ITEM_TEXT_MAX) or "" for r in first(snapshot.refusals, PAYLOAD_REFUSALS_MAX)],

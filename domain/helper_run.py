@@ -17,7 +17,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from domain.activity_io import Finalize, HelperStart, RowKey, SessionRef
-from domain.book import FinishedNotice
+from domain.book import FinishedNotice, asked_of
 from domain.ending import Ending, FinishReason, Phase, Step, Trigger, decide, row_state_of
 from domain.follow import FollowRequest, FollowResult, Verdict
 from domain.limits import kept_until
@@ -269,10 +269,19 @@ def record_outcome(run: HelperRun, kind: OutcomeKind, explanation: str) -> None:
     run.state = row_state_of(kind)
 
 
-def finished_notice(run: HelperRun, finished_at: datetime) -> FinishedNotice:
+def finished_notice(run: HelperRun, finished_at: datetime, result: FollowResult | None = None) -> FinishedNotice:
     """The coordinator's notice of the outcome: the slot passes on, unless a create was never answered; then a
-    second notice, the same with `slot_held` False, frees it once the session is found and stopped (R8, R38)."""
+    second notice, the same with `slot_held` False, frees it once the session is found and stopped (R8, R38).
+    A question or an authorization wait says what it takes as an answer, from `result`, the outcome's (R49)."""
     assert run.outcome is not None
+    start = run.start
+    asked = asked_of(
+        run.outcome,
+        choices=result.choices if result is not None else None,
+        authorization_action=result.authorization_action if result is not None else None,
+        model=start.model,
+        boundary=start.boundary,
+    )
     return FinishedNotice(
         helper_id=run.start.helper_id,
         seq=run.start.seq,
@@ -280,6 +289,7 @@ def finished_notice(run: HelperRun, finished_at: datetime) -> FinishedNotice:
         generation=run.generation,
         finished_at=finished_at,
         slot_held=run.open_unanswered,
+        asked=asked,
     )
 
 

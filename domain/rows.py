@@ -108,6 +108,23 @@ class Admission(BaseModel):
     evicted: list[str] = Field(default_factory=list)
 
 
+class AnswerResult(BaseModel):
+    """The answer to `answer` (R49): the one authoritative answer to the helper's question and what goes on from it.
+
+    `repeated`: the question was answered before, and this is that first answer (nothing started now); `same` says
+    whether the answer just sent is that one. `follow_up`: the helper that continues the work from the answer, as
+    `start` would answer for it; None for `deny`, which starts nothing and delivers the outcome."""
+
+    owner: str
+    helper_id: str
+    question_id: str
+    option_id: str | None = None
+    text: str | None = None
+    repeated: bool = False
+    same: bool = True
+    follow_up: Admission | None = None
+
+
 class CloseAnswer(BaseModel):
     owner: str
     helper_id: str

@@ -67,6 +67,62 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "Helper {helper_id} has no unreported outcome to read.",
         "ru": "У помощника {helper_id} нет непрочитанного результата.",
     },
+    # Answers to a question or an authorization wait (R49, domain.book.answer).
+    "refused.answer_nothing_asked": {
+        "en": "Helper {helper_id} has no question or authorization wait to answer.",
+        "ru": "У помощника {helper_id} нет вопроса или ожидания разрешения, на которые можно ответить.",
+    },
+    "refused.answer_closed": {
+        "en": "Helper {helper_id} was closed; its question can no longer be answered.",
+        "ru": "Помощник {helper_id} закрыт; на его вопрос больше нельзя ответить.",
+    },
+    "refused.answer_followed_up": {
+        "en": "Helper {helper_id} was already continued by {follow_up}; its question can no longer be answered.",
+        "ru": "Помощника {helper_id} уже продолжил {follow_up}; на его вопрос больше нельзя ответить.",
+    },
+    "refused.answer_stale": {
+        "en": "Helper {helper_id} did not ask question {question_id}; the question waiting is {waiting}.",
+        "ru": "Помощник {helper_id} не задавал вопрос {question_id}; ждёт ответа вопрос {waiting}.",
+    },
+    "refused.answer_not_offered": {
+        "en": "Helper {helper_id} did not offer option {option_id}; it offered: {options}.",
+        "ru": "Помощник {helper_id} не предлагал вариант {option_id}; он предложил: {options}.",
+    },
+    "refused.answer_no_free_text": {
+        "en": "Helper {helper_id} takes no answer in words; choose one of: {options}.",
+        "ru": "Помощник {helper_id} не принимает ответ словами; выберите один из вариантов: {options}.",
+    },
+    "refused.answer_grant_or_deny": {
+        "en": "Helper {helper_id} waits for an authorization: answer grant or deny.",
+        "ru": "Помощник {helper_id} ждёт разрешения: ответьте grant (разрешить) или deny (отказать).",
+    },
+    "refused.grant_unparsed": {
+        "en": "The authorization helper {helper_id} asked for cannot be granted: {why}. "
+        "Start a follow-up with the boundary you mean instead.",
+        "ru": "Разрешение, которое просил помощник {helper_id}, нельзя выдать: {why}. "
+        "Вместо этого запустите продолжение с нужной вам границей полномочий.",
+    },
+    "refused.answer_id_taken": {
+        "en": "Helper {helper_id}'s answer would start helper {follow_up}, but that id is taken by another helper.",
+        "ru": "Ответ помощнику {helper_id} запустил бы помощника {follow_up}, но этот идентификатор уже занят.",
+    },
+    # The task of the follow-up an answer starts; the core continues the session that asked (R49).
+    "answer.task.option": {
+        "en": "The owner answered your question ({question_id}) with: {label}\nGo on with the work from this answer.",
+        "ru": "Владелец ответил на ваш вопрос ({question_id}): {label}\nПродолжайте работу с этим ответом.",
+    },
+    "answer.task.text": {
+        "en": "The owner answered your question ({question_id}) in their own words:\n\n{answer}\n\n"
+        "Go on with the work from this answer.",
+        "ru": "Владелец ответил на ваш вопрос ({question_id}) своими словами:\n\n{answer}\n\n"
+        "Продолжайте работу с этим ответом.",
+    },
+    "answer.task.grant": {
+        "en": "The owner granted the authorization you asked for: {item}. It is in your boundary now; "
+        "go on with the work.",
+        "ru": "Владелец дал разрешение, которое вы просили: {item}. Теперь оно входит в ваши полномочия; "
+        "продолжайте работу.",
+    },
     # A follow-up's task when the core cannot continue the earlier session itself (domain.follow_up_task).
     "follow_up.task": {
         "en": "This continues earlier work: helper {earlier} ended with {ended_with}. Its outcome, in full:\n\n"

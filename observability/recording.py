@@ -50,6 +50,10 @@ REFUSAL_REASONS: Final = frozenset(
         "invalid_request",
         "wrong_owner",
         "not_followable",
+        "not_answerable",
+        "stale_question",
+        "not_offered",
+        "grant_refused",
     }
 )
 # Pending and attempting are on the way; these are where an offer stops (a failed one may be offered again).

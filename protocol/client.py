@@ -30,15 +30,17 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from domain.requests import HelperRequest
-from domain.rows import Admission, CloseAnswer, DeliveredAnswer, ReadAnswer
+from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
 from protocol.deadlines import AnswerBy
 from protocol.errors import NOT_TAKEN, Accepted, Unavailable
 from protocol.messages import (
     ADMIT,
+    ANSWER,
     CLOSE_HELPER,
     COORDINATOR_WORKFLOW,
     MARK_DELIVERED,
     MARK_READ,
+    AnswerRequest,
     CoordinatorStart,
     DeliveredRequest,
     ReadRequest,
@@ -121,6 +123,13 @@ async def mark_delivered(
     return await _update(temporal, settings, owner, MARK_DELIVERED, request, DeliveredAnswer, by, "the delivery")
 
 
+async def answer_helper(temporal: Client, settings: Settings, request: AnswerRequest, by: AnswerBy) -> AnswerResult:
+    """The owner's answer to a question: the update's id names the helper and the question it answers."""
+    what = f"the answer to {request.helper_id}"
+    subject = f"{request.helper_id}/{request.answer.question_id}"
+    return await _update(temporal, settings, request.owner, ANSWER, request, AnswerResult, by, what, subject)
+
+
 async def _update(
     temporal: Client,
     settings: Settings,
@@ -130,8 +139,10 @@ async def _update(
     answer: type[Answer],
     by: AnswerBy,
     what: str,
+    subject: str | None = None,
 ) -> Answer:
-    """One update to the owner's coordinator, asked again while it continues as new (all are idempotent)."""
+    """One update to the owner's coordinator, asked again while it continues as new (all are idempotent). Its id
+    names `subject` (the owner unless given)."""
     handle = temporal.get_workflow_handle(coordinator_id(owner))
     return await answered(
         settings,
@@ -140,7 +151,7 @@ async def _update(
             argument,
             result_type=answer,
             wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-            id=by.update_id(name, owner),
+            id=by.update_id(name, subject or owner),
         ),
         by,
         what,

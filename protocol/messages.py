@@ -11,7 +11,7 @@ from typing import Final
 
 from pydantic import BaseModel, Field
 
-from domain.book import OwnerBook
+from domain.book import OwnerAnswer, OwnerBook
 from domain.ids import HelperId, OwnerId
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
@@ -25,6 +25,7 @@ ADMIT: Final = "admit"
 CLOSE_HELPER: Final = "close"
 MARK_READ: Final = "mark_read"
 MARK_DELIVERED: Final = "mark_delivered"
+ANSWER: Final = "answer"
 # Signals a helper sends its coordinator.
 HELPER_FINISHED: Final = "helper_finished"
 HELPER_CLOSED: Final = "helper_closed"
@@ -68,3 +69,12 @@ class ReadRequest(BaseModel):
 class DeliveredRequest(BaseModel):
     turn: str = Field(min_length=1, max_length=TURN_MAX_CHARS)
     answer_chars: int
+
+
+class AnswerRequest(BaseModel):
+    """The owner's answer to a helper's question or authorization wait (R49); its checks are
+    `domain.book.answer_problems`, made by the starter and again by the coordinator's validator."""
+
+    owner: OwnerId
+    helper_id: HelperId
+    answer: OwnerAnswer

@@ -146,6 +146,28 @@ def build_parser() -> argparse.ArgumentParser:
     _owner(close)
     _helper_id(close)
 
+    answer = commands.add_parser(
+        "answer",
+        help="answer a helper's question or authorization wait, once (the first answer is the one)",
+        description="Answer a helper's question with an option it offered or, where it takes them, your own "
+        "words; answer an authorization wait with the option grant or deny. The first answer is the only one: "
+        "asking again, with it or another, returns that first answer and starts nothing. Every answer but deny "
+        "starts the helper <id>.answer, which goes on from the answer.",
+        epilog=_epilog(ENV_WRITE),
+    )
+    _owner(answer)
+    _helper_id(answer)
+    answer.add_argument(
+        "--question",
+        required=True,
+        dest="question_id",
+        help="the question's id, as the outcome shows it ('question' for a plain-text question, 'authorization' "
+        "for an authorization wait)",
+    )
+    chosen = answer.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--option", dest="option_id", help="the id of an option the question offered (or grant, deny)")
+    chosen.add_argument("--text", help="an answer in your own words (1-4,000 characters), where the question takes one")
+
     unreported = commands.add_parser(
         "unreported",
         help="finalized outcomes not yet delivered, with summaries",

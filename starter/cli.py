@@ -81,6 +81,10 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
             return commands.show(owner, arguments.helper_id)
         case "close":
             return commands.close(owner, arguments.helper_id)
+        case "answer":
+            return commands.answer(
+                owner, arguments.helper_id, arguments.question_id, arguments.option_id, arguments.text
+            )
         case "unreported":
             return commands.unreported(owner)
         case "read":

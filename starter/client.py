@@ -1,4 +1,4 @@
-"""The importable async client Iva uses: start, list, show, close, unreported, read, delivered.
+"""The importable async client Iva uses: start, answer, list, show, close, unreported, read, delivered.
 
 Writes go to the owner's coordinator workflow (start by update-with-start); reads go straight to the
 store, so listing works while no worker runs (R27). Every operation is scoped to one owner (R34).
@@ -24,17 +24,19 @@ from domain.goals import Goal
 from domain.requests import HelperRequest
 from domain.rows import (
     Admission,
+    AnswerResult,
     CloseAnswer,
     DeliveredAnswer,
     ReadAnswer,
 )
-from protocol.client import admit, close_helper, mark_delivered, mark_read
+from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.deadlines import AnswerBy, answer_by
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
 from protocol.temporal_errors import refusal_of_rpc
 from starter.backpressure import WriteGate
 from starter.inputs import (
+    answer_request,
     check_goal_ids,
     check_ids,
     clip,
@@ -102,6 +104,25 @@ class HelperClient(StoreReader):
         by = by or answer_by(self.settings)
         check_ids(owner, [helper_id])
         send = lambda: close_helper(self.temporal, self.settings, owner, helper_id, by)  # noqa: E731
+        return await self._write(send, by, missing_helper=helper_id)
+
+    async def answer(
+        self,
+        owner: str,
+        helper_id: str,
+        question_id: str,
+        *,
+        option_id: str | None = None,
+        text: str | None = None,
+        by: AnswerBy | None = None,
+    ) -> AnswerResult:
+        """Answer a helper's question or authorization wait with an offered option's id (`grant` or `deny` for an
+        authorization) or free text (R49). The first valid answer is the only one: asking again, with this answer or
+        another, returns that first one (`repeated`) and starts nothing. It admits the follow-up that goes on from
+        it, as `start --follow-up` would."""
+        by = by or answer_by(self.settings)
+        request = answer_request(owner, helper_id, question_id, option_id, text)
+        send = lambda: answer_helper(self.temporal, self.settings, request, by)  # noqa: E731
         return await self._write(send, by, missing_helper=helper_id)
 
     async def read(self, owner: str, turn: str, helper_ids: list[str], *, by: AnswerBy | None = None) -> ReadAnswer:

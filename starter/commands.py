@@ -17,7 +17,7 @@ from config.settings import Settings
 from domain.rows import RowState
 from protocol.deadlines import AnswerBy
 from starter import inputs
-from starter.inputs import check_delivered, check_ids, check_read, parse_request
+from starter.inputs import answer_request, check_delivered, check_ids, check_read, parse_request
 
 # A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes), and
 # when its caller is answered: a write is answered by then, whatever happens (R48).
@@ -56,6 +56,18 @@ def show(owner: str, helper_id: str) -> Command:
 def close(owner: str, helper_id: str) -> Command:
     check_ids(owner, [helper_id])
     return Command("close", True, lambda client, by: client.close(owner, helper_id, by=by))
+
+
+def answer(owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None) -> Command:
+    """The owner's one authoritative answer to a helper's question or authorization wait (R49)."""
+    request = answer_request(owner, helper_id, question_id, option_id, text)
+    return Command(
+        "answer",
+        True,
+        lambda client, by: client.answer(
+            owner, helper_id, question_id, option_id=request.answer.option_id, text=request.answer.text, by=by
+        ),
+    )
 
 
 def unreported(owner: str) -> Command:

@@ -19,7 +19,7 @@ from store.address import StoreAddress
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal
-    from protocol.messages import DeliveredRequest, ReadRequest
+    from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
 
 ECHO_MAX_CHARS = 40
 
@@ -84,6 +84,21 @@ def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
     check_turn(turn)
     if answer_chars <= 0:
         raise _invalid("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
+
+
+def answer_request(
+    owner: str, helper_id: str, question_id: str, option_id: str | None = None, text: str | None = None
+) -> AnswerRequest:
+    """`answer`'s message, checked as the coordinator's validator checks it (domain.book.answer_problems)."""
+    from domain.book import OwnerAnswer, answer_problems
+    from protocol.messages import AnswerRequest
+
+    check_ids(owner, [helper_id])
+    answer = _built(lambda: OwnerAnswer(question_id=question_id, option_id=option_id, text=text))
+    problems = answer_problems(answer)
+    if problems:
+        raise InvalidRequest("; ".join(problems), {"problems": problems})
+    return AnswerRequest(owner=owner, helper_id=helper_id, answer=answer)
 
 
 def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:

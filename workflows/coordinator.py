@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime, timedelta
+from functools import partial
 
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.book import (
         OFFER_GIVE_UP,
+        Admit,
         AlreadyAdmitted,
         ChatEventRecord,
         CloseAction,
@@ -51,24 +53,30 @@ with workflow.unsafe.imports_passed_through():
         OwnerBook,
         Refusal,
         RefusalCode,
+        Repeated,
+        answer_problems,
         apply_admission,
         apply_closed_by_coordinator,
         apply_closed_by_helper,
         apply_delivered,
+        apply_deny,
         apply_finished,
         apply_offer_result,
         apply_read,
         decide_admission,
+        decide_answer,
         decide_close,
         decide_read,
         event_due,
         expire_leases,
         expired_rows,
         finishing,
+        follow_up_request,
         forget_gone_helper,
         grant_slots,
         next_event,
         next_wakeup,
+        record_answer,
         remove_entries,
         request_close,
         start_offer,
@@ -77,15 +85,17 @@ with workflow.unsafe.imports_passed_through():
         take_withdrawn,
         timer_outdated,
         undo_admission,
+        withdraw_answer,
     )
     from domain.ids import check_id
     from domain.limits import Limits, effective_limits
     from domain.requests import HelperRequest, RequestError
-    from domain.rows import Admission, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
+    from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
     from protocol.deadlines import too_late
     from protocol.errors import ErrorType
     from protocol.messages import (
         ADMIT,
+        ANSWER,
         CLOSE_HELPER,
         COORDINATOR_WORKFLOW,
         COUNTS,
@@ -94,6 +104,7 @@ with workflow.unsafe.imports_passed_through():
         MARK_DELIVERED,
         MARK_READ,
         OWNER_BOOK,
+        AnswerRequest,
         CoordinatorStart,
         DeliveredRequest,
         ReadRequest,
@@ -220,6 +231,10 @@ class CoordinatorWorkflow:
             raise refused(decision)
         if isinstance(decision, AlreadyAdmitted):
             return self._admission_of(decision.entry, existing=True)
+        return await self._admit_decided(request, decision)
+
+    async def _admit_decided(self, request: HelperRequest, decision: Admit) -> Admission:
+        """Carry out an admission decided in this task: the book first, then the row and the workflow."""
         policy = self.book.policy
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
         now = workflow.now()
@@ -311,6 +326,95 @@ class CoordinatorWorkflow:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
         return Admission(
             owner=self.book.owner, helper_id=entry.helper_id, status=entry.state, ahead=ahead, existing=existing
+        )
+
+    # --- answers to questions and authorization waits (R49) ---------------------------------------------
+    # The first valid answer is recorded in the book before anything is awaited, so of two answers handled in one
+    # task the second already finds it; its follow-up is admitted in the same task, by the admission rules.
+
+    @workflow.update(name=ANSWER)
+    async def answer(self, request: AnswerRequest) -> AnswerResult:
+        self.messages_this_run += 1
+        if still_working(self.book, request.helper_id):
+            # The row can show the question a moment before the helper's finished notice reaches the book.
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: not still_working(self.book, request.helper_id),
+                    timeout=EARLIER_OUTCOME_WAIT,
+                    timeout_summary="wait for the helper's finished notice",
+                )
+        while True:
+            decision = decide_answer(self.book, request.helper_id, request.answer)
+            if isinstance(decision, Refusal):
+                raise refused(decision)
+            if not isinstance(decision, Repeated):
+                return await self._take_answer(request)
+            follow_up_id = decision.entry.followed_up_by
+            if follow_up_id is None or follow_up_id not in self.writing:
+                return self._answer_of(request, repeated=True, same=decision.same)
+            # The first answer's follow-up is still being written: answer once it is taken (or withdrawn).
+            await workflow.wait_condition(partial(self._written, follow_up_id))
+
+    def _written(self, helper_id: str) -> bool:
+        return helper_id not in self.writing
+
+    async def _take_answer(self, request: AnswerRequest) -> AnswerResult:
+        """Record a first valid answer and admit its follow-up, or, for `deny`, deliver the outcome. An answer whose
+        follow-up is refused is not recorded: the owner can answer again."""
+        entry = self.book.entries[request.helper_id]
+        follow = follow_up_request(self.book, entry, request.answer)
+        if follow is None:
+            record_answer(self.book, request.helper_id, request.answer)
+            if apply_deny(self.book, entry, workflow.now()):
+                await self._write_row(entry, RowState.DELIVERED)
+            return self._answer_of(request)
+        decision = decide_admission(self.book, follow)
+        if isinstance(decision, Refusal):
+            raise refused(decision)
+        if isinstance(decision, AlreadyAdmitted):  # excluded by decide_answer; never admits over another helper
+            raise refused(Refusal(code=RefusalCode.NOT_ANSWERABLE, message=f"{follow.helper_id} exists already"))
+        record_answer(self.book, request.helper_id, request.answer)
+        try:
+            await self._admit_decided(follow, decision)
+        except ApplicationError:
+            withdraw_answer(self.book, request.helper_id)
+            raise
+        return self._answer_of(request)
+
+    @answer.validator
+    def _validate_answer(self, request: AnswerRequest) -> None:
+        # Rejected here, the answer leaves no trace in the history and writes nothing.
+        self._refuse_late_or_draining()
+        if request.owner != self.book.owner:
+            raise refused(Refusal(code=RefusalCode.WRONG_OWNER, message=f"this coordinator serves {self.book.owner}"))
+        problems = answer_problems(request.answer)
+        if problems:
+            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems)))
+        if still_working(self.book, request.helper_id):
+            return  # the handler waits (bounded) for the helper's finished notice, then decides
+        decision = decide_answer(self.book, request.helper_id, request.answer)
+        if isinstance(decision, Refusal):
+            raise refused(decision)
+        if decision is None:
+            follow = follow_up_request(self.book, self.book.entries[request.helper_id], request.answer)
+            admission = decide_admission(self.book, follow) if follow is not None else None
+            if isinstance(admission, Refusal):
+                raise refused(admission)
+
+    def _answer_of(self, request: AnswerRequest, *, repeated: bool = False, same: bool = True) -> AnswerResult:
+        """The recorded answer, with the follow-up it started as it is now."""
+        entry = self.book.entries[request.helper_id]
+        answer = entry.answer or request.answer
+        follow_up = self.book.entries.get(entry.followed_up_by) if entry.followed_up_by else None
+        return AnswerResult(
+            owner=self.book.owner,
+            helper_id=entry.helper_id,
+            question_id=answer.question_id,
+            option_id=answer.option_id,
+            text=answer.text,
+            repeated=repeated,
+            same=same,
+            follow_up=self._admission_of(follow_up, existing=repeated) if follow_up is not None else None,
         )
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------

@@ -332,7 +332,7 @@ class HelperWorkflow:
         explanation = explain(ending.explanation, start.language, start.limits, start.follow.silence_ms)
         finished_at = workflow.now()
         kind = await self._write_outcome(finalize(record, ending.kind, explanation, result, finished_at))
-        notice = finished_notice(record, finished_at)
+        notice = finished_notice(record, finished_at, result)
         if notice.slot_held:
             # The create was never answered, so a session may run under our key. The outcome is the owner's now
             # and the helper no longer counts as open, but it keeps its slot until that session is found and

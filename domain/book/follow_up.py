@@ -55,13 +55,21 @@ def link_follow_up(book: OwnerBook, entry: Entry, now: datetime) -> Entry | None
         return None
     earlier = book.entries[entry.follow_up_of]
     earlier.followed_up_by = entry.helper_id
-    if earlier.state is RowState.UNREPORTED:
-        earlier.state = RowState.DELIVERED
-        earlier.delivered_at = now
-        earlier.keep_until = kept_until(now, book.policy.keep_ms)
-        withdraw_settled(book)  # the follow-up carries it: no longer announced (R26)
+    deliver_answered(book, earlier, now)  # the follow-up carries it
     earlier.generation += 1
     return earlier
+
+
+def deliver_answered(book: OwnerBook, entry: Entry, now: datetime) -> bool:
+    """The owner answered this outcome: an unreported one is delivered and no longer announced (R26). True if it
+    was unreported (then its row must be written, at a new generation the caller sets)."""
+    if entry.state is not RowState.UNREPORTED:
+        return False
+    entry.state = RowState.DELIVERED
+    entry.delivered_at = now
+    entry.keep_until = kept_until(now, book.policy.keep_ms)
+    withdraw_settled(book)
+    return True
 
 
 def keeps_context_for(book: OwnerBook, entry: Entry) -> bool:

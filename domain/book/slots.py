@@ -85,6 +85,7 @@ def apply_finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
     entry.generation = max(entry.generation, notice.generation)
     entry.outcome_kind = notice.kind
     entry.finished_at = notice.finished_at
+    entry.asked = notice.asked
     if notice.helper_id in book.queue:
         book.queue.remove(notice.helper_id)
     if notice.kind is OutcomeKind.CLOSED:

@@ -1,9 +1,10 @@
-"""The owner book: the coordinator's whole state for one owner, as plain data (R2-R8, R22-R23, R26-R29).
+"""The owner book: the coordinator's whole state for one owner, as plain data (R2-R8, R22-R23, R26-R29, R49).
 
 The coordinator workflow holds one `OwnerBook`, passes it on when it continues as new, and changes it only
-through the functions of this package, one module per concern: `admission`, `slots`, `close`, `delivery`,
-`outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without Temporal;
-mutating functions change the book in place and return what the workflow must now do.
+through the functions of this package, one module per concern: `admission`, `follow_up`, `answer`, `slots`,
+`close`, `delivery`, `outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without
+Temporal; mutating functions change the book in place and return what the workflow must now do. Fields are added
+with defaults only, so a book written by one build reads in the build before it (a rollback).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from contracts.core_api import ChoiceId, QuestionChoices
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import Policy
 from domain.outcome import OutcomeKind
@@ -24,6 +26,29 @@ from domain.rows import RowState
 LEASE_MARGIN = timedelta(minutes=5)
 # Finished notices of helpers whose admission is not recorded yet (a worker died mid-admission); bounded.
 EARLY_NOTICES_KEPT = 20
+
+
+class Asked(BaseModel):
+    """What an outcome that waits for the owner takes as an answer (R49), from the helper's finished notice: the
+    question's id and choices (a plain-text question takes free text under the id `question`; an authorization
+    wait takes `grant` or `deny` under the id `authorization`), the boundary item a grant adds, and what the
+    follow-up is admitted with (the helper's model and boundary). Bounded: the contract's ten options of 200
+    characters, a 200-character grant item and the request's own bounds on model and boundary (R36)."""
+
+    question_id: ChoiceId
+    choices: QuestionChoices | None = None
+    grant: str | None = Field(default=None, description="Authorization: the item a grant adds, as the core named it.")
+    model: str
+    boundary: tuple[str, ...] = ()
+
+
+class OwnerAnswer(BaseModel):
+    """The owner's answer to a question or an authorization wait: an offered option's id, or free text. Its
+    bounds are checked where it enters (`domain.book.answer.answer_problems`), not when a history is read back."""
+
+    question_id: str
+    option_id: str | None = None
+    text: str | None = None
 
 
 class Entry(BaseModel):
@@ -55,6 +80,8 @@ class Entry(BaseModel):
     announced: bool = False  # a chat event carrying it was delivered, or given up on
     follow_up_of: HelperId | None = None  # the earlier helper whose outcome this one continues
     followed_up_by: HelperId | None = None  # the helper that continues this one's outcome (at most one)
+    asked: Asked | None = None  # what its question or authorization wait takes as an answer (R49)
+    answer: OwnerAnswer | None = None  # the one authoritative answer, once given (R49)
 
     @property
     def is_goal_check(self) -> bool:
@@ -105,6 +132,7 @@ class FinishedNotice(BaseModel):
     generation: int
     finished_at: datetime
     slot_held: bool = False
+    asked: Asked | None = None  # a question or an authorization wait: what it takes as an answer (R49)
 
 
 class OwnerBook(BaseModel):
@@ -147,6 +175,10 @@ class RefusalCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
     WRONG_OWNER = "wrong_owner"
     NOT_FOLLOWABLE = "not_followable"
+    NOT_ANSWERABLE = "not_answerable"  # no question or authorization waits for an answer
+    STALE_QUESTION = "stale_question"  # the answer names another question than the one waiting
+    NOT_OFFERED = "not_offered"  # an option that was not offered, or free text where none is taken
+    GRANT_REFUSED = "grant_refused"  # the authorization asked for does not parse as a boundary item
 
 
 class Refusal(BaseModel):

@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import ServiceSettings, Settings
 from domain.ids import echo
-from domain.rows import Admission, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
+from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
 from protocol.deadlines import answer_by
 from protocol.errors import (
     UNKNOWN_HELPER,
@@ -59,6 +59,7 @@ from starter.service import metrics
 from starter.service.bodies import (
     GOAL_ID_SCHEMA,
     ID_SCHEMA,
+    AnswerBody,
     DeliveredBody,
     EndEvent,
     ErrorBody,
@@ -82,8 +83,8 @@ WATCH_RETRY_MS = int(RETRY_AFTER_S) * 1000
 WRITE_BACKSTOP_S = 2.0
 # Where the request's arrival is kept in its ASGI scope, for the bound of its answer.
 ARRIVED = "helper_arrived"
-# The writes that go through the gate: start, close, read, delivered.
-WRITES = re.compile(r"^/v1/owners/[^/]+/(helpers|helpers/[^/]+/close|read|delivered)$")
+# The writes that go through the gate: start, close, answer, read, delivered.
+WRITES = re.compile(r"^/v1/owners/[^/]+/(helpers|helpers/[^/]+/(close|answer)|read|delivered)$")
 NOT_FOUND_CODES = {"unknown_helper", "unknown_goal"}
 
 
@@ -470,6 +471,19 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     async def close(owner: Owner, helper_id: HelperId, request: Request) -> Response:
         """A running helper keeps its slot until the core confirms the stop (R7, R21)."""
         return await answer(request, lambda: commands.close(owner, helper_id))
+
+    @v1.post(
+        "/helpers/{helper_id}/answer",
+        summary="answer a helper's question or authorization wait, once",
+        responses={200: {"model": AnswerResult}, **NOT_FOUND, **WRITE},
+    )
+    async def answer_question(owner: Owner, helper_id: HelperId, body: AnswerBody, request: Request) -> Response:
+        """The first valid answer is the only one: it admits the follow-up `<helper_id>.answer` (none for deny);
+        any later answer gets it back (`repeated`, and `same` says whether it is this one) and starts nothing
+        (R49)."""
+        return await answer(
+            request, lambda: commands.answer(owner, helper_id, body.question_id, body.option_id, body.text), body
+        )
 
     @v1.get(
         "/unreported",

@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.core_api import QuestionChoices
+from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
 from domain.goals import GOAL_ID_MAX
 from domain.limits import (
+    ANSWER_TEXT_MAX_CHARS,
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
     HELPER_TASK_MAX_CHARS,
@@ -88,6 +89,31 @@ class DeliveredBody(_Body):
 
     turn: str = Field(description="the chat turn's id (1-200 characters)", json_schema_extra=TURN_SCHEMA)
     answer_chars: int = Field(description="length of the answer the turn sent (> 0)", json_schema_extra={"minimum": 1})
+
+
+CHOICE_ID_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": MAX_CHOICE_ID_CHARS}
+
+
+class AnswerBody(_Body):
+    """`answer`: the owner's answer to the helper's question or authorization wait; exactly one of `option_id` and
+    `text`."""
+
+    question_id: str = Field(
+        description="the question's id, as the outcome shows it ('question' for a plain-text question, "
+        "'authorization' for an authorization wait)",
+        json_schema_extra=CHOICE_ID_SCHEMA,
+    )
+    option_id: str | None = Field(
+        default=None,
+        description="an option the question offered; 'grant' or 'deny' for an authorization wait",
+        json_schema_extra=CHOICE_ID_SCHEMA,
+    )
+    text: str | None = Field(
+        default=None,
+        description=f"an answer in the owner's words (1-{ANSWER_TEXT_MAX_CHARS:,} characters), where the question "
+        "takes one",
+        json_schema_extra={"minLength": 1, "maxLength": ANSWER_TEXT_MAX_CHARS, "pattern": r"\S"},
+    )
 
 
 class GoalBody(_Body):

@@ -1,7 +1,8 @@
 // Iva's side of the starter API, as a TypeScript service would call it: Node's built-in fetch, no packages.
-// Usage: node iva_fetch.mjs <base URL> <owner> <helper id> [refusals]. Prints one JSON object: what each call
-// answered. With `refusals`, three starts at once to a service that cannot take them: what each answered, with its
-// Retry-After.
+// Usage: node iva_fetch.mjs <base URL> <owner> <helper id> [refusals | <question task>]. Prints one JSON object:
+// what each call answered. With `refusals`, three starts at once to a service that cannot take them: what each
+// answered, with its Retry-After. With a question task, a helper that asks the structured question `venue` (options
+// `walk` and `taxi`) is started after the rest, and answered once its outcome is in.
 const [base, owner, helperId, mode] = process.argv.slice(2);
 const api = `${base}/v1/owners/${owner}`;
 const bound = () => AbortSignal.timeout(60_000);
@@ -67,4 +68,10 @@ answers.read = await call("POST", "/read", { turn: "turn-1", helper_ids: [helper
 answers.delivered = await call("POST", "/delivered", { turn: "turn-1", answer_chars: 120 });
 answers.close = await call("POST", `/helpers/${helperId}/close`);
 answers.after = await call("GET", "/helpers");
+if (mode !== undefined) {
+  const asking = `${helperId}-ask`;
+  answers.ask = await call("POST", "/helpers", { helper_id: asking, model: "scripted", task: mode });
+  answers.asked = await watch(`/helpers/${asking}/watch`);
+  answers.answer = await call("POST", `/helpers/${asking}/answer`, { question_id: "venue", option_id: "walk" });
+}
 process.stdout.write(JSON.stringify(answers));

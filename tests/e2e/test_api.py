@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from config.settings import ServiceSettings, Settings
+from reference.core.script import scripted_task
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from tests.e2e.conftest import Stack
@@ -81,10 +82,21 @@ async def _run(*command: str, timeout: float) -> tuple[int, str, str]:
 async def test_iva_drives_the_service_from_node_fetch(stack: Stack) -> None:
     """Start, the same start again, an invalid start, a watch that ends with the outcome (and the same watch resumed
     after a line, R49), list, unreported, read, delivered and close, each answered as the console script answers
-    (R4, R5, R27, R28, R23)."""
+    (R4, R5, R27, R28, R23); then a helper that asks a structured question, answered once (R49)."""
     assert NODE is not None
+    question = scripted_task(
+        "Plan the offsite.",
+        steps=1,
+        step_ms=50,
+        end="question",
+        question="Where?",
+        question_id="venue",
+        options=[("walk", "Walking distance"), ("taxi", "Taxi")],
+    )
     async with serving_api(stack) as url:
-        code, out, err = await _run(NODE, str(HERE / "iva_fetch.mjs"), url, stack.owner, "report-q3", timeout=120)
+        code, out, err = await _run(
+            NODE, str(HERE / "iva_fetch.mjs"), url, stack.owner, "report-q3", question, timeout=120
+        )
     assert code == 0, err
     answers = json.loads(out)
 
@@ -117,6 +129,13 @@ async def test_iva_drives_the_service_from_node_fetch(stack: Stack) -> None:
     }
     assert answers["close"]["status"] == 200 and answers["close"]["body"]["removed"] is True
     assert answers["after"] == {"status": 200, "body": []}
+
+    assert answers["ask"]["status"] == 201
+    assert answers["asked"]["events"][-1]["data"]["outcome_kind"] == "question"
+    answered = answers["answer"]
+    assert answered["status"] == 200, answered
+    assert (answered["body"]["option_id"], answered["body"]["repeated"]) == ("walk", False)
+    assert answered["body"]["follow_up"]["helper_id"] == "report-q3-ask.answer"
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")

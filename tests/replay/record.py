@@ -157,6 +157,46 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
         await store.close()
 
 
+async def record_answer_paths(env: WorkflowEnvironment, work: Path) -> None:
+    """A coordinator that takes answers (R49): two answers to a structured question at once (one taken, with its
+    follow-up admitted; the other answered with the first), a grant of an authorization wait and a deny, each
+    answered again later."""
+    owner = "answered"
+    options = [("walk", "Walking distance"), ("taxi", "Taxi")]
+    async with running_chat() as chat_url, running_core(work / "core.sqlite3") as core_url:
+        settings = settings_for(work, core_url, chat_url, follow=FAST)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
+        async with running_worker(env.client, settings):
+            client = HelperClient(settings, store.reads, env.client)
+            asks = {
+                "venue": scripted_task(
+                    "Venue?", steps=1, step_ms=50, end="question", question="Where?", options=options, question_id="v"
+                ),
+                "grant": scripted_task(
+                    "Mail.", steps=1, step_ms=50, end="authorization", authorization="send_mail to b@example.com"
+                ),
+                "deny": scripted_task(
+                    "Mail.", steps=1, step_ms=50, end="authorization", authorization="send_mail to c@example.com"
+                ),
+            }
+            for helper_id, task in asks.items():
+                await client.start(helper_request(owner, helper_id, task))
+            for helper_id in asks:
+                await eventually(functools.partial(_row_final, store, owner, helper_id), timeout=30)
+            await asyncio.gather(
+                client.answer(owner, "venue", "v", option_id="walk"),
+                client.answer(owner, "venue", "v", option_id="taxi"),
+            )
+            await client.answer(owner, "grant", "authorization", option_id="grant")
+            await client.answer(owner, "deny", "authorization", option_id="deny")
+            for helper_id in ("venue.answer", "grant.answer"):
+                await eventually(functools.partial(_row_final, store, owner, helper_id), timeout=30)
+            await client.answer(owner, "venue", "v", option_id="taxi")
+            await client.answer(owner, "deny", "authorization", option_id="grant")
+            await _save(env.client, coordinator_id(owner), "coordinator-answers", completed=False)
+        await store.close()
+
+
 async def record_withdrawn_event(env: WorkflowEnvironment, client: HelperClient, store: HelperStore, chat: str) -> None:
     """A coordinator whose chat is down: its event is offered again after a backoff, the outcome is read and
     delivered meanwhile, so the event is withdrawn; the chat comes back and a fresh outcome's event is offered."""
@@ -300,8 +340,8 @@ async def _record_time_skipped(folder: Path, name: str, core: FakeCore) -> None:
         await env.shutdown()
 
 
-async def _row_final(store: HelperStore, owner: str) -> bool:
-    row = await store.get(owner, "h1")
+async def _row_final(store: HelperStore, owner: str, helper_id: str = "h1") -> bool:
+    row = await store.get(owner, helper_id)
     return row is not None and row.outcome_kind is not None
 
 
@@ -324,6 +364,8 @@ async def main() -> None:
             await record_reference_core_paths(env, work / "core")
             (work / "regrant").mkdir()
             await record_regrant_paths(env, work / "regrant")
+            (work / "answers").mkdir()
+            await record_answer_paths(env, work / "answers")
         finally:
             await env.shutdown()
         (work / "skipped").mkdir()

@@ -37,6 +37,7 @@ EXPECTED = {
     "coordinator-lifecycle",
     "coordinator-regrant",
     "coordinator-withdrawn-event",
+    "coordinator-answers",
     "goal-check",
     "sweep",
 }

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from contracts.core_api import Action, SessionStatus
+from contracts.core_api import Action, QuestionChoices, QuestionOption, SessionStatus
 from domain.activity_io import HelperStart, helper_start
 from domain.ending import CLOSED, Ending, Explanation, FinishReason, Step, Trigger
 from domain.follow import FollowResult, Verdict
@@ -261,3 +261,40 @@ def test_a_closed_row_is_kept_for_the_owners_keep() -> None:
     final = finalize(run, OutcomeKind.CLOSED, "closed", None, T0)
     assert final.state is RowState.CLOSED and final.keep_until == T0 + timedelta(milliseconds=KEEP_MS)
     assert final.session_id is None and final.row.generation == 2
+
+
+def test_the_notice_of_a_question_or_an_authorization_says_what_it_takes_as_an_answer() -> None:
+    """R49: the coordinator checks answers against what the notice carries: the question's id and options, or the
+    item an authorization wait asks for; with the helper's model and boundary for the follow-up."""
+    start = helper_start(
+        Policy(),
+        REQUEST.model_copy(update={"boundary": ("send_mail to anna@example.com",)}),
+        seq=3,
+        limits=Limits(),
+        slot_granted=True,
+    )
+    assert start.boundary == ("send_mail to anna@example.com",)
+    choices = QuestionChoices(question_id="venue", options=[QuestionOption(id="walk", label="Walk")])
+    for kind, result in (
+        (OutcomeKind.QUESTION, FollowResult(verdict=Verdict.QUESTION, question="where?", choices=choices)),
+        (
+            OutcomeKind.AUTHORIZATION,
+            FollowResult(
+                verdict=Verdict.AUTHORIZATION,
+                authorization="send_mail to bob@example.com — to send the offer",
+                authorization_action="send_mail to bob@example.com",
+            ),
+        ),
+        (OutcomeKind.COMPLETED, FollowResult(verdict=Verdict.TERMINAL)),
+    ):
+        run = new_run(start)
+        record_outcome(run, kind, "")
+        asked = finished_notice(run, T0, result).asked
+        if kind is OutcomeKind.COMPLETED:
+            assert asked is None
+            continue
+        assert asked is not None and asked.model == "m" and asked.boundary == start.boundary
+        if kind is OutcomeKind.QUESTION:
+            assert (asked.question_id, asked.choices, asked.grant) == ("venue", choices, None)
+        else:
+            assert (asked.question_id, asked.grant) == ("authorization", "send_mail to bob@example.com")

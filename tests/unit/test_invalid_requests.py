@@ -32,12 +32,13 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
+from domain.book import OwnerAnswer, answer_problems
 from domain.goals import Goal
 from domain.ids import check_id
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
 from domain.requests import HelperRequest
 from protocol.errors import InvalidRequest, StarterError
-from protocol.messages import DeliveredRequest, ReadRequest
+from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
 from starter import commands
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
@@ -109,6 +110,10 @@ def _goal_body(**changes: Any) -> dict[str, Any]:
 
 def _read(*helper_ids: str, turn: str = "t-1", owner: str = OWNER) -> list[str]:
     return ["read", "--owner", owner, "--turn", turn, *helper_ids]
+
+
+def _answer(*extra: str, owner: str = OWNER, helper_id: str = "h1", question: str = "venue") -> list[str]:
+    return ["answer", "--owner", owner, "--id", helper_id, "--question", question, *extra]
 
 
 def _delivered(answer_chars: str = "380", turn: str = "t-1", owner: str = OWNER) -> list[str]:
@@ -354,6 +359,95 @@ CASES = [
         "POST",
         "/v1/owners/_x/helpers/h1/close",
         says=("owner",),
+    ),
+    # answer: the ids, exactly one of an option and a text, the text's bound
+    Case(
+        "answer bad helper id",
+        _answer("--option", "walk", helper_id="a b"),
+        "POST",
+        f"{HELPERS}/a%20b/answer",
+        {"question_id": "venue", "option_id": "walk"},
+        says=("helper id",),
+    ),
+    Case(
+        "answer bad owner",
+        _answer("--option", "walk", owner="_x"),
+        "POST",
+        "/v1/owners/_x/helpers/h1/answer",
+        {"question_id": "venue", "option_id": "walk"},
+        says=("owner",),
+    ),
+    Case(
+        "answer 65-char question id",
+        _answer("--option", "walk", question="q" * 65),
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "q" * 65, "option_id": "walk"},
+        says=("question_id", "64"),
+    ),
+    Case(
+        "answer option id with a control character",
+        _answer("--option", "wa\x07lk"),
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "option_id": "wa\x07lk"},
+        says=("option_id",),
+    ),
+    Case(
+        "answer neither option nor text",
+        None,
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue"},
+        says=("option_id", "text"),
+    ),
+    Case(
+        "answer both option and text",
+        None,
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "option_id": "walk", "text": "walk"},
+        says=("exactly one",),
+    ),
+    Case(
+        "answer empty text",
+        _answer("--text", "  "),
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "text": "  "},
+        says=("text", "empty"),
+    ),
+    Case(
+        "answer oversized text",
+        _answer("--text", "x" * 4_001),
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "text": "x" * 4_001},
+        says=("text", "4000"),
+    ),
+    Case(
+        "answer non-UTF-8 text",
+        _answer("--text", NOT_UTF8),
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "text": NOT_UTF8},
+        says=("text", "UTF-8"),
+    ),
+    Case(
+        "answer text with a control character",
+        _answer("--text", "yes\x1bplease"),
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "text": "yes\x1bplease"},
+        says=("text",),
+    ),
+    Case(
+        "answer unknown field",
+        None,
+        "POST",
+        f"{HELPERS}/h1/answer",
+        {"question_id": "venue", "option_id": "walk", "choice": "walk"},
+        says=("choice",),
     ),
     # read: the number of ids, each id, the turn
     Case(
@@ -816,6 +910,30 @@ def test_an_id_the_wire_refuses_is_refused_first(owner: str, helper_id: str, goa
         refusal = _checked(build)
         assert refusal is None or isinstance(refusal, InvalidRequest)
         assert (refusal is not None) == goal_refused
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    owner=IDS,
+    helper_id=IDS,
+    question_id=st.one_of(IDS, st.just("q" * 65)),
+    option_id=st.one_of(st.none(), IDS),
+    text=st.one_of(st.none(), ANY_TEXT, st.just("x" * 4_001)),
+)
+def test_an_answer_the_coordinator_refuses_as_invalid_is_refused_first(
+    owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None
+) -> None:
+    """R48, R49: whatever the coordinator's answer validator refuses as invalid (the ids, the answer's own bounds),
+    `answer` has refused first, as invalid; what it takes is a message that builds and travels as JSON."""
+    refusal = _checked(lambda: commands.answer(owner, helper_id, question_id, option_id, text))
+    assert refusal is None or isinstance(refusal, InvalidRequest)
+    answer = OwnerAnswer(question_id=question_id, option_id=option_id, text=text)
+    validator_refuses = _refused(lambda: (check_id("owner", owner), check_id("helper id", helper_id))) or bool(
+        answer_problems(answer)
+    )
+    assert (refusal is not None) == validator_refuses
+    if refusal is None:
+        AnswerRequest(owner=owner, helper_id=helper_id, answer=answer).model_dump_json()
 
 
 LIMIT_VALUES = st.one_of(st.integers(-5, 10**31), st.text(max_size=5), st.none())

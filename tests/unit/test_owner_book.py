@@ -6,8 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from contracts.core_api import QuestionChoices, QuestionOption
 from domain.book import (
+    AUTHORIZATION_QUESTION_ID,
+    DENY,
+    GRANT,
     LEASE_MARGIN,
+    PLAIN_QUESTION_ID,
     Admit,
     AlreadyAdmitted,
     CloseAction,
@@ -15,24 +20,33 @@ from domain.book import (
     EventState,
     FinishedNotice,
     OfferOutcome,
+    OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
+    Repeated,
+    answer_helper_id,
+    answer_problems,
     apply_admission,
     apply_closed_by_coordinator,
     apply_delivered,
+    apply_deny,
     apply_event_delivered,
     apply_finished,
     apply_offer_result,
     apply_read,
+    asked_of,
     decide_admission,
+    decide_answer,
     decide_close,
     decide_read,
     expired_leases,
     expired_rows,
+    follow_up_request,
     grant_slots,
     next_event,
     next_wakeup,
+    record_answer,
     release_slot,
     remove_entries,
     rows_to_evict,
@@ -40,9 +54,10 @@ from domain.book import (
     take_withdrawn,
     timer_outdated,
     undo_admission,
+    withdraw_answer,
     withdraw_settled,
 )
-from domain.limits import Policy
+from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -51,6 +66,11 @@ from domain.texts import text
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 HARD_MS = 2_820_000
 KEEP = timedelta(milliseconds=Policy().keep_ms)
+VENUE = QuestionChoices(
+    question_id="venue",
+    options=[QuestionOption(id="walk", label="Walking distance"), QuestionOption(id="taxi", label="Taxi")],
+)
+WALK = OwnerAnswer(question_id="venue", option_id="walk")
 
 
 def request(helper_id: str, goal_id: str | None = None, language: str = "en") -> HelperRequest:
@@ -821,3 +841,271 @@ def test_summarize_book_counts() -> None:
     finish(book, "h1")
     summary = summarize_book(book)
     assert (summary.open, summary.running, summary.waiting, summary.rows, summary.unreported) == (2, 1, 1, 3, 1)
+
+
+# --- answers to questions and authorization waits (R49) -------------------------------------------------------
+
+
+def asked_book(
+    kind: OutcomeKind = OutcomeKind.QUESTION,
+    *,
+    choices: QuestionChoices | None = VENUE,
+    action: str | None = "send_mail to bob@example.com",
+    boundary: tuple[str, ...] = (),
+    **policy: int,
+) -> OwnerBook:
+    """A book whose helper h1 finished with `kind`, its notice saying what it takes as an answer."""
+    book = book_of(**policy)
+    admit(book, "h1")
+    asked = asked_of(kind, choices=choices, authorization_action=action, model="m-1", boundary=boundary)
+    notice = FinishedNotice(helper_id="h1", kind=kind, generation=3, finished_at=T0, asked=asked)
+    assert apply_finished(book, notice)
+    return book
+
+
+def take(book: OwnerBook, answer: OwnerAnswer, helper_id: str = "h1") -> HelperRequest | None:
+    """A first valid answer as the coordinator takes it: recorded, and its follow-up admitted."""
+    assert decide_answer(book, helper_id, answer) is None
+    follow = follow_up_request(book, book.entries[helper_id], answer)
+    record_answer(book, helper_id, answer)
+    if follow is not None:
+        decision = decide_admission(book, follow)
+        assert isinstance(decision, Admit), decision
+        apply_admission(book, follow, decision, T0, HARD_MS)
+    return follow
+
+
+def test_a_question_with_choices_takes_one_of_its_options_and_its_follow_up_carries_the_choice() -> None:
+    """R49: the first valid answer admits the follow-up, derived from the question's helper, on its model."""
+    book = asked_book(boundary=("send_mail to anna@example.com",))
+    follow = take(book, WALK)
+    assert follow is not None
+    assert follow.helper_id == answer_helper_id("h1") == "h1.answer"
+    assert follow.follow_up == "h1" and follow.model == "m-1" and follow.language == "en"
+    assert follow.boundary == ("send_mail to anna@example.com",)
+    assert "Walking distance" in follow.task and "venue" in follow.task
+    question = book.entries["h1"]
+    assert question.answer == WALK and question.followed_up_by == "h1.answer"
+    assert question.state is RowState.DELIVERED  # the answer is the owner's reply to it
+    assert book.entries["h1.answer"].follow_up_of == "h1"
+
+
+def test_a_later_answer_gets_the_first_back_and_says_whether_it_is_the_same() -> None:
+    """R49: any later answer, the same or another, is told the first and starts nothing."""
+    book = asked_book()
+    take(book, WALK)
+    again = decide_answer(book, "h1", WALK)
+    assert isinstance(again, Repeated) and again.same
+    other = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"))
+    assert isinstance(other, Repeated) and not other.same
+    assert other.entry.answer == WALK
+
+
+@pytest.mark.parametrize(
+    ("answer", "code"),
+    [
+        (OwnerAnswer(question_id="date", option_id="walk"), RefusalCode.STALE_QUESTION),
+        (OwnerAnswer(question_id="venue", option_id="bike"), RefusalCode.NOT_OFFERED),
+        (OwnerAnswer(question_id="venue", text="somewhere quiet"), RefusalCode.NOT_OFFERED),
+    ],
+)
+def test_an_answer_to_another_question_or_not_offered_is_refused_and_nothing_is_recorded(
+    answer: OwnerAnswer, code: RefusalCode
+) -> None:
+    book = asked_book()
+    refusal = decide_answer(book, "h1", answer)
+    assert isinstance(refusal, Refusal) and refusal.code is code
+    assert book.entries["h1"].answer is None
+
+
+def test_what_the_question_never_took_is_refused_even_after_it_was_answered() -> None:
+    book = asked_book()
+    take(book, WALK)
+    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"))
+    assert isinstance(stale, Refusal) and stale.code is RefusalCode.STALE_QUESTION
+    not_offered = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="bike"))
+    assert isinstance(not_offered, Refusal) and not_offered.code is RefusalCode.NOT_OFFERED
+
+
+def test_an_unknown_helper_a_running_one_and_an_outcome_that_waits_for_nobody_are_refused() -> None:
+    book = asked_book()
+    assert decide_answer(book, "nobody", WALK) == Refusal(
+        code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", "en", helper_id="nobody")
+    )
+    admit(book, "h2")
+    running = decide_answer(book, "h2", WALK)
+    assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_ANSWERABLE
+    finish(book, "h2")  # completed: nothing asked
+    completed = decide_answer(book, "h2", WALK)
+    assert isinstance(completed, Refusal) and completed.code is RefusalCode.NOT_ANSWERABLE
+
+
+def test_a_closed_question_or_one_followed_up_by_hand_takes_no_answer() -> None:
+    book = asked_book()
+    follow_up = HelperRequest(owner="anna", helper_id="h2", task="walk", model="m", follow_up="h1")
+    decision = decide_admission(book, follow_up)
+    assert isinstance(decision, Admit)
+    apply_admission(book, follow_up, decision, T0, HARD_MS)
+    refusal = decide_answer(book, "h1", WALK)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
+    assert "h2" in refusal.message
+    closed = asked_book()
+    apply_closed_by_coordinator(closed, "h1")
+    refusal = decide_answer(closed, "h1", WALK)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
+
+
+def test_a_plain_text_question_takes_free_text_under_the_id_question() -> None:
+    book = asked_book(choices=None)
+    assert book.entries["h1"].asked is not None and book.entries["h1"].asked.question_id == PLAIN_QUESTION_ID
+    option = decide_answer(book, "h1", OwnerAnswer(question_id=PLAIN_QUESTION_ID, option_id="walk"))
+    assert isinstance(option, Refusal) and option.code is RefusalCode.NOT_OFFERED
+    follow = take(book, OwnerAnswer(question_id=PLAIN_QUESTION_ID, text="Friday at seven"))
+    assert follow is not None and "Friday at seven" in follow.task
+
+
+def test_the_follow_up_task_is_in_the_owner_language() -> None:
+    """R32: the follow-up's task, like the refusals, is in the owner's language."""
+    book = book_of()
+    ru = request("h1", language="ru")
+    decision = decide_admission(book, ru)
+    assert isinstance(decision, Admit)
+    apply_admission(book, ru, decision, T0, HARD_MS)
+    grant_slots(book, T0)
+    asked = asked_of(OutcomeKind.QUESTION, choices=VENUE, authorization_action=None, model="m", boundary=())
+    apply_finished(
+        book, FinishedNotice(helper_id="h1", kind=OutcomeKind.QUESTION, generation=3, finished_at=T0, asked=asked)
+    )
+    follow = take(book, WALK)
+    assert follow is not None and follow.language == "ru" and "Владелец ответил" in follow.task
+    refusal = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"))
+    assert isinstance(refusal, Refusal) and "не задавал" in refusal.message
+
+
+def test_an_answer_whose_follow_up_is_refused_is_not_recorded_and_can_be_given_again() -> None:
+    """R2, R49: with every open place taken the answer is refused; once a place frees, the same answer is taken."""
+    book = asked_book(max_open=2)
+    admit(book, "h2")
+    admit(book, "h3")
+    follow = follow_up_request(book, book.entries["h1"], WALK)
+    assert follow is not None
+    refusal = decide_admission(book, follow)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.TOO_MANY_OPEN
+    assert book.entries["h1"].answer is None
+    finish(book, "h2")
+    assert take(book, WALK) is not None
+
+
+def test_withdrawing_an_answer_whose_follow_up_was_not_written_lets_it_be_given_again() -> None:
+    book = asked_book()
+    decision = decide_answer(book, "h1", WALK)
+    assert decision is None
+    record_answer(book, "h1", WALK)
+    withdraw_answer(book, "h1")
+    assert decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi")) is None
+
+
+def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_boundary() -> None:
+    """R41, R49: the granted item is a boundary item; the earlier items stay."""
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, boundary=("send_mail to anna@example.com",))
+    grant = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT)
+    follow = take(book, grant)
+    assert follow is not None
+    assert follow.boundary == ("send_mail to anna@example.com", "send_mail to bob@example.com")
+    assert "send_mail to bob@example.com" in follow.task
+    again = decide_answer(book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY))
+    assert isinstance(again, Repeated) and not again.same
+
+
+def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
+    deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY)
+    assert decide_answer(book, "h1", deny) is None
+    entry = book.entries["h1"]
+    assert follow_up_request(book, entry, deny) is None
+    record_answer(book, "h1", deny)
+    generation = entry.generation
+    assert apply_deny(book, entry, T0)
+    assert entry.state is RowState.DELIVERED and entry.generation == generation + 1
+    assert not apply_deny(book, entry, T0)  # delivered already: nothing to write
+    assert list(book.entries) == ["h1"]
+
+
+@pytest.mark.parametrize(
+    ("action", "why"),
+    [
+        ("send mail to everyone", "does not parse"),
+        ("never send mail to bob@example.com", ""),
+        (None, "named no action"),
+        ("send_mail to " + "b" * 200 + "@example.com", "more than 200"),
+    ],
+)
+def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: str) -> None:
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=action)
+    refusal = decide_answer(book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT))
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.GRANT_REFUSED
+    assert why in refusal.message
+    # deny is still possible
+    assert decide_answer(book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY)) is None
+
+
+def test_an_authorization_takes_only_grant_or_deny() -> None:
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
+    for answer in (
+        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id="yes"),
+        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, text="yes please"),
+    ):
+        refusal = decide_answer(book, "h1", answer)
+        assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_OFFERED
+
+
+def test_a_helper_id_taken_by_another_helper_refuses_the_answer() -> None:
+    book = asked_book()
+    admit(book, "h1.answer")
+    refusal = decide_answer(book, "h1", WALK)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
+
+
+@pytest.mark.parametrize("helper_id", ["h", "a" * 57, "a" * 58, "b" * 64])
+def test_the_follow_up_id_is_a_valid_helper_id_derived_from_the_question(helper_id: str) -> None:
+    derived = answer_helper_id(helper_id)
+    assert len(derived) <= 64 and derived == answer_helper_id(helper_id)
+    assert derived.startswith(helper_id[:40]) and ".answer" in derived
+    assert answer_helper_id("b" * 63 + "c") != answer_helper_id("b" * 64)
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        (OwnerAnswer(question_id="venue"), "exactly one"),
+        (OwnerAnswer(question_id="venue", option_id="walk", text="walk"), "exactly one"),
+        (OwnerAnswer(question_id="", option_id="walk"), "question_id"),
+        (OwnerAnswer(question_id="v" * 65, option_id="walk"), "question_id"),
+        (OwnerAnswer(question_id="venue", option_id="wa\x00lk"), "option_id"),
+        (OwnerAnswer(question_id="venue", text="   "), "empty"),
+        (OwnerAnswer(question_id="venue", text="x" * (ANSWER_TEXT_MAX_CHARS + 1)), "at most 4000"),
+        (OwnerAnswer(question_id="venue", text="bad\x07bell"), "control"),
+        (OwnerAnswer(question_id="venue", text="\ud800"), "UTF-8"),
+    ],
+)
+def test_answer_problems_name_what_is_wrong(answer: OwnerAnswer, problem: str) -> None:
+    problems = answer_problems(answer)
+    assert problems and problem in "; ".join(problems)
+
+
+def test_the_answer_and_what_was_asked_survive_the_book_s_round_trip() -> None:
+    """The book is carried on continue-as-new: the first answer stays the one after it."""
+    book = asked_book()
+    take(book, WALK)
+    carried = OwnerBook.model_validate_json(book.model_dump_json())
+    again = decide_answer(carried, "h1", OwnerAnswer(question_id="venue", option_id="taxi"))
+    assert isinstance(again, Repeated) and again.entry.answer == WALK
+
+
+def test_a_book_without_the_answer_fields_still_reads() -> None:
+    """A rollback or an older run's book: the new fields have defaults."""
+    book = asked_book()
+    data = book.model_dump(mode="json")
+    for entry in data["entries"].values():
+        del entry["asked"], entry["answer"]
+    assert OwnerBook.model_validate(data).entries["h1"].asked is None

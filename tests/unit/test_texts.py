@@ -150,6 +150,18 @@ FIELDS: dict[str, set[str]] = {
     "reason.core_silent": {"duration"},
     "reason.core_failed": set(),
     "reason.core_failed_detail": {"detail"},
+    "refused.answer_nothing_asked": {"helper_id"},
+    "refused.answer_closed": {"helper_id"},
+    "refused.answer_followed_up": {"helper_id", "follow_up"},
+    "refused.answer_stale": {"helper_id", "question_id", "waiting"},
+    "refused.answer_not_offered": {"helper_id", "option_id", "options"},
+    "refused.answer_no_free_text": {"helper_id", "options"},
+    "refused.answer_grant_or_deny": {"helper_id"},
+    "refused.grant_unparsed": {"helper_id", "why"},
+    "refused.answer_id_taken": {"helper_id", "follow_up"},
+    "answer.task.option": {"question_id", "label"},
+    "answer.task.text": {"question_id", "answer"},
+    "answer.task.grant": {"item"},
 }
 
 

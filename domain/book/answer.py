@@ -1,0 +1,263 @@
+"""The owner's answer to a question or an authorization wait (R49): one authoritative answer, and the follow-up
+that goes on from it.
+
+- What an outcome takes comes with the helper's finished notice (`asked_of`): a structured question takes one
+  of its options, or free text where it allows it; a plain-text question takes free text under the id
+  `question`; an authorization wait takes `grant` or `deny` under the id `authorization`.
+- The first valid answer is recorded in the book entry (`record_answer`) and is the only one: a later answer to
+  the same question, the same or another the question takes, gets the first back and starts nothing
+  (`Repeated`). An answer to
+  another question than the one waiting, an option not offered, free text where none is taken, a grant whose
+  item does not parse as a boundary item, or a helper that is not in this owner's book is refused, and nothing
+  is written.
+- Every answer but `deny` admits a follow-up (`follow_up_request`), through the same admission rules as
+  `start --follow-up`; its helper id is derived from the question's (`answer_helper_id`). If that admission is
+  refused, so is the answer, unrecorded, and it can be given again. `deny` starts nothing: the outcome is
+  delivered (the owner answered it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
+from domain.book.follow_up import deliver_answered
+from domain.book.state import Asked, Entry, OwnerAnswer, OwnerBook, Refusal, RefusalCode
+from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
+from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
+from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest, check_id, check_utf8
+from domain.rows import RowState
+from domain.texts import text
+
+# The question id of a plain-text question (it takes free text) and of an authorization wait (grant or deny).
+PLAIN_QUESTION_ID: Final = "question"
+AUTHORIZATION_QUESTION_ID: Final = "authorization"
+GRANT: Final = "grant"
+DENY: Final = "deny"
+# The suffix of a follow-up's helper id (`answer_helper_id`).
+ANSWER_SUFFIX: Final = ".answer"
+_HELPER_ID_MAX_CHARS = 64
+_DIGEST_CHARS = 8
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """The question was answered already: the first answer, and whether this one is the same."""
+
+    entry: Entry
+    same: bool
+
+
+AnswerDecision = Repeated | Refusal | None  # None: a first, valid answer
+
+
+def asked_of(
+    kind: OutcomeKind,
+    *,
+    choices: QuestionChoices | None,
+    authorization_action: str | None,
+    model: str,
+    boundary: tuple[str, ...],
+) -> Asked | None:
+    """What an outcome takes as an answer; None for an outcome that waits for nobody."""
+    if kind is OutcomeKind.QUESTION:
+        question_id = choices.question_id if choices is not None else PLAIN_QUESTION_ID
+        return Asked(question_id=question_id, choices=choices, model=model, boundary=boundary)
+    if kind is OutcomeKind.AUTHORIZATION:
+        # One character over the item bound is kept, so an overlong item is refused at grant, not cut to fit.
+        grant = (authorization_action or "")[: HELPER_BOUNDARY_ITEM_MAX_CHARS + 1].strip() or None
+        return Asked(question_id=AUTHORIZATION_QUESTION_ID, grant=grant, model=model, boundary=boundary)
+    return None
+
+
+def answer_problems(answer: OwnerAnswer) -> list[str]:
+    """The answer's own bounds, wherever it enters (the starter, the coordinator's validator): a question id and
+    an option id of 1-64 printable characters, exactly one of an option and a text, a text of 1-4,000 characters
+    without control characters other than line breaks and tabs."""
+    problems = []
+    for field, value in (("question_id", answer.question_id), ("option_id", answer.option_id), ("text", answer.text)):
+        try:
+            check_utf8(field, value or "")
+        except ValueError as error:
+            return [str(error)]
+    for field, value in (("question_id", answer.question_id), ("option_id", answer.option_id)):
+        if value is not None and (not 0 < len(value) <= MAX_CHOICE_ID_CHARS or not value.isprintable()):
+            problems.append(f"{field}: use 1-{MAX_CHOICE_ID_CHARS} printable characters")
+    if (answer.option_id is None) == (answer.text is None):
+        problems.append("answer with exactly one of option_id and text")
+    if answer.text is not None:
+        if not answer.text.strip():
+            problems.append("text is empty")
+        elif len(answer.text) > ANSWER_TEXT_MAX_CHARS:
+            problems.append(f"text has {len(answer.text)} characters; at most {ANSWER_TEXT_MAX_CHARS} are allowed")
+        elif (problem := control_character_problem("text", answer.text, "\n\t\r")) is not None:
+            problems.append(problem)
+    return problems
+
+
+def answer_helper_id(helper_id: str) -> str:
+    """The follow-up's helper id: the question's id with `.answer` appended; an id too long for that keeps its first
+    characters and a digest of the whole, so two long ids never share a follow-up."""
+    derived = helper_id + ANSWER_SUFFIX
+    if len(derived) > _HELPER_ID_MAX_CHARS:
+        digest = hashlib.sha256(helper_id.encode()).hexdigest()[:_DIGEST_CHARS]
+        keep = _HELPER_ID_MAX_CHARS - len(ANSWER_SUFFIX) - 1 - _DIGEST_CHARS
+        derived = f"{helper_id[:keep]}{ANSWER_SUFFIX}.{digest}"
+    return check_id("helper id", derived)
+
+
+def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> AnswerDecision:
+    """None for a first valid answer; `Repeated` when the question was answered already; or the refusal."""
+    language = book.language
+    entry = book.entries.get(helper_id)
+    if entry is None:  # another owner's helper is not in this book either
+        return Refusal(
+            code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", language, helper_id=helper_id)
+        )
+    language = entry.language
+    asked = entry.asked
+    if asked is None or entry.state.is_open:
+        return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_nothing_asked", language, helper_id=helper_id)
+    if answer.question_id != asked.question_id:
+        return _refusal(
+            RefusalCode.STALE_QUESTION,
+            "refused.answer_stale",
+            language,
+            helper_id=helper_id,
+            question_id=answer.question_id,
+            waiting=asked.question_id,
+        )
+    refusal = _offered(asked, answer, helper_id, language)
+    if refusal is not None:
+        return refusal
+    if entry.answer is not None:
+        return Repeated(entry, same=entry.answer == answer)
+    if entry.state is RowState.CLOSED or entry.close_requested:
+        return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_closed", language, helper_id=helper_id)
+    if entry.followed_up_by is not None:
+        return _refusal(
+            RefusalCode.NOT_ANSWERABLE,
+            "refused.answer_followed_up",
+            language,
+            helper_id=helper_id,
+            follow_up=entry.followed_up_by,
+        )
+    follow_up_id = answer_helper_id(helper_id)
+    if follow_up_id in book.entries:  # a helper of that id was started by hand: the answer cannot take its place
+        return _refusal(
+            RefusalCode.NOT_ANSWERABLE, "refused.answer_id_taken", language, helper_id=helper_id, follow_up=follow_up_id
+        )
+    return None
+
+
+def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -> Refusal | None:
+    """An option that was offered, free text where it is taken, a grant whose item is a boundary item (R41)."""
+    if asked.question_id == AUTHORIZATION_QUESTION_ID:
+        if answer.option_id not in (GRANT, DENY):
+            return _refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
+        if answer.option_id == GRANT:
+            problem = grant_problem(asked)
+            if problem is not None:
+                return _refusal(
+                    RefusalCode.GRANT_REFUSED, "refused.grant_unparsed", language, helper_id=helper_id, why=problem
+                )
+        return None
+    options = [option.id for option in asked.choices.options] if asked.choices is not None else []
+    free_text = asked.choices.free_text if asked.choices is not None else True
+    if answer.option_id is not None and answer.option_id not in options:
+        return _refusal(
+            RefusalCode.NOT_OFFERED,
+            "refused.answer_not_offered",
+            language,
+            helper_id=helper_id,
+            option_id=answer.option_id,
+            options=", ".join(options) or "-",
+        )
+    if answer.text is not None and not free_text:
+        return _refusal(
+            RefusalCode.NOT_OFFERED,
+            "refused.answer_no_free_text",
+            language,
+            helper_id=helper_id,
+            options=", ".join(options),
+        )
+    return None
+
+
+def grant_problem(asked: Asked) -> str | None:
+    """Why the item an authorization wait asked for cannot be granted, or None: it must parse as every boundary
+    item does (R41), and the boundary with it must stay within its bounds."""
+    if asked.grant is None:
+        return "the core named no action"
+    if len(asked.grant) > HELPER_BOUNDARY_ITEM_MAX_CHARS:
+        return f"the action has more than {HELPER_BOUNDARY_ITEM_MAX_CHARS} characters"
+    try:
+        parse_item(asked.grant)
+    except BoundaryError as error:
+        return str(error)
+    if asked.grant not in asked.boundary and len(asked.boundary) >= HELPER_BOUNDARY_MAX_ITEMS:
+        return f"the boundary already names {HELPER_BOUNDARY_MAX_ITEMS} actions"
+    return None
+
+
+def follow_up_request(book: OwnerBook, entry: Entry, answer: OwnerAnswer) -> HelperRequest | None:
+    """The follow-up that goes on from a valid answer, in the owner's language and on the question's model; None for
+    `deny`, which starts nothing. A grant adds the item asked for to the question's boundary."""
+    asked = entry.asked
+    assert asked is not None
+    language = entry.language
+    boundary = asked.boundary
+    if asked.question_id == AUTHORIZATION_QUESTION_ID:
+        if answer.option_id == DENY:
+            return None
+        assert asked.grant is not None
+        if asked.grant not in boundary:
+            boundary = (*boundary, asked.grant)
+        task = text("answer.task.grant", language, item=asked.grant)
+    elif answer.option_id is not None:
+        assert asked.choices is not None
+        label = next(option.label for option in asked.choices.options if option.id == answer.option_id)
+        task = text("answer.task.option", language, question_id=asked.question_id, label=label)
+    else:
+        task = text("answer.task.text", language, question_id=asked.question_id, answer=answer.text or "")
+    request = HelperRequest(
+        owner=book.owner,
+        helper_id=answer_helper_id(entry.helper_id),
+        task=task,
+        boundary=boundary,
+        language=language,
+        model=asked.model,
+        follow_up=entry.helper_id,
+    )
+    parse_boundary(request.boundary)  # the grant was checked (`grant_problem`); every item parses
+    return request
+
+
+def record_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> Entry:
+    """The first valid answer becomes the one: later answers get it back (`decide_answer`)."""
+    entry = book.entries[helper_id]
+    entry.answer = answer
+    return entry
+
+
+def withdraw_answer(book: OwnerBook, helper_id: str) -> None:
+    """The follow-up could not be admitted after all (its write failed): the answer was not taken."""
+    entry = book.entries.get(helper_id)
+    if entry is not None:
+        entry.answer = None
+
+
+def apply_deny(book: OwnerBook, entry: Entry, now: datetime) -> bool:
+    """A denied authorization is answered: its outcome is delivered, nothing starts. True if the row changes."""
+    changed = deliver_answered(book, entry, now)
+    if changed:
+        entry.generation += 1
+    return changed
+
+
+def _refusal(code: RefusalCode, key: str, language: str, **fields: str) -> Refusal:
+    return Refusal(code=code, message=text(key, language, **fields))

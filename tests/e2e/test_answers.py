@@ -1,0 +1,224 @@
+"""Answers on the dev server (R49): a helper's structured question or authorization wait takes one authoritative
+answer, and the work goes on from it in a follow-up that continues the same core session."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from domain.outcome import OutcomeKind
+from domain.rows import AnswerResult, HelperRow, RowState
+from protocol.errors import HelperRefused, InvalidRequest
+from protocol.names import coordinator_id
+from reference.core.script import scripted_task
+from tests.e2e.conftest import Stack
+from tests.e2e.test_api import serving_api
+from tests.helpers import eventually, helper_request
+from tools.demo.scenario import _cli
+from workflows import coordinator
+
+pytestmark = pytest.mark.e2e
+
+OPTIONS = [("walk", "Walking distance"), ("taxi", "Taxi")]
+ACTION = "send_mail to bob@example.com"
+
+
+async def _final(stack: Stack, helper_id: str) -> HelperRow | None:
+    row = await stack.store.get(stack.owner, helper_id)
+    return row if row is not None and row.outcome_kind is not None else None
+
+
+async def _finish(stack: Stack, helper_id: str) -> HelperRow:
+    row: HelperRow = await eventually(functools.partial(_final, stack, helper_id), timeout=30)
+    return row
+
+
+def _core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
+    with sqlite3.connect(core_db) as db:
+        db.row_factory = sqlite3.Row
+        found = db.execute("SELECT session_id, continue_from FROM sessions WHERE helper_id = ?", (helper_id,))
+        return [dict(row) for row in found.fetchall()]
+
+
+async def _ask(stack: Stack, helper_id: str, **script: Any) -> HelperRow:
+    task = scripted_task("Plan the offsite.", steps=2, step_ms=50, **script)
+    await stack.client.start(helper_request(stack.owner, helper_id, task, boundary=("send_mail to anna@example.com",)))
+    return await _finish(stack, helper_id)
+
+
+def _one_first(answers: list[AnswerResult]) -> tuple[AnswerResult, AnswerResult]:
+    """Of two answers sent at once, exactly one is the first; the other gets it back."""
+    [first] = [a for a in answers if not a.repeated]
+    [later] = [a for a in answers if a.repeated]
+    assert not later.same
+    assert (later.option_id, later.text) == (first.option_id, first.text)
+    return first, later
+
+
+async def test_two_answers_at_once_start_one_follow_up_that_continues_the_session(stack: Stack, tmp_path: Path) -> None:
+    """R49, seed 003 "Questions": two different answers at once (a double tap, a second device): one is
+    authoritative, one follow-up runs from it and continues the same core session; a later answer gets the first
+    back and starts nothing."""
+    core_db = tmp_path / "core.sqlite3"
+    question = await _ask(stack, "pick-venue", end="question", question="Where?", options=OPTIONS, question_id="venue")
+    assert question.outcome_kind is OutcomeKind.QUESTION and question.choices is not None
+
+    answers = await asyncio.gather(
+        stack.client.answer(stack.owner, "pick-venue", "venue", option_id="walk"),
+        stack.client.answer(stack.owner, "pick-venue", "venue", option_id="taxi"),
+    )
+    first, later = _one_first(list(answers))
+    assert first.follow_up is not None and later.follow_up is not None
+    assert first.follow_up.helper_id == later.follow_up.helper_id == "pick-venue.answer"
+    label = dict(OPTIONS)[first.option_id or ""]
+
+    follow_up = await _finish(stack, "pick-venue.answer")
+    assert follow_up.outcome_kind is OutcomeKind.COMPLETED
+    assert label in follow_up.task and follow_up.model == question.model
+    assert follow_up.boundary == ["send_mail to anna@example.com"]
+    [continued] = _core_sessions(core_db, "pick-venue.answer")
+    assert continued["continue_from"] == question.session_id
+
+    # show links both ways; the question's outcome counts as delivered.
+    shown = await stack.client.show(stack.owner, "pick-venue")
+    assert shown.followed_up_by == "pick-venue.answer" and shown.state is RowState.DELIVERED
+    assert (await stack.client.show(stack.owner, "pick-venue.answer")).follow_up_of == "pick-venue"
+
+    third = await stack.client.answer(stack.owner, "pick-venue", "venue", option_id=first.option_id)
+    assert third.repeated and third.same and third.option_id == first.option_id
+    other = await stack.client.answer(
+        stack.owner, "pick-venue", "venue", option_id="taxi" if label != "Taxi" else "walk"
+    )
+    assert other.repeated and not other.same and other.option_id == first.option_id
+    assert [r.helper_id for r in await stack.client.list_helpers(stack.owner)] == ["pick-venue", "pick-venue.answer"]
+    assert len(_core_sessions(core_db, "pick-venue.answer")) == 1
+
+
+async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: Stack, tmp_path: Path) -> None:
+    """R41, R49: an authorization wait takes grant or deny; a grant's follow-up has the item the core named added
+    to its boundary; of a grant and a deny sent at once one is the answer."""
+    core_db = tmp_path / "core.sqlite3"
+    waiting = await _ask(stack, "offer", end="authorization", authorization=ACTION)
+    assert waiting.outcome_kind is OutcomeKind.AUTHORIZATION
+
+    answers = await asyncio.gather(
+        stack.client.answer(stack.owner, "offer", "authorization", option_id="grant"),
+        stack.client.answer(stack.owner, "offer", "authorization", option_id="grant"),
+        stack.client.answer(stack.owner, "offer", "authorization", option_id="deny"),
+    )
+    firsts = [a for a in answers if not a.repeated]
+    assert len(firsts) == 1
+    first = firsts[0]
+    assert all(a.option_id == first.option_id for a in answers)
+    if first.option_id == "grant":
+        follow_up = await _finish(stack, "offer.answer")
+        assert follow_up.boundary == ["send_mail to anna@example.com", ACTION]
+        assert follow_up.outcome_kind is OutcomeKind.COMPLETED
+        [continued] = _core_sessions(core_db, "offer.answer")
+        assert continued["continue_from"] == waiting.session_id
+    else:
+        assert await stack.store.get(stack.owner, "offer.answer") is None
+    row = await stack.store.get(stack.owner, "offer")
+    assert row is not None and row.state is RowState.DELIVERED
+
+
+async def test_a_deny_starts_nothing_and_delivers_the_outcome(stack: Stack, tmp_path: Path) -> None:
+    await _ask(stack, "invite", end="authorization", authorization=ACTION)
+    denied = await stack.client.answer(stack.owner, "invite", "authorization", option_id="deny")
+    assert not denied.repeated and denied.follow_up is None
+    row = await stack.store.get(stack.owner, "invite")
+    assert row is not None and row.state is RowState.DELIVERED and row.followed_up_by is None
+    granted = await stack.client.answer(stack.owner, "invite", "authorization", option_id="grant")
+    assert granted.repeated and not granted.same and granted.option_id == "deny"
+    assert await stack.store.get(stack.owner, "invite.answer") is None
+    assert _core_sessions(tmp_path / "core.sqlite3", "invite.answer") == []
+
+
+async def test_answers_the_question_did_not_ask_for_are_refused_and_write_nothing(stack: Stack) -> None:
+    await _ask(stack, "date", end="question", question="When?", options=OPTIONS, question_id="venue")
+    for code, question_id, option_id in (("stale_question", "day", "walk"), ("not_offered", "venue", "bike")):
+        with pytest.raises(HelperRefused) as refusal:
+            await stack.client.answer(stack.owner, "date", question_id, option_id=option_id)
+        assert refusal.value.code == code, refusal.value
+    with pytest.raises(HelperRefused) as no_text:
+        await stack.client.answer(stack.owner, "date", "venue", text="somewhere quiet")
+    assert no_text.value.code == "not_offered" and "walk, taxi" in no_text.value.message
+    with pytest.raises(HelperRefused) as unknown:
+        await stack.client.answer(stack.owner, "nobody", "venue", option_id="walk")
+    assert unknown.value.code == "unknown_helper"
+    with pytest.raises(HelperRefused) as foreign:  # another owner's helper is not in this owner's book
+        await stack.client.answer("someone-else", "date", "venue", option_id="walk")
+    assert foreign.value.code == "unknown_helper"
+    with pytest.raises(InvalidRequest):  # refused before anything is sent
+        await stack.client.answer(stack.owner, "date", "venue", text="")
+    # Nothing was written: the question still takes its answer.
+    row = await stack.store.get(stack.owner, "date")
+    assert row is not None and row.state is RowState.UNREPORTED and row.followed_up_by is None
+    taken = await stack.client.answer(stack.owner, "date", "venue", option_id="taxi")
+    assert not taken.repeated and taken.follow_up is not None
+
+
+async def test_an_answer_refused_for_want_of_an_open_place_is_not_recorded(stack: Stack) -> None:
+    """R2, R49: with every open place taken, the answer is refused, nothing is recorded, and it can be given again."""
+    await _ask(stack, "room", end="question", question="Big or small?")  # a plain-text question: free text
+    holding = scripted_task("Hold on.", steps=1, step_ms=50, hold_until="open-places")
+    for helper_id in ("busy-1", "busy-2", "busy-3"):
+        await stack.client.start(helper_request(stack.owner, helper_id, holding))
+    with pytest.raises(HelperRefused) as refusal:
+        await stack.client.answer(stack.owner, "room", "question", text="Small, please.")
+    assert refusal.value.code == "too_many_open"
+    await stack.client.close(stack.owner, "busy-1")
+    taken = await stack.client.answer(stack.owner, "room", "question", text="Small, please.")
+    assert not taken.repeated and taken.text == "Small, please."
+    assert taken.follow_up is not None and taken.follow_up.helper_id == "room.answer"
+
+
+async def test_the_console_script_and_the_service_answer_as_the_client_does(stack: Stack) -> None:
+    """R42, R47, R49: `helper-starter answer` and `POST .../answer`: the first answer is exit 0 / 200 with its
+    follow-up, a later different one the first again (`repeated`), a stale question exit 1 / 409."""
+    await _ask(stack, "pick", end="question", question="Where?", options=OPTIONS, question_id="venue")
+    settings = stack.settings.model_copy(
+        update={"temporal_address": stack.env.client.service_client.config.target_host}
+    )
+    answer = ["answer", "--owner", stack.owner, "--id", "pick", "--question", "venue"]
+    code, first = await _cli(settings, [*answer, "--option", "taxi"])
+    assert code == 0 and first["repeated"] is False and first["follow_up"]["helper_id"] == "pick.answer", first
+    code, stale = await _cli(
+        settings, ["answer", "--owner", stack.owner, "--id", "pick", "--question", "x", "--text", "a"]
+    )
+    assert (code, stale["error"]["code"]) == (1, "stale_question"), stale
+    async with serving_api(stack) as url, httpx.AsyncClient(timeout=30) as http:
+        path = f"{url}/v1/owners/{stack.owner}/helpers/pick/answer"
+        again = await http.post(path, json={"question_id": "venue", "option_id": "walk"})
+        assert again.status_code == 200, again.text
+        assert again.json()["repeated"] is True and again.json()["same"] is False
+        assert again.json()["option_id"] == "taxi"
+        refused = await http.post(path, json={"question_id": "venue", "option_id": "bike"})
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "not_offered"
+        unknown = await http.post(
+            f"{url}/v1/owners/{stack.owner}/helpers/nobody/answer", json={"question_id": "v", "text": "a"}
+        )
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_helper"
+
+
+async def test_the_first_answer_stays_the_one_after_the_coordinator_continues_as_new(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R45, R49: the answer is recorded in the book the coordinator carries when it continues as new: answers that
+    reach a later run get the first back and start nothing."""
+    monkeypatch.setattr(coordinator, "MAX_MESSAGES_PER_RUN", 3)  # the worker runs in this process
+    await _ask(stack, "trip", end="question", question="Where?", options=OPTIONS, question_id="venue")
+    first = await stack.client.answer(stack.owner, "trip", "venue", option_id="walk")
+    assert not first.repeated
+    for _ in range(4):
+        again = await stack.client.answer(stack.owner, "trip", "venue", option_id="taxi")
+        assert again.repeated and not again.same and again.option_id == "walk"
+    runs = [run async for run in stack.env.client.list_workflows(f'WorkflowId = "{coordinator_id(stack.owner)}"')]
+    assert len(runs) >= 2, f"expected the coordinator to continue as new, got {len(runs)} runs"
+    assert len(_core_sessions(tmp_path / "core.sqlite3", "trip.answer")) == 1
