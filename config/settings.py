@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from config.store_address import StoreAddress
 from domain.limits import FollowTuning, Limits, Policy
-from store.address import StoreAddress
 
 API_TOKEN_MIN_CHARS = 16
 
@@ -219,8 +219,8 @@ class Settings(Section):
     temporal_address: str = Field("127.0.0.1:7233", validation_alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field("default", validation_alias="TEMPORAL_NAMESPACE")
     task_queue: str = Field("helpers", validation_alias="HELPER_TASK_QUEUE")
-    # Parsed once, here: every process connects to, describes and scrubs this one value (store.address). Its text may
-    # hold a password, so an error never shows it.
+    # Parsed once, here: every process connects to, describes and scrubs this one value (config.store_address). Its
+    # text may hold a password, so an error never shows it.
     store: StoreUrl = Field(
         StoreAddress.parse("sqlite+aiosqlite:///data/helpers.sqlite3"), validation_alias="HELPER_STORE_URL", repr=False
     )

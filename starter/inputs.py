@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 
 from config.settings import Settings
+from config.store_address import StoreAddress
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
 from domain.requests import HelperRequest, RequestError, check_id
 from protocol.errors import InvalidRequest
-from store.address import StoreAddress
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal

@@ -9,10 +9,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from config.settings import Settings
+from config.store_address import StoreAddress
 from domain.rows import HelperRow, HelperView, RowState
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, Unavailable
 from starter.inputs import check_ids, scrub
-from store.address import StoreAddress
 from store.reads import RowReader, open_bare, open_sqlite
 from store.records import UsageLine
 from store.results import ResultDirectories

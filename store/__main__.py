@@ -6,7 +6,7 @@ import asyncio
 import sys
 
 from config.settings import Settings
-from store.address import StoreAddress
+from config.store_address import StoreAddress
 from store.database import create_engine, migrate
 
 

@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 # The address and the revisions with the schema check's rule live in stdlib-only modules the bare reads share (R43).
-from store.address import StoreAddress
+from config.store_address import StoreAddress
 from store.revisions import REVISION_QUERY, REVISIONS, SchemaNotCurrent, check_revision, head_revision
 
 __all__ = ["REVISIONS", "SchemaNotCurrent", "check_schema", "create_engine", "head_revision", "migrate"]

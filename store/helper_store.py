@@ -18,12 +18,12 @@ from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from config.store_address import StoreAddress
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
 from observability.recording import BY_CALLER, store_write
-from store.address import StoreAddress
 from store.database import check_schema, create_engine, migrate
 from store.reads import Marks, Query, Records, RowReader, helper_row
 from store.records import KeptSession, ParkedSession

@@ -16,8 +16,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from config.store_address import StoreAddress
 from domain.rows import HelperRow, HelperView, RowState
-from store.address import StoreAddress
 from store.records import UsageLine
 from store.revisions import REVISION_QUERY, check_revision
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from config.settings import Settings
+from config.store_address import StoreAddress
 from starter.client import HelperClient
-from store.address import StoreAddress
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import settings_for

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import event, insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config.store_address import StoreAddress
 from domain.rows import RowState
-from store.address import StoreAddress
 from store.database import SchemaNotCurrent, check_schema, create_engine, migrate
 from store.helper_store import HelperStore
 from store.revisions import REVISIONS

@@ -19,11 +19,11 @@ from typing import cast
 import pytest
 from sqlalchemy import Table, text
 
+from config.store_address import StoreAddress
 from contracts.core_api import Action, QuestionChoices, QuestionOption
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
 from domain.work import Usage
-from store.address import StoreAddress
 from store.database import SchemaNotCurrent
 from store.helper_store import HelperStore, RowChanges, row_table
 from store.reads import HELPER_ROW_COLUMNS, USAGE_COLUMNS, VIEW_COLUMNS, Query, RowReader, open_bare

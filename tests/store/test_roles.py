@@ -12,8 +12,8 @@ from sqlalchemy import make_url, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from config.store_address import StoreAddress
 from domain.rows import RowState
-from store.address import StoreAddress
 from store.database import create_engine, migrate
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from config.settings import Settings, SettingsError, release_build_id
+from config.store_address import StoreAddress
 from domain.limits import (
     HELPER_CEILING_TOKENS,
     HELPER_CHECK_MS,
@@ -26,7 +27,6 @@ from domain.limits import (
     TURN_MAX_STEPS_HELPER,
     FollowTuning,
 )
-from store.address import StoreAddress
 
 # variable -> (the raw value to set, the Settings field it lands in)
 OVERRIDES: dict[str, tuple[str, str]] = {

@@ -37,9 +37,9 @@ from typing import Any
 
 from sqlalchemy import text
 
+from config.store_address import StoreAddress
 from domain.limits import Limits
 from domain.rows import RowState
-from store.address import StoreAddress
 from store.database import create_engine, migrate
 from store.helper_store import HelperStore
 from store.reads import HELPER_ROW_COLUMNS, RowReader, open_bare, open_sqlite

@@ -1,5 +1,5 @@
-"""The store's address (`store.address.StoreAddress`): HELPER_STORE_URL parsed once, without SQLAlchemy. The engine
-and the bare readers connect where SQLAlchemy's own parse of the URL would, the printable forms never show the
+"""The store's address (`config.store_address.StoreAddress`): HELPER_STORE_URL parsed once, without SQLAlchemy. The
+engine and the bare readers connect where SQLAlchemy's own parse of the URL would, the printable forms never show the
 password, and a URL that is not one says what is wrong without quoting it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from store.address import StoreAddress
+from config.store_address import StoreAddress
 
 ROOT = Path(__file__).resolve().parents[2]
 URLS = [
@@ -108,7 +108,7 @@ def test_a_url_that_is_not_one_says_what_is_wrong(url: str, problem: str) -> Non
 def test_the_address_loads_no_sqlalchemy() -> None:
     """R43: parsing the address is part of every read command: it loads nothing heavier than the stdlib."""
     probe = (
-        "import sys; from store.address import StoreAddress\n"
+        "import sys; from config.store_address import StoreAddress\n"
         "StoreAddress.parse('postgresql+asyncpg://iva:secret@db/helpers').asyncpg_arguments()\n"
         "print('sqlalchemy' in sys.modules)"
     )
