@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,12 +17,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from config.settings import Settings
 from domain.limits import FollowTuning
+from domain.rows import HelperRow
 from reference.chat.server import running_chat
 from reference.core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.helpers import settings_for
+from tests.helpers import eventually, settings_for
 from worker import running_worker
 
 pytestmark = pytest.mark.e2e
@@ -82,3 +85,25 @@ async def _stack(
             yield Stack(env, settings, client, store, core_url, chat_url, f"owner-{uuid.uuid4().hex[:8]}")
     finally:
         await store.close()
+
+
+async def final_row(stack: Stack, helper_id: str) -> HelperRow | None:
+    """The helper's row once it has its outcome; None before."""
+    row = await stack.store.get(stack.owner, helper_id)
+    return row if row is not None and row.outcome_kind is not None else None
+
+
+async def finished_row(stack: Stack, helper_id: str, timeout: float = 30) -> HelperRow:
+    """The helper's row, waited for until it has its outcome."""
+    row: HelperRow = await eventually(functools.partial(final_row, stack, helper_id), timeout=timeout)
+    return row
+
+
+def core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
+    """The reference core's sessions of one helper, as its store holds them."""
+    with sqlite3.connect(core_db) as db:
+        db.row_factory = sqlite3.Row
+        found = db.execute(
+            "SELECT session_id, request, continue_from, reset_at FROM sessions WHERE helper_id = ?", (helper_id,)
+        ).fetchall()
+    return [dict(row) for row in found]

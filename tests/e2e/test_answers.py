@@ -4,8 +4,6 @@ answer, and the work goes on from it in a follow-up that continues the same core
 from __future__ import annotations
 
 import asyncio
-import functools
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +15,9 @@ from domain.rows import AnswerResult, HelperRow, RowState
 from protocol.errors import HelperRefused, InvalidRequest
 from protocol.names import coordinator_id
 from reference.core.script import scripted_task
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, core_sessions, finished_row
 from tests.e2e.test_api import serving_api
-from tests.helpers import eventually, helper_request
+from tests.helpers import helper_request
 from tools.demo.scenario import _cli
 from workflows import coordinator
 
@@ -29,27 +27,10 @@ OPTIONS = [("walk", "Walking distance"), ("taxi", "Taxi")]
 ACTION = "send_mail to bob@example.com"
 
 
-async def _final(stack: Stack, helper_id: str) -> HelperRow | None:
-    row = await stack.store.get(stack.owner, helper_id)
-    return row if row is not None and row.outcome_kind is not None else None
-
-
-async def _finish(stack: Stack, helper_id: str) -> HelperRow:
-    row: HelperRow = await eventually(functools.partial(_final, stack, helper_id), timeout=30)
-    return row
-
-
-def _core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
-    with sqlite3.connect(core_db) as db:
-        db.row_factory = sqlite3.Row
-        found = db.execute("SELECT session_id, continue_from FROM sessions WHERE helper_id = ?", (helper_id,))
-        return [dict(row) for row in found.fetchall()]
-
-
 async def _ask(stack: Stack, helper_id: str, **script: Any) -> HelperRow:
     task = scripted_task("Plan the offsite.", steps=2, step_ms=50, **script)
     await stack.client.start(helper_request(stack.owner, helper_id, task, boundary=("send_mail to anna@example.com",)))
-    return await _finish(stack, helper_id)
+    return await finished_row(stack, helper_id)
 
 
 def _one_first(answers: list[AnswerResult]) -> tuple[AnswerResult, AnswerResult]:
@@ -78,11 +59,11 @@ async def test_two_answers_at_once_start_one_follow_up_that_continues_the_sessio
     assert first.follow_up.helper_id == later.follow_up.helper_id == "pick-venue.answer"
     label = dict(OPTIONS)[first.option_id or ""]
 
-    follow_up = await _finish(stack, "pick-venue.answer")
+    follow_up = await finished_row(stack, "pick-venue.answer")
     assert follow_up.outcome_kind is OutcomeKind.COMPLETED
     assert label in follow_up.task and follow_up.model == question.model
     assert follow_up.boundary == ["send_mail to anna@example.com"]
-    [continued] = _core_sessions(core_db, "pick-venue.answer")
+    [continued] = core_sessions(core_db, "pick-venue.answer")
     assert continued["continue_from"] == question.session_id
 
     # show links both ways; the question's outcome counts as delivered.
@@ -97,7 +78,7 @@ async def test_two_answers_at_once_start_one_follow_up_that_continues_the_sessio
     )
     assert other.repeated and not other.same and other.option_id == first.option_id
     assert [r.helper_id for r in await stack.client.list_helpers(stack.owner)] == ["pick-venue", "pick-venue.answer"]
-    assert len(_core_sessions(core_db, "pick-venue.answer")) == 1
+    assert len(core_sessions(core_db, "pick-venue.answer")) == 1
 
 
 async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: Stack, tmp_path: Path) -> None:
@@ -117,10 +98,10 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
     first = firsts[0]
     assert all(a.option_id == first.option_id for a in answers)
     if first.option_id == "grant":
-        follow_up = await _finish(stack, "offer.answer")
+        follow_up = await finished_row(stack, "offer.answer")
         assert follow_up.boundary == ["send_mail to anna@example.com", ACTION]
         assert follow_up.outcome_kind is OutcomeKind.COMPLETED
-        [continued] = _core_sessions(core_db, "offer.answer")
+        [continued] = core_sessions(core_db, "offer.answer")
         assert continued["continue_from"] == waiting.session_id
     else:
         assert await stack.store.get(stack.owner, "offer.answer") is None
@@ -137,7 +118,7 @@ async def test_a_deny_starts_nothing_and_delivers_the_outcome(stack: Stack, tmp_
     granted = await stack.client.answer(stack.owner, "invite", "authorization", option_id="grant")
     assert granted.repeated and not granted.same and granted.option_id == "deny"
     assert await stack.store.get(stack.owner, "invite.answer") is None
-    assert _core_sessions(tmp_path / "core.sqlite3", "invite.answer") == []
+    assert core_sessions(tmp_path / "core.sqlite3", "invite.answer") == []
 
 
 async def test_answers_the_question_did_not_ask_for_are_refused_and_write_nothing(stack: Stack) -> None:
@@ -221,4 +202,4 @@ async def test_the_first_answer_stays_the_one_after_the_coordinator_continues_as
         assert again.repeated and not again.same and again.option_id == "walk"
     runs = [run async for run in stack.env.client.list_workflows(f'WorkflowId = "{coordinator_id(stack.owner)}"')]
     assert len(runs) >= 2, f"expected the coordinator to continue as new, got {len(runs)} runs"
-    assert len(_core_sessions(tmp_path / "core.sqlite3", "trip.answer")) == 1
+    assert len(core_sessions(tmp_path / "core.sqlite3", "trip.answer")) == 1

@@ -4,8 +4,6 @@ work in a new helper, without the earlier one holding a slot while the owner thi
 from __future__ import annotations
 
 import asyncio
-import functools
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from protocol.names import FOLLOW_UP_OF_MEMO, helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
-from tests.e2e.conftest import Stack, _stack
+from tests.e2e.conftest import Stack, _stack, core_sessions, finished_row
 from tests.helpers import eventually, helper_request
 from tools.demo.scenario import _cli
 
@@ -41,31 +39,12 @@ async def base_core_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> Async
         yield built
 
 
-async def _final(stack: Stack, helper_id: str) -> HelperRow | None:
-    row = await stack.store.get(stack.owner, helper_id)
-    return row if row is not None and row.outcome_kind is not None else None
-
-
-async def _finish(stack: Stack, helper_id: str) -> HelperRow:
-    row: HelperRow = await eventually(functools.partial(_final, stack, helper_id), timeout=30)
-    return row
-
-
-def _core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
-    with sqlite3.connect(core_db) as db:
-        db.row_factory = sqlite3.Row
-        found = db.execute(
-            "SELECT session_id, request, continue_from, reset_at FROM sessions WHERE helper_id = ?", (helper_id,)
-        ).fetchall()
-    return [dict(row) for row in found]
-
-
 async def _ask_venue(stack: Stack) -> HelperRow:
     question = scripted_task(
         f"Plan the offsite. {FACT}", steps=2, step_ms=50, end="question", question="Quiet room or terrace?"
     )
     await stack.client.start(helper_request(stack.owner, "venue", question))
-    earlier = await _finish(stack, "venue")
+    earlier = await finished_row(stack, "venue")
     assert earlier.outcome_kind is OutcomeKind.QUESTION and earlier.state is RowState.UNREPORTED
     return earlier
 
@@ -77,19 +56,19 @@ async def test_an_answered_question_continues_the_same_session_with_what_it_lear
     conversation. The earlier session was kept (not reset) until the follow-up had its own, then reset."""
     core_db = tmp_path / "core.sqlite3"
     earlier = await _ask_venue(stack)
-    [kept] = _core_sessions(core_db, "venue")
+    [kept] = core_sessions(core_db, "venue")
     assert kept["reset_at"] is None  # kept for a follow-up instead of reset at finalize
 
     answer = scripted_task("Take the terrace.", steps=1, step_ms=50, recall="venue code")
     admission = await stack.client.start(helper_request(stack.owner, "venue-2", answer, follow_up="venue"))
     assert admission.helper_id == "venue-2" and not admission.existing
 
-    later = await _finish(stack, "venue-2")
+    later = await finished_row(stack, "venue-2")
     assert later.outcome_kind is OutcomeKind.COMPLETED
     text = (Path(later.result_dir) / "outcome.md").read_text(encoding="utf-8")
     assert "ZX-42" in text, text
     assert "continued the work of helper venue" in text
-    [continued] = _core_sessions(core_db, "venue-2")
+    [continued] = core_sessions(core_db, "venue-2")
     assert continued["continue_from"] == earlier.session_id
 
     # Both rows name each other; the earlier outcome counts as delivered (the answer was the owner's reply).
@@ -104,7 +83,7 @@ async def test_an_answered_question_continues_the_same_session_with_what_it_lear
     assert memo[FOLLOW_UP_OF_MEMO] == "venue"
     # Cleanup: the earlier session is reset now that the follow-up has its own (R20).
     [released] = await eventually(
-        lambda: [s for s in _core_sessions(core_db, "venue") if s["reset_at"] is not None], timeout=10
+        lambda: [s for s in core_sessions(core_db, "venue") if s["reset_at"] is not None], timeout=10
     )
     assert released["session_id"] == earlier.session_id
 
@@ -118,7 +97,7 @@ async def test_a_granted_authorization_performs_the_action_once_in_the_follow_up
         authorization="send_mail to bob@example.com",
     )
     await stack.client.start(helper_request(stack.owner, "offer", pay))
-    earlier = await _finish(stack, "offer")
+    earlier = await finished_row(stack, "offer")
     assert earlier.outcome_kind is OutcomeKind.AUTHORIZATION and earlier.actions == []
 
     granted = scripted_task(
@@ -132,7 +111,7 @@ async def test_a_granted_authorization_performs_the_action_once_in_the_follow_up
     await stack.client.start(
         helper_request(stack.owner, "offer-2", granted, follow_up="offer", boundary=("send_mail to bob@example.com",))
     )
-    later = await _finish(stack, "offer-2")
+    later = await finished_row(stack, "offer-2")
     assert later.outcome_kind is OutcomeKind.COMPLETED
     assert [(a.tool, a.whom) for a in later.actions] == [("send_mail", "bob@example.com")]
     text = (Path(later.result_dir) / "outcome.md").read_text(encoding="utf-8")
@@ -151,14 +130,14 @@ async def _cli_start(stack: Stack, helper_id: str, follow_up: str) -> tuple[int,
 async def test_only_an_outcome_waiting_for_the_owner_is_followed_up_and_only_once(stack: Stack) -> None:
     done = scripted_task("Find the Q3 report.", steps=1, step_ms=50)
     await stack.client.start(helper_request(stack.owner, "report", done))
-    assert (await _finish(stack, "report")).outcome_kind is OutcomeKind.COMPLETED
+    assert (await finished_row(stack, "report")).outcome_kind is OutcomeKind.COMPLETED
     code, answer = await _cli_start(stack, "report-2", "report")
     assert (code, answer["error"]["code"]) == (1, "not_followable"), answer
     assert await stack.store.get(stack.owner, "report-2") is None  # a refusal writes nothing
 
     closed = scripted_task("Pick a date.", steps=1, step_ms=50, end="question", question="Monday or Tuesday?")
     await stack.client.start(helper_request(stack.owner, "date", closed))
-    await _finish(stack, "date")
+    await finished_row(stack, "date")
     await stack.client.close(stack.owner, "date")
     code, answer = await _cli_start(stack, "date-2", "date")
     assert (code, answer["error"]["code"]) == (1, "not_followable"), answer
@@ -184,11 +163,11 @@ async def test_a_core_without_continuation_gets_the_earlier_outcome_in_the_task(
     core_db = tmp_path / "core.sqlite3"
     earlier = await _ask_venue(stack)
     # Nothing can continue the session on this core: it is reset at finalize, as before follow-ups existed.
-    await eventually(lambda: all(s["reset_at"] is not None for s in _core_sessions(core_db, "venue")), timeout=10)
+    await eventually(lambda: all(s["reset_at"] is not None for s in core_sessions(core_db, "venue")), timeout=10)
 
     answer = scripted_task("Take the terrace.", steps=1, step_ms=50, hold_until="follow-up-read")
     await stack.client.start(helper_request(stack.owner, "venue-2", answer, follow_up="venue"))
-    [session] = await eventually(lambda: [s for s in _core_sessions(core_db, "venue-2") if s["request"]], timeout=10)
+    [session] = await eventually(lambda: [s for s in core_sessions(core_db, "venue-2") if s["request"]], timeout=10)
     assert session["continue_from"] is None
     task = str(session["request"])
     outcome_text = (Path(earlier.result_dir) / "outcome.md").read_text(encoding="utf-8")
@@ -196,7 +175,7 @@ async def test_a_core_without_continuation_gets_the_earlier_outcome_in_the_task(
     assert task.index("Quiet room or terrace?") < task.index("Take the terrace.")
     async with httpx.AsyncClient() as http:
         (await http.post(f"{stack.core_url}/v1/demo/latches/follow-up-read/release")).raise_for_status()
-    assert (await _finish(stack, "venue-2")).outcome_kind is OutcomeKind.COMPLETED
+    assert (await finished_row(stack, "venue-2")).outcome_kind is OutcomeKind.COMPLETED
 
 
 async def test_an_answer_sent_as_the_outcome_lands_waits_for_it_instead_of_being_refused(stack: Stack) -> None:
@@ -214,4 +193,4 @@ async def test_an_answer_sent_as_the_outcome_lands_waits_for_it_instead_of_being
         (await http.post(f"{stack.core_url}/v1/demo/latches/room/release")).raise_for_status()
     admission = await asyncio.wait_for(admitting, timeout=10)
     assert admission.helper_id == "room-2" and not admission.existing
-    assert (await _finish(stack, "room-2")).outcome_kind is OutcomeKind.COMPLETED
+    assert (await finished_row(stack, "room-2")).outcome_kind is OutcomeKind.COMPLETED

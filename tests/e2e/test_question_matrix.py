@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,8 @@ import httpx
 import pytest
 
 from reference.core.script import scripted_task
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, core_sessions, finished_row
 from tests.e2e.test_api import serving_api
-from tests.helpers import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -52,13 +50,6 @@ async def _live_lines(api: httpx.AsyncClient, path: str, until: str, last_event_
                     return lines
 
 
-def _sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
-    with sqlite3.connect(core_db) as db:
-        db.row_factory = sqlite3.Row
-        found = db.execute("SELECT session_id, continue_from FROM sessions WHERE helper_id = ?", (helper_id,))
-        return [dict(row) for row in found.fetchall()]
-
-
 async def _walk(stack: Stack, core_db: Path, helper_id: str, script: dict[str, Any], answers: list[dict[str, Any]]):
     """Start, watch until the first line, drop, resume until the outcome, then send `answers` at once."""
     owner = stack.owner
@@ -86,18 +77,13 @@ async def _walk(stack: Stack, core_db: Path, helper_id: str, script: dict[str, A
     follow_up = first[0]["follow_up"]
     if follow_up is not None:  # a question's answer or a grant: the work goes on from it, once
         name = follow_up["helper_id"]
-        row = await eventually(lambda: _final(stack, name), timeout=60)
+        row = await finished_row(stack, name, timeout=60)
         assert row.follow_up_of == helper_id
-        [continued] = _sessions(core_db, name)
+        [continued] = core_sessions(core_db, name)
         question_row = await stack.store.get(owner, helper_id)
         assert question_row is not None and continued["continue_from"] == question_row.session_id
     listed = [row.helper_id for row in await stack.store.reads.views(owner, None)]
     return outcome, first[0], listed
-
-
-async def _final(stack: Stack, helper_id: str) -> Any:
-    row = await stack.store.get(stack.owner, helper_id)
-    return row if row is not None and row.outcome_kind is not None else None
 
 
 async def test_a_structured_question_survives_a_repaint_and_takes_one_answer(stack: Stack, tmp_path: Path) -> None:
