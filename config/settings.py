@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from config.local_env import LocalEnvError, with_local_env
 from config.store_address import StoreAddress
 from domain.limits import FollowTuning, Limits, Policy
 
@@ -328,9 +329,15 @@ class Settings(Section):
         return self.store.dialect == "sqlite"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """The settings the variables of `env` (default: the process environment) give; the rest at defaults."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, local_file: bool = False) -> Settings:
+        """The settings the variables of `env` (default: the process environment) give; the rest at defaults. With
+        `local_file`, the local stack's settings file fills in what the environment lacks (config.local_env)."""
         env = os.environ if env is None else env
+        if local_file:
+            try:
+                env = with_local_env(env)
+            except LocalEnvError as error:
+                raise SettingsError(str(error)) from None
         try:
             return cls.model_validate(_read(cls, env))
         except ValidationError as error:

@@ -21,7 +21,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from config.local_env import LocalEnvError, with_local_env
 from config.settings import Settings, SettingsError
 from domain.limits import LimitOverrides
 from protocol.deadlines import AnswerBy, answer_by
@@ -188,8 +187,8 @@ def _finish_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
 def _settings() -> Settings:
     try:
         # From the checkout, the local stack's settings file (data/local.env) fills in what the environment lacks.
-        return Settings.from_env(with_local_env(os.environ))
-    except (SettingsError, LocalEnvError) as error:
+        return Settings.from_env(local_file=True)
+    except SettingsError as error:
         raise InvalidConfiguration(f"the starter's configuration is invalid: {error}") from None
 
 
