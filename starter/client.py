@@ -190,7 +190,7 @@ class HelperClient(StoreReader):
 
         return await goals.run_goal_now(self.temporal, owner, goal_id)
 
-    async def remove_goal(self, owner: str, goal_id: str) -> dict[str, str]:
+    async def remove_goal(self, owner: str, goal_id: str) -> dict[str, str | bool]:
         check_goal_ids(owner, goal_id)
         from starter import goals
 

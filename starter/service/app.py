@@ -33,10 +33,11 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from config.settings import ServiceSettings, Settings
+from config.settings import ServiceSettings, Settings, release_build_id
 from domain.ids import echo
 from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, HelperView, ReadAnswer, RowState
 from protocol.deadlines import answer_by
@@ -63,18 +64,20 @@ from starter.service.bodies import (
     DeliveredBody,
     EndEvent,
     ErrorBody,
+    ErrorDetail,
     GoalBody,
+    GoalRemoved,
     LineEvent,
     PendingBody,
     ReadBody,
     StartBody,
+    WatchEvent,
 )
 from starter.service.connections import Connections
 from starter.watch import Mark, has_outcome, live_lines, scope_of
 
 log = logging.getLogger("helper_api")
 
-API_VERSION = "1"
 READY_CHECK_S = 2.0
 RETRY_AFTER_S = "1"
 # How long a live-lines client waits before it connects again (the stream's `retry:`), as long as Retry-After.
@@ -123,34 +126,122 @@ def _plain_error(status: int, code: str, message: str, headers: dict[str, str] |
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in (
-        (400, "invalid_request: the body is not JSON"),
-        (401, "unauthorized: no or a wrong service token"),
-        (408, "request_timeout: the body did not arrive within HELPER_API_READ_TIMEOUT_MS; the connection closes"),
-        (409, "refused: a limit, or the helper is not in a state that allows it"),
-        (413, "too_large: the body is over HELPER_API_MAX_BODY_BYTES"),
-        (422, "invalid_request: the request does not pass the starter's checks; nothing was written"),
-        (
-            503,
-            "unavailable: the store or Temporal did not answer or accept in time; nothing was taken, asking again "
-            "is safe (Retry-After)",
-        ),
+Responses = dict[int | str, dict[str, Any]]
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "description": "seconds to wait before asking again (as the body's retry_after_s)",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def _error_doc(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An error status's entry in the document: its body is always an ErrorBody."""
+    return {"model": ErrorBody, "description": description, **({"headers": headers} if headers else {})}
+
+
+# The statuses of every /v1 route.
+ERRORS: Responses = {
+    401: _error_doc(
+        "unauthorized: no or a wrong service token",
+        {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}},
+    ),
+    408: _error_doc(
+        "request_timeout: the body did not arrive within HELPER_API_READ_TIMEOUT_MS; the connection closes",
+        {"Connection": {"description": "close", "required": True, "schema": {"type": "string"}}},
+    ),
+    413: _error_doc("too_large: the body is over HELPER_API_MAX_BODY_BYTES"),
+    422: _error_doc(
+        "invalid_request (with `problems`, one per field): the request does not pass the starter's checks (a limit, "
+        "an id, a model the core does not offer, the boundary's grammar, a watch's Last-Event-ID); nothing was "
+        "written"
+    ),
+    500: _error_doc("invalid_configuration: the service's own settings (the codec keys)"),
+    503: _error_doc(
+        "unavailable: the store or Temporal did not answer or accept in time, or the service holds its most "
+        "live-lines streams; nothing was taken, asking again is safe",
+        RETRY_AFTER_HEADER,
+    ),
+}
+# A route with a JSON body.
+BODY: Responses = {
+    400: _error_doc("invalid_request: the body is not JSON (not UTF-8, nested too deeply, a number too long to read)")
+}
+NOT_FOUND: Responses = {404: _error_doc("unknown_helper or unknown_goal: not one of the owner's")}
+REFUSED: Responses = {
+    409: _error_doc(
+        "refused, nothing was written: too_many_open (with `open_ids`), rows_full, goal_needs_open_place, "
+        "goal_needs_row_place, not_unreported, not_followable, goal_exists, no_coordinator; for `answer`: "
+        "not_answerable, stale_question, not_offered, grant_refused"
     )
 }
-NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "unknown_helper or unknown_goal"}
+BUSY: Responses = {
+    429: _error_doc(
+        "busy: refused before anything was sent; ask again after Retry-After (it grows with the backlog)",
+        RETRY_AFTER_HEADER,
+    )
 }
-# The answers of a write beyond done and refused (R48).
-WRITE: dict[int | str, dict[str, Any]] = {
+# The answers of a write that goes through Temporal's updates beyond done (R48).
+WRITE: Responses = {
     202: {"model": PendingBody, "description": "accepted: Temporal took the write; its answer did not come in time"},
-    429: {
-        "model": ErrorBody,
-        "description": "busy: refused before anything was sent; ask again after Retry-After (it grows with the "
-        "backlog)",
-    },
+    **REFUSED,
+    **BUSY,
 }
+
+
+def _frame(event: str, data: str, *, with_id: bool = False) -> dict[str, Any]:
+    """One Server-Sent Event of a live-lines stream, as it is sent: its `data` is JSON text of the named schema."""
+    properties: dict[str, Any] = {
+        "event": {"const": event, "type": "string"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": f"#/components/schemas/{data}"},
+        },
+    }
+    if with_id:
+        properties["id"] = {"type": "string"}
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+# A live-lines stream's body: text, and each of its events (OpenAPI's itemSchema for a sequential media type).
+STREAM_CONTENT: dict[str, Any] = {
+    "text/event-stream": {
+        "schema": {"type": "string", "description": "Server-Sent Events; WatchEvent is each event parsed"},
+        "itemSchema": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {"retry": {"type": "integer", "minimum": 0}},
+                    "required": ["retry"],
+                },
+                _frame("line", "LineEvent", with_id=True),
+                _frame("end", "EndEvent"),
+                _frame("error", "ErrorBody"),
+            ]
+        },
+    }
+}
+
+
+def _referenced(parts: list[Any], schemas: dict[str, Any]) -> set[str]:
+    """The component schemas these parts of the document name, and those they name in turn."""
+    found: set[str] = set()
+    todo = list(parts)
+    while todo:
+        part = todo.pop()
+        if isinstance(part, dict):
+            ref = part.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                name = ref.rsplit("/", 1)[1]
+                if name not in found:
+                    found.add(name)
+                    todo.append(schemas[name])
+            todo.extend(part.values())
+        elif isinstance(part, list):
+            todo.extend(part)
+    return found
 
 
 @dataclass
@@ -359,7 +450,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
 
     app = FastAPI(
         title="helper-runtime starter API",
-        version=API_VERSION,
+        version=release_build_id(),  # one number for the image, the build id, the API and its client
         description="Iva's helpers over HTTP: the commands of `helper-starter`, with its checks, JSON bodies and "
         "refusals; live lines as Server-Sent Events. See docs/api.md.",
         docs_url=None,
@@ -431,8 +522,10 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
         summary="start: admit a helper",
         status_code=201,
         responses={
-            201: {"model": Admission},
-            200: {"model": Admission, "description": "the helper existed"},
+            201: {"model": Admission, "description": "admitted: running, or waiting for a slot (`ahead`)"},
+            200: {"model": Admission, "description": "the helper existed (`existing`: true)"},
+            **BODY,
+            **NOT_FOUND,  # a follow_up of no helper of the owner's
             **WRITE,
         },
         response_model=None,
@@ -475,7 +568,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     @v1.post(
         "/helpers/{helper_id}/answer",
         summary="answer a helper's question or authorization wait, once",
-        responses={200: {"model": AnswerResult}, **NOT_FOUND, **WRITE},
+        responses={200: {"model": AnswerResult}, **BODY, **NOT_FOUND, **WRITE},
     )
     async def answer_question(owner: Owner, helper_id: HelperId, body: AnswerBody, request: Request) -> Response:
         """The first valid answer is the only one: it admits the follow-up `<helper_id>.answer` (none for deny);
@@ -497,7 +590,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     @v1.post(
         "/read",
         summary="read: a chat turn read these outcomes",
-        responses={200: {"model": ReadAnswer}, **NOT_FOUND, **WRITE},
+        responses={200: {"model": ReadAnswer}, **BODY, **NOT_FOUND, **WRITE},
     )
     async def read(owner: Owner, body: ReadBody, request: Request) -> Response:
         """Before the turn answers; nothing is delivered yet (R28)."""
@@ -506,7 +599,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     @v1.post(
         "/delivered",
         summary="delivered: the turn answered and completed",
-        responses={200: {"model": DeliveredAnswer}, **WRITE},
+        responses={200: {"model": DeliveredAnswer}, **BODY, **WRITE},
     )
     async def delivered(owner: Owner, body: DeliveredBody, request: Request) -> Response:
         """The turn sent a nonempty answer and completed: what it read is delivered (R28)."""
@@ -520,27 +613,31 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
         "/goals",
         summary="goal add: create a Goal and its Schedule",
         status_code=201,
-        responses={201: {"model": GoalView}},
+        responses={201: {"model": GoalView, "description": "the Goal and its Schedule"}, **BODY, **REFUSED, **BUSY},
         response_model=None,
     )
     async def add_goal(owner: Owner, body: GoalBody, request: Request) -> Response:
         fields = {"owner": owner, **body.model_dump(exclude={"every"})}
         return await answer(request, lambda: commands.add_goal(fields, body.every), body, created=lambda _: True)
 
-    @v1.get("/goals", summary="goal list: the owner's Goals", responses={200: {"model": list[GoalView]}})
+    @v1.get("/goals", summary="goal list: the owner's Goals", responses={200: {"model": list[GoalView]}, **BUSY})
     async def list_goals(owner: Owner, request: Request) -> Response:
         return await answer(request, lambda: commands.list_goals(owner))
 
-    @v1.post("/goals/{goal_id}/pause", summary="goal pause", responses={200: {"model": GoalView}, **NOT_FOUND})
+    @v1.post("/goals/{goal_id}/pause", summary="goal pause", responses={200: {"model": GoalView}, **NOT_FOUND, **BUSY})
     async def pause_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
         return await answer(request, lambda: commands.pause_goal(owner, goal_id, paused=True))
 
-    @v1.post("/goals/{goal_id}/resume", summary="goal resume", responses={200: {"model": GoalView}, **NOT_FOUND})
+    @v1.post(
+        "/goals/{goal_id}/resume", summary="goal resume", responses={200: {"model": GoalView}, **NOT_FOUND, **BUSY}
+    )
     async def resume_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
         return await answer(request, lambda: commands.pause_goal(owner, goal_id, paused=False))
 
     @v1.post(
-        "/goals/{goal_id}/run", summary="goal run: one check now", responses={200: {"model": GoalView}, **NOT_FOUND}
+        "/goals/{goal_id}/run",
+        summary="goal run: one check now",
+        responses={200: {"model": GoalView}, **NOT_FOUND, **BUSY},
     )
     async def run_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
         return await answer(request, lambda: commands.run_goal(owner, goal_id))
@@ -548,7 +645,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     @v1.delete(
         "/goals/{goal_id}",
         summary="goal remove: the Goal and its Schedule",
-        responses={200: {"model": dict[str, str]}, **NOT_FOUND},
+        responses={200: {"model": GoalRemoved}, **NOT_FOUND, **BUSY},
     )
     async def remove_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
         return await answer(request, lambda: commands.remove_goal(owner, goal_id))
@@ -653,11 +750,11 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
             state.watches.discard(ended)
             metrics.WATCHES.dec()
 
-    sse_doc: dict[int | str, dict[str, Any]] = {
+    sse_doc: Responses = {
         200: {
-            "description": "text/event-stream: `event: line` (a LineEvent) for each change, `event: end` (an "
-            "EndEvent) last, `event: error` (an ErrorBody) when the store stops answering; `: ping` comments "
-            "keep an idle stream open",
+            "description": "text/event-stream: `retry: 1000` first, `event: line` (a LineEvent, with its `id:`) for "
+            "each change, `event: end` (an EndEvent) last, `event: error` (an ErrorBody) when the store stops "
+            "answering; `: ping` comments keep an idle stream open. WatchEvent names each event parsed",
         }
     }
 
@@ -696,10 +793,23 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                 for status, response in operation["responses"].items():
                     if int(status) >= 400:  # an error is JSON, a live-lines stream's too
                         response["content"] = error_body
-            for model in (LineEvent, EndEvent):
-                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                schemas.update(schema.pop("$defs", {}))
-                schemas[model.__name__] = schema
+                if "text/event-stream" in operation["responses"].get("200", {}).get("content", {}):
+                    operation["responses"]["200"]["content"] = STREAM_CONTENT
+            events = TypeAdapter(WatchEvent).json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(events.pop("$defs", {}))
+            schemas["WatchEvent"] = {
+                **events,
+                "description": "one live-lines event as a client holds it, its `data` parsed as JSON",
+            }
+            asked = _referenced(
+                [o["requestBody"] for i in document["paths"].values() for o in i.values() if "requestBody" in o],
+                schemas,
+            )
+            for name, schema in schemas.items():
+                # An answer is its model's whole JSON (`answer_json`): every field is there, null or not; an error
+                # leaves out the details that do not apply.
+                if name not in asked and name != ErrorDetail.__name__ and "properties" in schema:
+                    schema["required"] = list(schema["properties"])
             app.openapi_schema = document
         return app.openapi_schema
 

@@ -1,13 +1,16 @@
 """The JSON bodies the service takes and gives, beyond the answers the console script prints (which are the
 models of `domain.rows`, `starter.reads` and `starter.goals`): the requests, the error object and the live-lines
-events. Unknown fields are refused, as unknown options are on the command line."""
+events. Unknown fields are refused, as unknown options are on the command line. The models of the answers and of
+the events only describe them in the OpenAPI document (a typed client is generated from it); the routes write the
+console script's JSON."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
 from domain.goals import GOAL_ID_MAX
@@ -80,7 +83,7 @@ class ReadBody(_Body):
     turn: str = Field(description="the chat turn's id (1-200 characters)", json_schema_extra=TURN_SCHEMA)
     helper_ids: list[str] = Field(
         description=f"the helpers whose outcomes the turn read (1-{READ_MAX_HELPERS})",
-        json_schema_extra={"minItems": 1, "maxItems": READ_MAX_HELPERS, "items": ID_SCHEMA},
+        json_schema_extra={"minItems": 1, "maxItems": READ_MAX_HELPERS, "items": {"type": "string", **ID_SCHEMA}},
     )
 
 
@@ -129,20 +132,40 @@ class GoalBody(_Body):
     language: str = Field(default="en", json_schema_extra=LANGUAGE_SCHEMA)
 
 
+def _absent_not_null(schema: dict[str, Any]) -> None:
+    """An error's detail that does not apply is left out of its JSON, never null."""
+    schema.pop("default", None)
+
+
 class ErrorDetail(BaseModel):
-    code: str = Field(description="machine-readable: invalid_request, unknown_helper, too_many_open, unavailable, …")
-    message: str
-    problems: list[str] | None = None
-    open_ids: list[str] | None = None
-    retry_after_s: int | None = Field(
-        default=None, description="busy and unavailable: ask again after this many seconds (also Retry-After)"
+    """The error object: `code` and `message` always, each detail only where it applies."""
+
+    code: str = Field(
+        description="machine-readable; the codes of each status are in its response's description (docs/api.md)"
+    )
+    message: str = Field(description="why, for a person; none of the caller's input is echoed whole")
+    problems: list[str] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="invalid_request: one line per field, named with the field and the limit",
+        json_schema_extra=_absent_not_null,
+    )
+    open_ids: list[str] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="too_many_open and the like: the owner's open helpers, so one can be closed",
+        json_schema_extra=_absent_not_null,
+    )
+    retry_after_s: int | SkipJsonSchema[None] = Field(
+        default=None,
+        description="busy (always) and unavailable (when known): ask again after this many seconds, as Retry-After",
+        ge=1,
+        json_schema_extra=_absent_not_null,
     )
 
 
 class PendingDetail(BaseModel):
     code: Literal["accepted"]
     message: str
-    update_id: str | None = Field(default=None, description="the Temporal update that carries the write")
+    update_id: str = Field(description="the Temporal update that carries the write")
 
 
 class PendingBody(BaseModel):
@@ -154,9 +177,17 @@ class PendingBody(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """Every error, as the console script prints it (R42)."""
+    """Every error, as the console script prints it (R42): the body of every status from 400 on."""
 
     error: ErrorDetail
+
+
+class GoalRemoved(BaseModel):
+    """`goal remove`: the Goal and its Schedule are gone; checks it admitted stay helpers."""
+
+    owner: str
+    goal_id: str
+    removed: bool
 
 
 class LineEvent(BaseModel):
@@ -181,3 +212,32 @@ class EndEvent(BaseModel):
 
     reason: Literal["outcome", "once", "time", "shutdown"]
     outcome_kind: OutcomeKind | None = None
+
+
+# The live lines as a client holds them: each Server-Sent Event with its `data` parsed as JSON. A generator cannot
+# type a stream, so these name the events' shapes for a client that parses them (client-typescript/).
+
+
+class WatchLine(BaseModel):
+    """`event: line`, with its `id:` (send it as Last-Event-ID to go on after it)."""
+
+    event: Literal["line"]
+    id: str = Field(description="where the watch is after this line: resume from it (Last-Event-ID)")
+    data: LineEvent
+
+
+class WatchEnd(BaseModel):
+    """`event: end`, the stream's last."""
+
+    event: Literal["end"]
+    data: EndEvent
+
+
+class WatchError(BaseModel):
+    """`event: error`: the store stopped answering; the stream ends. Watch again later, from the last line's id."""
+
+    event: Literal["error"]
+    data: ErrorBody
+
+
+WatchEvent = Annotated[WatchLine | WatchEnd | WatchError, Field(discriminator="event")]
