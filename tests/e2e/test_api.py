@@ -1,15 +1,13 @@
-"""R47, R27, R28, R4: the starter's HTTP service on the real stack (dev server, worker, reference core and chat),
-driven by clients we did not write: Node.js's built-in fetch, as Iva (a TypeScript service) calls it, and a
-property-based fuzz of the OpenAPI document (schemathesis) that finds no 5xx and no contract violation."""
+"""R47, R27, R28, R4: the starter's HTTP service on the real stack (dev server, worker, reference core and chat):
+its token, its TLS, and a property-based fuzz of the OpenAPI document (schemathesis) that finds no 5xx and no
+contract violation. Iva's typed TypeScript client drives the whole contract in test_typescript_client.py."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ipaddress
-import json
 import os
-import shutil
 import ssl
 import sys
 from collections.abc import AsyncIterator
@@ -26,14 +24,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from config.settings import ServiceSettings, Settings
-from reference.core.script import scripted_task
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from tests.e2e.conftest import Stack
-from tests.helpers import eventually, free_port, rows_of
+from tests.helpers import eventually, free_port
 
-HERE = Path(__file__).resolve().parent
-NODE = shutil.which("node")
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 STARTER = Path(sys.executable).parent / "helper-starter"
 
@@ -76,88 +71,6 @@ async def _run(*command: str, timeout: float) -> tuple[int, str, str]:
         await process.wait()
         raise
     return int(process.returncode or 0), out.decode(), err.decode()
-
-
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
-async def test_iva_drives_the_service_from_node_fetch(stack: Stack) -> None:
-    """Start, the same start again, an invalid start, a watch that ends with the outcome (and the same watch resumed
-    after a line, R49), list, unreported, read, delivered and close, each answered as the console script answers
-    (R4, R5, R27, R28, R23); then a helper that asks a structured question, answered once (R49)."""
-    assert NODE is not None
-    question = scripted_task(
-        "Plan the offsite.",
-        steps=1,
-        step_ms=50,
-        end="question",
-        question="Where?",
-        question_id="venue",
-        options=[("walk", "Walking distance"), ("taxi", "Taxi")],
-    )
-    async with serving_api(stack) as url:
-        code, out, err = await _run(
-            NODE, str(HERE / "iva_fetch.mjs"), url, stack.owner, "report-q3", question, timeout=120
-        )
-    assert code == 0, err
-    answers = json.loads(out)
-
-    assert answers["start"]["status"] == 201
-    assert answers["start"]["body"]["helper_id"] == "report-q3" and answers["start"]["body"]["existing"] is False
-    assert answers["again"]["status"] == 200 and answers["again"]["body"]["existing"] is True
-    assert answers["invalid"]["status"] == 422
-    assert answers["invalid"]["body"]["error"]["code"] == "invalid_request"
-
-    watch = answers["watch"]
-    assert watch["status"] == 200 and watch["contentType"].startswith("text/event-stream")
-    lines = [event["data"]["text"] for event in watch["events"] if event["event"] == "line"]
-    assert lines[0].startswith("admitted")
-    assert watch["events"][-1] == {"event": "end", "data": {"reason": "outcome", "outcome_kind": "completed"}}
-    # Resumed with the id of the line before the outcome's (Last-Event-ID): exactly the lines after it, the same
-    # ids, then the same end.
-    ids = [event.get("id") for event in watch["events"]]
-    after = ids.index(answers["resumedFrom"]) + 1
-    assert [(e["event"], e.get("id"), e["data"].get("text")) for e in answers["resumed"]["events"]] == [
-        (e["event"], e.get("id"), e["data"].get("text")) for e in watch["events"][after:]
-    ]
-
-    assert [view["helper_id"] for view in answers["list"]["body"]] == ["report-q3"]
-    assert [view["helper_id"] for view in answers["unreported"]["body"]] == ["report-q3"]
-    assert answers["unreported"]["body"][0]["summary"]
-    assert answers["read"]["status"] == 200
-    assert answers["delivered"] == {
-        "status": 200,
-        "body": {"owner": stack.owner, "turn": "turn-1", "delivered": ["report-q3"]},
-    }
-    assert answers["close"]["status"] == 200 and answers["close"]["body"]["removed"] is True
-    assert answers["after"] == {"status": 200, "body": []}
-
-    assert answers["ask"]["status"] == 201
-    assert answers["asked"]["events"][-1]["data"]["outcome_kind"] == "question"
-    answered = answers["answer"]
-    assert answered["status"] == 200, answered
-    assert (answered["body"]["option_id"], answered["body"]["repeated"]) == ("walk", False)
-    assert answered["body"]["follow_up"]["helper_id"] == "report-q3-ask.answer"
-
-
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
-async def test_iva_reads_busy_and_unavailable_from_node_fetch(stack: Stack) -> None:
-    """R48, R47: three starts at once from Node's fetch to a service that sends one write at a time to a task queue
-    no worker polls: the first is 503 `unavailable`, the others 429 `busy`, each with a Retry-After and the same in
-    its body, all within the bound, and nothing was admitted."""
-    assert NODE is not None
-    unserved = stack.settings.model_copy(
-        update={"task_queue": "nobody-polls-this", "starter_timeout_ms": 2_000, "starter_max_in_flight": 1}
-    )
-    async with serving_api(stack, unserved) as url:
-        code, out, err = await _run(NODE, str(HERE / "iva_fetch.mjs"), url, stack.owner, "q", "refusals", timeout=60)
-    assert code == 0, err
-    starts = json.loads(out)["starts"]
-    assert sorted(start["status"] for start in starts) == [429, 429, 503], starts
-    for start in starts:
-        error = start["body"]["error"]
-        assert error["code"] == {429: "busy", 503: "unavailable"}[start["status"]]
-        assert int(start["retryAfter"]) == error["retry_after_s"] >= 1
-        assert "nothing was taken" in error["message"]
-    assert await rows_of(stack.store, stack.owner) == []
 
 
 async def test_the_service_refuses_a_caller_without_its_token_on_the_real_stack(stack: Stack) -> None:

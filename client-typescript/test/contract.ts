@@ -1,0 +1,268 @@
+// The starter's whole contract through the typed client, against a running service (tests/e2e/test_typescript_client.py
+// starts one on a real stack and runs this). Usage: node dist/test/contract.js '<plan JSON>'. Every check is an
+// assertion here; the last line printed is a JSON summary of each call's status, for the Python side to check too.
+import assert from "node:assert/strict";
+
+import {
+  createStarterClient,
+  isPending,
+  retryAfterS,
+  watch,
+  WatchRefused,
+  type ErrorBody,
+  type WatchEvent,
+} from "../src/index.js";
+
+interface Plan {
+  baseUrl: string;
+  owner: string;
+  mode: "contract" | "refusals";
+  /** A task the scripted model completes at once, one that runs for minutes, and one that asks a question. */
+  tasks: { quick: string; slow: string; question: string };
+}
+
+const plan = JSON.parse(process.argv[2] ?? "{}") as Plan;
+const client = createStarterClient({ baseUrl: plan.baseUrl, timeoutMs: 30_000 });
+const owner = { owner: plan.owner };
+const statuses: Record<string, number | number[]> = {};
+
+function refusal(name: string, status: number, error: ErrorBody | undefined, expected: number, code: string): ErrorBody {
+  statuses[name] = status;
+  assert.equal(status, expected, `${name}: ${JSON.stringify(error)}`);
+  assert.ok(error !== undefined, name);
+  assert.equal(error.error.code, code, `${name}: ${JSON.stringify(error)}`);
+  return error;
+}
+
+async function events(options: { helperId?: string; lastEventId?: string; once?: boolean }): Promise<WatchEvent[]> {
+  const seen: WatchEvent[] = [];
+  for await (const event of watch({ baseUrl: plan.baseUrl, owner: plan.owner, signal: AbortSignal.timeout(60_000), ...options })) {
+    seen.push(event);
+  }
+  return seen;
+}
+
+/** What an event says, without the moment of the poll that found it. */
+function said(event: WatchEvent): unknown[] {
+  return event.event === "line" ? [event.event, event.id, event.data.helper_id, event.data.text] : [event.event, event.data];
+}
+
+async function refusals(): Promise<void> {
+  // Three starts at once to a service that sends one write at a time to a task queue no worker polls.
+  const answers = await Promise.all(
+    [0, 1, 2].map((n) =>
+      client.POST("/v1/owners/{owner}/helpers", {
+        params: { path: owner },
+        body: { helper_id: `q-${n}`, model: "scripted", task: plan.tasks.quick },
+      }),
+    ),
+  );
+  statuses.starts = answers.map(({ response }) => response.status).sort();
+  assert.deepEqual(statuses.starts, [429, 429, 503]);
+  for (const { error, response } of answers) {
+    assert.ok(error !== undefined);
+    assert.equal(error.error.code, response.status === 429 ? "busy" : "unavailable");
+    assert.equal(retryAfterS(response), error.error.retry_after_s);
+    assert.ok((error.error.retry_after_s ?? 0) >= 1);
+    assert.match(error.error.message, /nothing was taken/);
+  }
+}
+
+async function contract(): Promise<void> {
+  const helper = { ...owner, helper_id: "report-q3" };
+  const body = { helper_id: "report-q3", model: "scripted", task: plan.tasks.quick };
+
+  // start, and the same start again: the same helper.
+  const started = await client.POST("/v1/owners/{owner}/helpers", { params: { path: owner }, body });
+  statuses.start = started.response.status;
+  assert.equal(started.response.status, 201, JSON.stringify(started.error));
+  assert.ok(started.data !== undefined && !isPending(started.data));
+  assert.deepEqual([started.data.helper_id, started.data.existing], ["report-q3", false]);
+  const again = await client.POST("/v1/owners/{owner}/helpers", { params: { path: owner }, body });
+  statuses.again = again.response.status;
+  assert.equal(again.response.status, 200);
+  assert.ok(again.data !== undefined && !isPending(again.data) && again.data.existing);
+
+  // Refusals of a start: an invalid id (422, naming the field), a model the core does not offer (422), a follow-up
+  // of no helper (404).
+  const invalid = await client.POST("/v1/owners/{owner}/helpers", {
+    params: { path: owner },
+    body: { ...body, helper_id: "no spaces" },
+  });
+  const problems = refusal("invalid", invalid.response.status, invalid.error, 422, "invalid_request").error.problems;
+  assert.ok(problems?.some((problem) => problem.startsWith("helper_id")), JSON.stringify(problems));
+  const unknownModel = await client.POST("/v1/owners/{owner}/helpers", {
+    params: { path: owner },
+    body: { ...body, helper_id: "other-model", model: "no-such-model" },
+  });
+  const offered = refusal("unknown_model", unknownModel.response.status, unknownModel.error, 422, "invalid_request");
+  assert.ok(offered.error.problems?.some((problem) => /^model: not offered; use one of: .*scripted/.test(problem)));
+  const noEarlier = await client.POST("/v1/owners/{owner}/helpers", {
+    params: { path: owner },
+    body: { ...body, helper_id: "goes-on", follow_up: "never-was" },
+  });
+  refusal("follow_up_unknown", noEarlier.response.status, noEarlier.error, 404, "unknown_helper");
+
+  // watch to the end: typed lines, then `end` with the outcome.
+  const watched = await events({ helperId: "report-q3" });
+  const lines = watched.filter((event) => event.event === "line");
+  assert.ok(lines[0]?.data.text.startsWith("admitted"), JSON.stringify(lines[0]));
+  assert.ok(lines.every((line) => line.data.helper_id === "report-q3" && line.data.owner === plan.owner));
+  assert.deepEqual(watched.at(-1), { event: "end", data: { reason: "outcome", outcome_kind: "completed" } });
+  // The connection dropped just before the outcome's line: resumed from the line before it (Last-Event-ID),
+  // exactly the lines after it, then the same end.
+  const headline = Math.max(watched.findIndex((event) => event.event === "line" && / · outcome /.test(event.data.text)), 1);
+  const before = watched[headline - 1];
+  assert.ok(before?.event === "line");
+  const resumed = await events({ helperId: "report-q3", lastEventId: before.id });
+  assert.deepEqual(resumed.map(said), watched.slice(headline).map(said));
+  // A Last-Event-ID of no line of this watch is refused before the stream starts; an unknown helper's is a 404.
+  await assert.rejects(events({ helperId: "report-q3", lastEventId: "not-a-line" }), (error) => {
+    assert.ok(error instanceof WatchRefused);
+    statuses.watch_bad_id = error.status;
+    return error.status === 422 && error.body.error.code === "invalid_request";
+  });
+  await assert.rejects(events({ helperId: "never-was", once: true }), (error) => {
+    assert.ok(error instanceof WatchRefused);
+    statuses.watch_unknown = error.status;
+    return error.status === 404 && error.body.error.code === "unknown_helper";
+  });
+  const current = await events({ once: true });
+  assert.deepEqual(current.at(-1), { event: "end", data: { reason: "once", outcome_kind: null } });
+
+  // unreported, read, delivered.
+  const unreported = await client.GET("/v1/owners/{owner}/unreported", { params: { path: owner } });
+  statuses.unreported = unreported.response.status;
+  assert.deepEqual(unreported.data?.map((view) => view.helper_id), ["report-q3"]);
+  assert.ok(unreported.data?.[0]?.summary);
+  const readUnknown = await client.POST("/v1/owners/{owner}/read", {
+    params: { path: owner },
+    body: { turn: "turn-1", helper_ids: ["never-was"] },
+  });
+  refusal("read_unknown", readUnknown.response.status, readUnknown.error, 404, "unknown_helper");
+  const read = await client.POST("/v1/owners/{owner}/read", {
+    params: { path: owner },
+    body: { turn: "turn-1", helper_ids: ["report-q3"] },
+  });
+  statuses.read = read.response.status;
+  assert.ok(read.data !== undefined && !isPending(read.data));
+  assert.deepEqual(read.data.read, ["report-q3"]);
+  const delivered = await client.POST("/v1/owners/{owner}/delivered", {
+    params: { path: owner },
+    body: { turn: "turn-1", answer_chars: 120 },
+  });
+  statuses.delivered = delivered.response.status;
+  assert.deepEqual(delivered.data, { owner: plan.owner, turn: "turn-1", delivered: ["report-q3"] });
+
+  // list, show (and an unknown helper's 404), usage.
+  const listed = await client.GET("/v1/owners/{owner}/helpers", { params: { path: owner, query: { state: ["delivered"] } } });
+  statuses.list = listed.response.status;
+  assert.deepEqual(listed.data?.map((view) => [view.helper_id, view.state]), [["report-q3", "delivered"]]);
+  const shown = await client.GET("/v1/owners/{owner}/helpers/{helper_id}", { params: { path: helper } });
+  statuses.show = shown.response.status;
+  assert.equal(shown.data?.outcome_kind, "completed");
+  assert.ok(shown.data?.full_text);
+  const unknown = await client.GET("/v1/owners/{owner}/helpers/{helper_id}", {
+    params: { path: { ...owner, helper_id: "never-was" } },
+  });
+  refusal("show_unknown", unknown.response.status, unknown.error, 404, "unknown_helper");
+  const usage = await client.GET("/v1/owners/{owner}/usage", { params: { path: owner } });
+  statuses.usage = usage.response.status;
+  assert.ok(usage.data?.helpers.some((line) => line.helper_id === "report-q3" && line.outcome_kind === "completed"));
+  assert.ok(usage.data?.by_model.some((total) => total.model === "scripted" && total.helpers >= 1));
+
+  // close: removed; the list is empty.
+  const closed = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/close", { params: { path: helper } });
+  statuses.close = closed.response.status;
+  assert.ok(closed.data !== undefined && !isPending(closed.data) && closed.data.removed);
+  const after = await client.GET("/v1/owners/{owner}/helpers", { params: { path: owner } });
+  assert.deepEqual(after.data, []);
+
+  // Too many open: three running helpers, the fourth refused with their ids (409); then each closed.
+  const slow = ["long-1", "long-2", "long-3"];
+  for (const helperId of slow) {
+    const admitted = await client.POST("/v1/owners/{owner}/helpers", {
+      params: { path: owner },
+      body: { helper_id: helperId, model: "scripted", task: plan.tasks.slow },
+    });
+    assert.equal(admitted.response.status, 201, JSON.stringify(admitted.error));
+  }
+  const fourth = await client.POST("/v1/owners/{owner}/helpers", {
+    params: { path: owner },
+    body: { helper_id: "long-4", model: "scripted", task: plan.tasks.slow },
+  });
+  const tooMany = refusal("too_many_open", fourth.response.status, fourth.error, 409, "too_many_open");
+  assert.deepEqual([...(tooMany.error.open_ids ?? [])].sort(), slow);
+  for (const helperId of slow) {
+    const stopped = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/close", {
+      params: { path: { ...owner, helper_id: helperId } },
+    });
+    assert.equal(stopped.response.status, 200, JSON.stringify(stopped.error));
+  }
+
+  // answer: a question, a refused option (409, the question still takes its answer), the answer, and the same
+  // question answered again (repeated, starts nothing).
+  const asking = { ...owner, helper_id: "pick-venue" };
+  const ask = await client.POST("/v1/owners/{owner}/helpers", {
+    params: { path: owner },
+    body: { helper_id: "pick-venue", model: "scripted", task: plan.tasks.question },
+  });
+  assert.equal(ask.response.status, 201, JSON.stringify(ask.error));
+  const asked = await events({ helperId: "pick-venue" });
+  const question = asked.find((event) => event.event === "line" && event.data.choices !== null);
+  assert.ok(question?.event === "line" && question.data.choices !== null);
+  assert.deepEqual(question.data.choices.options?.map((option) => option.id), ["walk", "taxi"]);
+  assert.deepEqual(asked.at(-1), { event: "end", data: { reason: "outcome", outcome_kind: "question" } });
+  const notOffered = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
+    params: { path: asking },
+    body: { question_id: "venue", option_id: "bike" },
+  });
+  refusal("not_offered", notOffered.response.status, notOffered.error, 409, "not_offered");
+  const answered = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
+    params: { path: asking },
+    body: { question_id: "venue", option_id: "walk" },
+  });
+  statuses.answer = answered.response.status;
+  assert.ok(answered.data !== undefined && !isPending(answered.data), JSON.stringify(answered.error));
+  assert.deepEqual([answered.data.option_id, answered.data.repeated], ["walk", false]);
+  assert.equal(answered.data.follow_up?.helper_id, "pick-venue.answer");
+  const twice = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
+    params: { path: asking },
+    body: { question_id: "venue", option_id: "taxi" },
+  });
+  assert.ok(twice.data !== undefined && !isPending(twice.data));
+  assert.deepEqual([twice.data.option_id, twice.data.repeated, twice.data.same], ["walk", true, false]);
+
+  // Goals: add (and again: 409), list, pause, resume, remove (and again: 404).
+  const goal = { ...owner, goal_id: "weekly-report" };
+  const goalBody = { goal_id: "weekly-report", every: "7d", model: "scripted", task: plan.tasks.quick };
+  const added = await client.POST("/v1/owners/{owner}/goals", { params: { path: owner }, body: goalBody });
+  statuses.goal_add = added.response.status;
+  assert.equal(added.response.status, 201, JSON.stringify(added.error));
+  assert.deepEqual([added.data?.goal_id, added.data?.every_ms, added.data?.paused], ["weekly-report", 604_800_000, false]);
+  const twiceAdded = await client.POST("/v1/owners/{owner}/goals", { params: { path: owner }, body: goalBody });
+  refusal("goal_exists", twiceAdded.response.status, twiceAdded.error, 409, "goal_exists");
+  const badEvery = await client.POST("/v1/owners/{owner}/goals", {
+    params: { path: owner },
+    body: { ...goalBody, goal_id: "too-often", every: "10s" },
+  });
+  const everyProblems = refusal("goal_invalid", badEvery.response.status, badEvery.error, 422, "invalid_request");
+  assert.ok(everyProblems.error.problems?.some((problem) => problem.startsWith("every")), JSON.stringify(everyProblems));
+  const goals = await client.GET("/v1/owners/{owner}/goals", { params: { path: owner } });
+  statuses.goal_list = goals.response.status;
+  assert.deepEqual(goals.data?.map((view) => view.goal_id), ["weekly-report"]);
+  const paused = await client.POST("/v1/owners/{owner}/goals/{goal_id}/pause", { params: { path: goal } });
+  statuses.goal_pause = paused.response.status;
+  assert.equal(paused.data?.paused, true);
+  const resumed2 = await client.POST("/v1/owners/{owner}/goals/{goal_id}/resume", { params: { path: goal } });
+  statuses.goal_resume = resumed2.response.status;
+  assert.equal(resumed2.data?.paused, false);
+  const removed = await client.DELETE("/v1/owners/{owner}/goals/{goal_id}", { params: { path: goal } });
+  statuses.goal_remove = removed.response.status;
+  assert.deepEqual(removed.data, { owner: plan.owner, goal_id: "weekly-report", removed: true });
+  const removedAgain = await client.DELETE("/v1/owners/{owner}/goals/{goal_id}", { params: { path: goal } });
+  refusal("goal_unknown", removedAgain.response.status, removedAgain.error, 404, "unknown_goal");
+}
+
+await (plan.mode === "refusals" ? refusals() : contract());
+process.stdout.write(`${JSON.stringify(statuses)}\n`);
