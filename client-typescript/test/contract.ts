@@ -3,6 +3,7 @@
 // assertion here; the last line printed is a JSON summary of each call's status, for the Python side to check too.
 import assert from "node:assert/strict";
 
+import { frames } from "../src/watch.js";
 import {
   createStarterClient,
   isPending,
@@ -45,6 +46,49 @@ async function events(options: { helperId?: string; lastEventId?: string; once?:
 /** What an event says, without the moment of the poll that found it. */
 function said(event: WatchEvent): unknown[] {
   return event.event === "line" ? [event.event, event.id, event.data.helper_id, event.data.text] : [event.event, event.data];
+}
+
+/** The reader parses as the standard says: CRLF, CR or LF line ends (split across chunks too), comments, data
+ * lines joined, a frame without data (retry) kept apart, the space after the colon dropped once. */
+async function parsing(): Promise<void> {
+  const text = "retry: 1000\r\n\r\n: ping\n\nevent: line\rid: 7\rdata: {\"a\":\rdata:  1}\r\revent: end\r\ndata: {}\r\n\r\n";
+  const bytes = new TextEncoder().encode(text);
+  async function* chunks(): AsyncGenerator<Uint8Array> {
+    for (let at = 0; at < bytes.length; at += 3) yield bytes.slice(at, at + 3);
+  }
+  const parsed = [];
+  for await (const frame of frames(chunks())) parsed.push(frame);
+  assert.deepEqual(parsed, [
+    { event: "message", data: "", retry: 1000 },
+    { event: "line", id: "7", data: '{"a":\n 1}' },
+    { event: "end", data: "{}" },
+  ]);
+}
+
+/** A fetch whose first connection breaks after the stream's first line, as a dropped connection does; the headers
+ * of each connection are kept. */
+function droppingFetch(sent: Headers[]): typeof globalThis.fetch {
+  return async (input, init) => {
+    sent.push(new Headers(init?.headers));
+    const response = await fetch(input, init);
+    if (sent.length > 1 || response.body === null) return response;
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        const { value, done } = await reader.read();
+        if (done) return controller.close();
+        text += decoder.decode(value, { stream: true });
+        const line = /event: line\r?\n(?:[^\r\n]+\r?\n)*\r?\n/.exec(text);
+        if (line === null) return controller.enqueue(value);
+        controller.enqueue(new TextEncoder().encode(text.slice(0, line.index + line[0].length)));
+        await reader.cancel();
+        controller.error(new Error("the connection dropped"));
+      },
+    });
+    return new Response(body, { status: response.status, headers: response.headers });
+  };
 }
 
 async function refusals(): Promise<void> {
@@ -213,6 +257,21 @@ async function contract(): Promise<void> {
   assert.ok(question?.event === "line" && question.data.choices !== null);
   assert.deepEqual(question.data.choices.options?.map((option) => option.id), ["walk", "taxi"]);
   assert.deepEqual(asked.at(-1), { event: "end", data: { reason: "outcome", outcome_kind: "question" } });
+  // A connection that drops after its first line (the question's headline) is opened again from it (`reconnects`): the lines are those of
+  // a watch that did not drop, and the second connection named the first line's id in Last-Event-ID.
+  const whole = await events({ helperId: "pick-venue" });
+  const sent: Headers[] = [];
+  const reconnected: WatchEvent[] = [];
+  const options = { baseUrl: plan.baseUrl, owner: plan.owner, helperId: "pick-venue", signal: AbortSignal.timeout(60_000) };
+  for await (const event of watch({ ...options, reconnects: 1, fetch: droppingFetch(sent) })) reconnected.push(event);
+  assert.deepEqual(reconnected.map(said), whole.map(said));
+  const first = reconnected[0];
+  assert.ok(first?.event === "line" && whole.length > 2, JSON.stringify(whole));
+  assert.deepEqual(sent.map((headers) => headers.get("last-event-id")), [null, first.id]);
+  // Without `reconnects`, the drop is the caller's.
+  await assert.rejects(async () => {
+    for await (const _ of watch({ ...options, fetch: droppingFetch([]) }));
+  }, /the connection dropped/);
   const notOffered = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
     params: { path: asking },
     body: { question_id: "venue", option_id: "bike" },
@@ -264,5 +323,6 @@ async function contract(): Promise<void> {
   refusal("goal_unknown", removedAgain.response.status, removedAgain.error, 404, "unknown_goal");
 }
 
+await parsing();
 await (plan.mode === "refusals" ? refusals() : contract());
 process.stdout.write(`${JSON.stringify(statuses)}\n`);
