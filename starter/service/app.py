@@ -205,10 +205,9 @@ def _frame(event: str, data: str, *, with_id: bool = False) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(properties)}
 
 
-# A live-lines stream's body: text, and each of its events (OpenAPI's itemSchema for a sequential media type).
+# A live-lines stream's events as sent (OpenAPI's itemSchema for a sequential media type); WatchEvent is each parsed.
 STREAM_CONTENT: dict[str, Any] = {
     "text/event-stream": {
-        "schema": {"type": "string", "description": "Server-Sent Events; WatchEvent is each event parsed"},
         "itemSchema": {
             "oneOf": [
                 {
