@@ -58,6 +58,6 @@ bench: setup
 clean:
 	rm -rf data .pytest_cache .mypy_cache .ruff_cache
 
-## Also remove the virtual environment.
+## Also remove the virtual environment and the TypeScript client's packages and build.
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) client-typescript/node_modules client-typescript/dist client-typescript/src/generated
