@@ -783,12 +783,15 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     app.include_router(v1)
 
     def openapi() -> dict[str, Any]:
-        """FastAPI's document, with the live-lines events' schemas, which no route names as a body."""
+        """FastAPI's document, as precise as a generated client needs it (client-typescript/): every error an
+        ErrorBody, a live-lines stream's events and their schemas (which no route names as a body), and every field
+        of an answer required."""
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             schemas = document.setdefault("components", {}).setdefault("schemas", {})
             error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-            for operation in (o for item in document["paths"].values() for o in item.values()):
+            operations = [operation for item in document["paths"].values() for operation in item.values()]
+            for operation in operations:
                 for status, response in operation["responses"].items():
                     if int(status) >= 400:  # an error is JSON, a live-lines stream's too
                         response["content"] = error_body
@@ -801,8 +804,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                 "description": "one live-lines event as a client holds it, its `data` parsed as JSON",
             }
             asked = _referenced(
-                [o["requestBody"] for i in document["paths"].values() for o in i.values() if "requestBody" in o],
-                schemas,
+                [operation["requestBody"] for operation in operations if "requestBody" in operation], schemas
             )
             for name, schema in schemas.items():
                 # An answer is its model's whole JSON (`answer_json`): every field is there, null or not; an error
