@@ -53,7 +53,7 @@ from protocol.errors import (
 from starter import commands
 from starter.answers import answer_json, error_json
 from starter.commands import Command
-from starter.goals import GoalView
+from starter.goals import GoalRemoved, GoalView
 from starter.reads import StoreReader, UsageReport
 from starter.service import metrics
 from starter.service.bodies import (
@@ -548,7 +548,7 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
     @v1.delete(
         "/goals/{goal_id}",
         summary="goal remove: the Goal and its Schedule",
-        responses={200: {"model": dict[str, str]}, **NOT_FOUND},
+        responses={200: {"model": GoalRemoved}, **NOT_FOUND},
     )
     async def remove_goal(owner: Owner, goal_id: GoalId, request: Request) -> Response:
         return await answer(request, lambda: commands.remove_goal(owner, goal_id))
