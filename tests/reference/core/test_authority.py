@@ -300,7 +300,8 @@ async def test_a_plain_task_that_asks_for_a_mail_sends_it_to_whom_it_names_withi
 
     assert final.status is SessionStatus.COMPLETED
     assert [(action.tool, action.whom) for action in final.actions] == [("send_mail", to) for to in sent]
-    assert len(final.refusals) == len(refused) and all(to in line for to, line in zip(refused, final.refusals))
+    assert len(final.refusals) == len(refused)
+    assert all(to in line for to, line in zip(refused, final.refusals, strict=True))
     assert final.outcome is not None
     if sent:
         assert f"Actions: send_mail → {sent[0]}." in final.outcome.text
