@@ -24,9 +24,9 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from contracts.core_api import MAX_QUESTION_OPTIONS, QuestionOption
+from domain.boundary import readable_items
 from reference.core.latches import DEFAULT_HOLD_TIMEOUT_MS, LATCH_NAME, LATCH_NAME_RULE, LatchHolds
 from reference.core.model import ToolCall
-from domain.boundary import readable_items
 from reference.core.texts import text
 from reference.core.tools import ASK_OWNER, WORLD_TOOLS, parse_arguments
 
