@@ -126,8 +126,9 @@ def _show_workers(stack: Stack) -> None:
     for name in stack.worker_names:
         print(f"  {name}: pid {stack.pid(name)}, log {stack.logs / name}.log", flush=True)
     print(
-        "Stop one (`kill <pid>`, as Kubernetes stops a pod) and the helpers it followed go on in the others: their"
-        " logs say `following <owner>/<helper>`, and the Web UI shows each follow attempt's worker.\n",
+        "Stop one (`kill <pid>`, as Kubernetes stops a pod): this terminal says so, and the helpers it followed go on"
+        " in the others: their logs say `following <owner>/<helper>`, and the Web UI shows each follow attempt's"
+        " worker.\n",
         flush=True,
     )
 
