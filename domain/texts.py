@@ -153,8 +153,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
     # Stop explanations written into outcomes (R13, R15, R17, R24). Durations and counts arrive
     # already said (`domain.durations`), in the plain form: "45 minutes", "1 000 000 токенов".
     "stop.work_ceiling": {
-        "en": "Stopped at the work ceiling of {ceiling}; this is a partial outcome.",
-        "ru": "Остановлено на пределе работы в {ceiling}; это частичный результат.",
+        "en": "Stopped at the work ceiling of {ceiling} (the calls that wrap up may go past it); "
+        "this is a partial outcome.",
+        "ru": "Остановлено на пределе работы в {ceiling} (завершающие вызовы могут его превысить); "
+        "это частичный результат.",
     },
     "stop.deadline": {
         "en": "Stopped at the deadline of {deadline}; this is a partial outcome.",

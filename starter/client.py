@@ -50,7 +50,7 @@ from starter.reads import StoreReader, open_store
 from store.reads import RowReader
 
 if TYPE_CHECKING:
-    from starter.goals import GoalView
+    from starter.goals import GoalRemoved, GoalView
 
 # Loaded only by the commands that use them, so each write loads little beyond the Temporal client: the model
 # catalog's check (starter.catalog) for `start` and `goal add`, the Goal Schedules (starter.goals) for `goal` (R43).
@@ -190,7 +190,7 @@ class HelperClient(StoreReader):
 
         return await goals.run_goal_now(self.temporal, owner, goal_id)
 
-    async def remove_goal(self, owner: str, goal_id: str) -> dict[str, str | bool]:
+    async def remove_goal(self, owner: str, goal_id: str) -> GoalRemoved:
         check_goal_ids(owner, goal_id)
         from starter import goals
 

@@ -51,6 +51,14 @@ class GoalView(BaseModel):
     recent_checks: list[str] = []
 
 
+class GoalRemoved(BaseModel):
+    """`goal remove`'s answer: the Goal and its Schedule are gone."""
+
+    owner: str
+    goal_id: str
+    removed: bool
+
+
 async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView:
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
@@ -139,12 +147,12 @@ async def run_goal_now(temporal: Client, owner: str, goal_id: str) -> GoalView:
     return await describe_goal(temporal, owner, goal_id)
 
 
-async def remove_goal(temporal: Client, owner: str, goal_id: str) -> dict[str, str | bool]:
+async def remove_goal(temporal: Client, owner: str, goal_id: str) -> GoalRemoved:
     """Stop future checks. Checks already admitted stay helpers; their Goal rows expire like any other."""
     await describe_goal(temporal, owner, goal_id)
     with _refused_as("the Goal's removal"):
         await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).delete()
-    return {"owner": owner, "goal_id": goal_id, "removed": True}
+    return GoalRemoved(owner=owner, goal_id=goal_id, removed=True)
 
 
 @contextlib.contextmanager

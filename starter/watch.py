@@ -6,8 +6,11 @@ is shown only while it changes, the outcome's headline is shown once (a later st
 line of its own) with a question's options under it, a row gone from the store is said to be removed, and every
 line fits a terminal row, cut at a word with "…".
 
-A line is one statement about one row, made when a poll finds the row changed from what the lines said of it; one
-poll's lines share a moment, and a question's headline, its options and its actions share one change of its row.
+A line is one statement about one row, made when a poll finds the row changed from what the lines said of it; a
+question's headline, its options and its actions share one change of its row. A line's time is when that happened, as
+the row records it (admitted, got its slot, finished, delivered), so lines printed later, as `watch --once` prints
+them, keep their times; what the row does not date (a step count, a place in the queue, a removal) is dated when the
+poll saw it.
 Each line's id (`Mark`) says where the watch is after it: its place in the watch's order, and what the lines have
 said of each row. The store's moments cannot say that: the lines depend on what the watcher saw (a row changed
 twice between polls gets one line), a waiting helper's place changes with other rows' writes, not its own, and
@@ -89,7 +92,7 @@ class LiveLine:
     text: str
     helper_id: str = ""
     state: RowState | None = None  # the helper's state when the line was made; none once its row is removed
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it happened (see the module)
     # A question outcome's choices, on the first line that reports the outcome: what a page needs to offer them.
     choices: QuestionChoices | None = None
     # Where the watch is after this line (`Mark.id`): a watch started from it sends the lines after this one.
@@ -189,8 +192,8 @@ def _count(text: str) -> bool:
 
 
 def render(who: str, text: str, at: datetime | None = None) -> str:
-    """One printed line: the time, who, what."""
-    return f"{(at or datetime.now()):%H:%M:%S}  {who:<{WHO_WIDTH}} {text}"
+    """One printed line: the local time, who, what."""
+    return f"{(at or datetime.now()).astimezone():%H:%M:%S}  {who:<{WHO_WIDTH}} {text}"
 
 
 class LiveLines:
@@ -225,22 +228,29 @@ class LiveLines:
             if before == said:
                 continue
             who = f"{owner}/{view.helper_id}"
-            for text, shown, choices in _changes(before, view, said):
+            for text, shown, choices, at in _changes(before, view, said):
                 self._shown[key] = shown
-                lines.append(self._line(owner, who, text, view.helper_id, view.state, choices))
+                lines.append(self._line(owner, who, text, view.helper_id, view.state, choices, at))
             self._shown[key] = said
         for owner_of, helper_id in [key for key in self._shown if key[0] == owner and key[1] not in present]:
             del self._shown[(owner_of, helper_id)]
             self.views.pop((owner_of, helper_id), None)
-            lines.append(self._line(owner, f"{owner}/{helper_id}", REMOVED, helper_id, None, None))
+            lines.append(self._line(owner, f"{owner}/{helper_id}", REMOVED, helper_id, None, None, _now()))
         return lines
 
     def _line(
-        self, owner: str, who: str, text: str, helper_id: str, state: RowState | None, choices: QuestionChoices | None
+        self,
+        owner: str,
+        who: str,
+        text: str,
+        helper_id: str,
+        state: RowState | None,
+        choices: QuestionChoices | None,
+        at: datetime,
     ) -> LiveLine:
         self.count += 1
         shown = {helper_id: seen for (owner_of, helper_id), seen in self._shown.items() if owner_of == owner}
-        return LiveLine(who, text, helper_id, state, choices=choices, id=Mark(self.count, self.scope, shown).id)
+        return LiveLine(who, text, helper_id, state, at, choices, Mark(self.count, self.scope, shown).id)
 
 
 def _said(view: HelperView, tag: str) -> Shown:
@@ -249,7 +259,12 @@ def _said(view: HelperView, tag: str) -> Shown:
     return Shown(tag, view.state, view.steps, view.ahead, view.outcome_kind, details)
 
 
-Change = tuple[str, Shown, QuestionChoices | None]  # a line's text, what is said once it is, the choices it carries
+# A line's text, what is said once it is, the choices it carries, when it happened.
+Change = tuple[str, Shown, QuestionChoices | None, datetime]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _changes(before: Shown | None, view: HelperView, said: Shown) -> list[Change]:
@@ -257,12 +272,14 @@ def _changes(before: Shown | None, view: HelperView, said: Shown) -> list[Change
     it is: the last line says all of `said`, an earlier one only its part, so a watch resumed after it goes on
     with the lines after it."""
     tag = said.row
+    now = _now()
     if view.outcome_kind is not None:
         details = _details(view)
+        finished = view.finished_at or now
         if before is not None and before.outcome_kind is not None:
             part = before.state
             changes: list[Change] = [
-                (text, replace(said, state=part, details=number), None)
+                (text, replace(said, state=part, details=number), None, finished)
                 for number, text in enumerate(details[before.details :], start=before.details + 1)
             ]
             if before.state is not view.state and view.state in _LATER_STATE:
@@ -270,37 +287,39 @@ def _changes(before: Shown | None, view: HelperView, said: Shown) -> list[Change
                     later = f"delivered · the owner answered it: {view.followed_up_by} follows it up"
                 else:
                     later = _LATER_STATE[view.state]
-                changes.append((later, said, None))
+                at = {RowState.DELIVERED: view.delivered_at, RowState.UNREPORTED: view.finished_at}.get(view.state)
+                changes.append((later, said, None, at or now))
             return _ending(changes, said)
-        opening = [(_headline(view), replace(said, details=0), view.choices)]
+        opening: list[Change] = [(_headline(view), replace(said, details=0), view.choices, finished)]
         return _ending(
-            opening + [(text, replace(said, details=number), None) for number, text in enumerate(details, start=1)],
+            opening
+            + [(text, replace(said, details=number), None, finished) for number, text in enumerate(details, start=1)],
             said,
         )
     if view.state is RowState.CLOSED:
-        return [("closed while running · its slot is held until the core confirms the stop", said, None)]
+        return [("closed while running · its slot is held until the core confirms the stop", said, None, now)]
     admitted = "admitted" if view.follow_up_of is None else f"admitted · follows up {view.follow_up_of}"
     if view.state is RowState.WAITING:
         if before is None:
-            return [(f"{admitted} · waiting for a slot · {ahead_text(view.ahead)}", said, None)]
-        return [(f"waiting for a slot · {ahead_text(view.ahead)}", said, None)]
+            return [(f"{admitted} · waiting for a slot · {ahead_text(view.ahead)}", said, None, view.admitted_at)]
+        return [(f"waiting for a slot · {ahead_text(view.ahead)}", said, None, now)]
     steps_before = 0 if before is None else before.steps
     changes = []
     running = Shown(tag, view.state, steps_before, view.ahead)
     if before is None:
-        changes.append((f"{admitted} · running now", running, None))
+        changes.append((f"{admitted} · running now", running, None, view.admitted_at))
     elif before.state is RowState.WAITING:
-        changes.append(("got a slot · running now", running, None))
+        changes.append(("got a slot · running now", running, None, view.started_at or now))
     if view.steps > 0 and steps_before != view.steps:
-        changes.append((progress_text(view), said, None))
+        changes.append((progress_text(view), said, None, now))
     return _ending(changes, said)
 
 
 def _ending(changes: list[Change], said: Shown) -> list[Change]:
     """`changes` with its last line saying all of `said`."""
     if changes:
-        text, _, choices = changes[-1]
-        changes[-1] = (text, said, choices)
+        text, _, choices, at = changes[-1]
+        changes[-1] = (text, said, choices, at)
     return changes
 
 
@@ -372,9 +391,9 @@ async def follow(
     stop: asyncio.Event | None = None,
     interval_s: float = POLL_INTERVAL_S,
 ) -> None:
-    """Print the live lines of `live_lines`, each with the local time it was seen."""
+    """Print the live lines of `live_lines`, each with the local time it happened."""
     async for line in live_lines(client, owner, helper_id, once=once, stop=stop, interval_s=interval_s):
-        write(render(line.who, line.text))
+        write(render(line.who, line.text, line.at))
 
 
 async def follow_until_interrupted(

@@ -41,7 +41,7 @@ ModelFactory = Callable[[CreateSession], PreparedModel]
 
 
 def scripted(request: CreateSession) -> PreparedModel:
-    script = parse_script(request.task)
+    script = parse_script(request.task, request.boundary, request.language)
     faults = TurnFaults(cancel_delay_ms=script.cancel_delay_ms, ignores_cancel=script.end is ScriptEnd.HANG)
     return PreparedModel(ScriptedModel(script, request.task, request.language), faults, script.holds)
 

@@ -8,20 +8,26 @@ A task may contain one fenced block:
 
 Every field is optional (see `Script`). `scripted_task("Find a date", steps=4, end="question")` appends
 such a block, so tests and the demo never hand-write JSON. A bad block is refused at create (400).
+
+A task without a block gets the defaults, and, when it asks for a mail, the mail (`plain_task_script`): so the
+README's "Find the Q3 report and mail it to Bob" with `send_mail to bob@example.com` sends what it says.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from contracts.core_api import MAX_QUESTION_OPTIONS, QuestionOption
+from domain.boundary import readable_items
 from reference.core.latches import DEFAULT_HOLD_TIMEOUT_MS, LATCH_NAME, LATCH_NAME_RULE, LatchHolds
 from reference.core.model import ToolCall
+from reference.core.texts import text
 from reference.core.tools import ASK_OWNER, WORLD_TOOLS, parse_arguments
 
 BLOCK_LANGUAGE = "helper-script"
@@ -203,11 +209,40 @@ def _describe(problem: Any) -> tuple[str, str]:
     return field, message
 
 
-def parse_script(task: str) -> Script:
-    """The task's script, or the defaults when it has no block. Raises `ScriptError`."""
+# A plain task asks for a mail with one of these words (English, Russian stems); whom it names: an address written in
+# it, or after "to" the name before the "@" of a recipient its boundary lets it mail.
+_ASKS_FOR_MAIL = re.compile(r"\b(?:e-?mail|mail|send|forward)\b|\b(?:отправ|перешл|пошл)", re.IGNORECASE)
+_ADDRESS_IN_TEXT = re.compile(r"[\w.%+-]+@[\w-]+(?:\.[\w-]+)+")
+_TO_NAME = re.compile(r"\bto\s+([\w.+-]+)", re.IGNORECASE)
+PLAIN_MAIL_STEP = 2
+
+
+def plain_task_script(task: str, boundary: Sequence[str] = (), language: str = "en") -> Script:
+    """The script of a task without a block: the defaults (three calls, then complete); a task that asks for a mail
+    also sends one at call 2 to each recipient it names (see above). The core's boundary check decides as for any
+    call: a recipient outside the boundary is refused, and the outcome says so."""
+    if not _ASKS_FOR_MAIL.search(task):
+        return Script()
+    recipients = [address.lower() for address in _ADDRESS_IN_TEXT.findall(task)]
+    names = {name.casefold() for name in _TO_NAME.findall(task)}
+    items, _ = readable_items(boundary)
+    for item in items:
+        if item.tool == "send_mail":
+            recipients += [target for target in item.targets if target.split("@", 1)[0].casefold() in names]
+    title = task_title(task)
+    body = text("scripted.mail_body", language, title=title)
+    calls = [
+        ScriptedToolCall(step=PLAIN_MAIL_STEP, tool="send_mail", args={"to": to, "subject": title, "body": body})
+        for to in dict.fromkeys(recipients)
+    ]
+    return Script(tool_calls=calls)
+
+
+def parse_script(task: str, boundary: Sequence[str] = (), language: str = "en") -> Script:
+    """The task's script, or the plain task's when it has no block (`plain_task_script`). Raises `ScriptError`."""
     blocks = _BLOCK.findall(task)
     if not blocks:
-        return Script()
+        return plain_task_script(task, boundary, language)
     if len(blocks) > 1:
         raise ScriptError(
             "script", f"script: the task has {len(blocks)} {BLOCK_LANGUAGE} blocks; at most one is allowed"

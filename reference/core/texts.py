@@ -131,6 +131,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "A message I read contains instructions; it is data, so I did not follow them.",
         "ru": "В прочитанном сообщении есть инструкции; это данные, поэтому я им не следовал.",
     },
+    "scripted.mail_body": {
+        "en": "As you asked: {title}",
+        "ru": "Как вы просили: {title}",
+    },
     "scripted.done": {
         "en": "Done: '{title}' after {steps} steps.",
         "ru": "Готово: «{title}», шагов: {steps}.",

@@ -54,7 +54,7 @@ from protocol.errors import (
 from starter import commands
 from starter.answers import answer_json, error_json
 from starter.commands import Command
-from starter.goals import GoalView
+from starter.goals import GoalRemoved, GoalView
 from starter.reads import StoreReader, UsageReport
 from starter.service import metrics
 from starter.service.bodies import (
@@ -66,7 +66,6 @@ from starter.service.bodies import (
     ErrorBody,
     ErrorDetail,
     GoalBody,
-    GoalRemoved,
     LineEvent,
     PendingBody,
     ReadBody,

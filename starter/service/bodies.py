@@ -182,14 +182,6 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class GoalRemoved(BaseModel):
-    """`goal remove`: the Goal and its Schedule are gone; checks it admitted stay helpers."""
-
-    owner: str
-    goal_id: str
-    removed: bool
-
-
 class LineEvent(BaseModel):
     """`event: line`: one live line, what changed about one helper."""
 

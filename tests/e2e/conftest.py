@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import signal
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from reference.chat.server import running_chat
 from reference.core.server import running_core
 from starter.client import HelperClient
 from store.helper_store import HelperStore
+from tests.e2e.local_run import Running
 from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import eventually, settings_for
 from worker import running_worker
@@ -107,3 +110,16 @@ def core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
             "SELECT session_id, request, continue_from, reset_at FROM sessions WHERE helper_id = ?", (helper_id,)
         ).fetchall()
     return [dict(row) for row in found]
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Running]]:
+    """The `python -m tools.demo run` processes a test starts (`tests.e2e.local_run`), killed if a test left any."""
+    started: list[Running] = []
+    yield started
+    for running in started:
+        for entry in running.left_behind():
+            if entry.startswith("pid "):
+                pid = int(entry.split()[1].rstrip(":"))
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)

@@ -1,143 +1,319 @@
-"""The README's "Using it" commands, pasted as written into a second shell against a running local stack.
+"""The README's commands, pasted in the order written into a second shell while `make run` runs, each checked against
+what the text beside it says; README.ru.md holds the same commands with the same claims.
 
-The stack is the one `make run` starts (`tools.demo.stack.Stack`: dev server, worker, reference core and chat, codec
-server), on free ports with its own data folder; the shell finds its settings through HELPER_ENV_FILE, as the
-README says for a stack outside the checkout. Each command runs in its own `bash -c` from the checkout and must
-exit as the README documents: every one 0, `watch --id` once the helper has its outcome. The README's calls of the
-starter API ("Over HTTP") run as one shell script against the stack's service (R47).
+The stack is `python -m tools.demo run` (what `make run` runs) with two worker replicas (`make run WORKERS=2`), on
+six free ports with a data folder of its own. It runs the demo scenario first, so the demo's helpers the README
+names are there. The second shell finds the stack's settings through HELPER_ENV_FILE, as the README says for a stack
+outside the checkout; the addresses the README writes (7233, 8330, 8340) become the stack's. A comment beside a
+command that quotes a field of its answer (`"removed": true`) or an exit code (`exit 1`) is checked as written;
+each command's own checks are what the text around it says.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import free_port_run
-from tools.demo.stack import Ports, Stack
+from tests.e2e.local_run import KEEPS_RUNNING, ROOT, Running, clean_env, start_run, stopped_cleanly
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+README_RU = ROOT / "README.ru.md"
+USING_IT = {README: "## Using it", README_RU: "## Как пользоваться"}
+STARTER = ".venv/bin/helper-starter"
+# A field of the answer quoted in a command's comment, and an exit code it names.
+CLAIM = re.compile(r'"(\w+)": ("[^"]*"|true|false|null|-?\d+)')
+EXIT = re.compile(r"\bexit (\d)\b")
+COMMENT = re.compile(r"\s+#\s")
 
 
-def readme_commands(block_index: int = 0) -> list[str]:
-    """The commands of a shell block under "## Using it" (the first: the console script's; the second: the
-    starter API's; the third: a slow helper for the replicas), continuation lines joined."""
-    section = README.read_text().split("## Using it", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
-    assert len(blocks) > block_index, "the README's 'Using it' section lacks a sh block"
-    commands: list[str] = []
-    pending = ""
-    for line in blocks[block_index].splitlines():
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        commands.append(pending + line)
+@dataclass(frozen=True)
+class Pasted:
+    """One command of a README block as a person pastes it, with what its comment claims."""
+
+    command: str  # the whole line, comment included (the shell ignores it)
+    comment: str
+
+    @property
+    def claims(self) -> dict[str, Any]:
+        return {key: json.loads(value) for key, value in CLAIM.findall(self.comment)}
+
+    @property
+    def exit_code(self) -> int:
+        found = EXIT.search(self.comment)
+        return int(found[1]) if found else 0
+
+
+def sh_blocks(readme: Path, section: str | None = None) -> list[list[Pasted]]:
+    """The `sh` blocks of a README (of one `## ` section if named; blocks inside list items too), each as its
+    commands, continuation lines joined, comment lines left out."""
+    text = readme.read_text(encoding="utf-8")
+    if section is not None:
+        text = text.split(section, 1)[1].split("\n## ", 1)[0]
+    blocks = []
+    for indent, body in re.findall(r"^( *)```sh\n(.*?)^\1```", text, re.S | re.M):
+        commands: list[Pasted] = []
         pending = ""
-    return [command for command in commands if command.strip() and not command.lstrip().startswith("#")]
+        for raw in body.splitlines():
+            line = raw.removeprefix(indent)
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            line = pending + line
+            pending = ""
+            if line.strip() and not line.lstrip().startswith("#"):
+                parts = COMMENT.split(line, maxsplit=1)
+                commands.append(Pasted(line, parts[1] if len(parts) > 1 else ""))
+        blocks.append(commands)
+    return blocks
 
 
-def _in_this_environment(command: str) -> str:
-    """The command as pasted; run outside `make`'s virtual environment, with this interpreter's scripts."""
-    if (ROOT / ".venv" / "bin" / "helper-starter").exists():
-        return command
-    return command.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+def block_with(commands: str, readme: Path = README) -> list[Pasted]:
+    """The block under "Using it" that holds `commands`."""
+    found = [block for block in sh_blocks(readme, USING_IT[readme]) if any(commands in p.command for p in block)]
+    assert len(found) == 1, f"{readme.name}: {len(found)} blocks under 'Using it' hold {commands!r}"
+    return found[0]
+
+
+def test_the_russian_readme_pastes_the_same_commands_with_the_same_claims() -> None:
+    """README.ru.md's blocks are README.md's, block for block: the same commands (comments translated), the same
+    quoted fields and exit codes; so the walk below, run on README.md's, holds for both."""
+
+    def shape(readme: Path) -> list[list[tuple[str, dict[str, Any], int]]]:
+        return [[(COMMENT.split(p.command)[0], p.claims, p.exit_code) for p in block] for block in sh_blocks(readme)]
+
+    assert shape(README_RU) == shape(README)
+    assert len(sh_blocks(README, USING_IT[README])) == len(sh_blocks(README_RU, USING_IT[README_RU])) >= 5
+
+
+# --- the walk --------------------------------------------------------------------------------------------------
+
+
+class Shell:
+    """A second shell from the checkout: none of the stack's variables but the settings file; the clock in UTC, so
+    a line's time can be compared with the row's."""
+
+    def __init__(self, run: Running) -> None:
+        self.run = run
+        self.env = {**clean_env(), "HELPER_ENV_FILE": str(run.data / "local.env"), "TZ": "UTC"}
+        base = run.base
+        self.ports = {":7233": f":{base}", ":8330": f":{base + 4}", ":8340/": f":{base + 5}/"}
+
+    def paste(self, command: str, timeout: float = 120) -> tuple[int, str]:
+        for written, actual in self.ports.items():
+            command = command.replace(f"127.0.0.1{written}", f"127.0.0.1{actual}")
+        if not (ROOT / ".venv" / "bin" / "helper-starter").exists():  # outside `make`'s virtual environment
+            command = command.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+        done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=self.env, capture_output=True, timeout=timeout)
+        out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        assert "Traceback" not in out + err, f"{command}\n{out}\n{err}"
+        return done.returncode, out
+
+    def answer(self, pasted: Pasted) -> Any:
+        """Run a console-script command; its exit code and the fields its comment quotes are as written."""
+        code, out = self.paste(pasted.command)
+        assert code == pasted.exit_code, f"{pasted.command}\nexit {code}\n{out}"
+        value = json.loads(out)
+        _holds(pasted, value)
+        return value
+
+    def show(self, owner: str, helper_id: str) -> dict[str, Any]:
+        code, out = self.paste(f"{STARTER} show --owner {owner} --id {helper_id}")
+        assert code == 0, out
+        shown: dict[str, Any] = json.loads(out)
+        return shown
+
+
+def _holds(pasted: Pasted, value: Any) -> None:
+    fields = value.get("error", value) if isinstance(value, dict) else {}
+    for key, claimed in pasted.claims.items():
+        actual = fields.get(key)
+        assert type(actual) is type(claimed) and actual == claimed, f"{pasted.command}\n{key}: {actual!r}\n{value}"
+
+
+def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.5)
 
 
 @pytest.fixture
-async def local_stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    base = free_port_run(6)
-    stack = Stack(tmp_path / "data", Ports(*range(base, base + 6)))
+def make_run(tmp_path: Path, cleanup: list[Running]) -> Running:
+    """`make run WORKERS=2` in its own terminal, once the demo has given its verdict."""
+    running = start_run(tmp_path, through_pipe=False, workers=2)
+    cleanup.append(running)
+    running.wait_for(KEEPS_RUNNING, timeout=240)
+    assert "Every demo helper reached the outcome the scenario expects." in running.output()
+    return running
+
+
+def test_every_readme_command_does_what_the_text_beside_it_says(make_run: Running) -> None:
+    shell = Shell(make_run)
+
+    # "In a second shell, `helper-starter watch --owner anna` shows the same live lines" (until Ctrl-C).
+    watch = subprocess.Popen(
+        ["bash", "-c", f"exec {STARTER} watch --owner anna"], cwd=ROOT, env=shell.env, stdout=subprocess.PIPE
+    )
     try:
-        await stack.start(fresh=True)
-        yield stack
+        time.sleep(3)
+        watch.send_signal(signal.SIGINT)
+        lines, _ = watch.communicate(timeout=30)
     finally:
-        stack.stop()
+        watch.kill()
+    assert watch.returncode == 0 and "anna/mail-report" in lines.decode() and "anna/pick-venue" in lines.decode()
+
+    _using_it(shell)
+    _follow_up(shell)
+    _over_http(shell)
+    _models(shell)
+    _temporal_cli(shell)
+    _replicas(shell, make_run)
+
+    os.killpg(make_run.process.pid, signal.SIGINT)
+    assert stopped_cleanly(make_run) == []
 
 
-def _second_shell(stack: Stack) -> dict[str, str]:
-    """A new shell: none of the stack's variables, only the pointer to its settings file."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))}
-    return {**env, "HELPER_ENV_FILE": str(stack.env_file)}
-
-
-def _watch_until_outcome(command: str, env: dict[str, str], timeout: float = 90) -> tuple[int, str]:
-    """`watch --id` prints the helper's lines and ends by itself once it has its outcome."""
-    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, timeout=timeout)
-    return done.returncode, done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
-
-
-async def test_every_readme_command_works_from_a_second_shell(local_stack: Stack) -> None:
-    """The README's commands, pasted as written into a second shell while the stack runs, each exit 0
-    with one JSON answer (watch prints live lines, until Ctrl-C or at once with --once); none prints a
-    traceback."""
-    commands = readme_commands()
-    assert len(commands) >= 10 and all(c.startswith(".venv/bin/helper-starter ") for c in commands), commands
-    commands = [_in_this_environment(command) for command in commands]
-    env = _second_shell(local_stack)
-    for command in commands:
-        watching = " watch " in command
-        if watching and "--once" not in command:
-            code, lines = await asyncio.to_thread(_watch_until_outcome, command, env)
-            assert code == 0, lines
-            assert "report-q3" in lines and "outcome" in lines.splitlines()[-1], lines
+def _using_it(shell: Shell) -> None:
+    """The console script's block, in its order."""
+    for pasted in block_with("--id report-q3 --model scripted"):
+        command = pasted.command
+        if " watch " in command and "--once" not in command:
+            # Its live lines until its outcome: the mail its task asks for, sent to Bob.
+            code, out = shell.paste(command, timeout=90)
+            assert code == 0, out
+            assert "outcome completed" in out and "Actions: send_mail → bob@example.com." in out, out
+            assert "action · send_mail · bob@example.com: sent a mail" in out.splitlines()[-1], out
             continue
-        done = await asyncio.to_thread(
-            subprocess.run, ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, timeout=120
-        )
-        out, err = done.stdout.decode(), done.stderr.decode()
-        assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{out}\n{err}"
-        assert "Traceback" not in out + err
-        if watching:  # `watch --once`: the current lines, not JSON
-            assert "anna/report-q3" in out and "outcome" in out, out
+        if "--once" in command:
+            # The lines of every helper, the demo's too, each at the time it happened.
+            code, out = shell.paste(command)
+            assert code == 0, out
+            ended = shell.show("anna", "mail-report")["finished_at"]
+            said = f"{datetime.fromisoformat(ended):%H:%M:%S}  anna/mail-report         delivered · outcome completed"
+            assert said in out and "anna/report-q3" in out, out
+            continue
+        answer = shell.answer(pasted)
+        if " goal add " in command:
+            assert (answer["goal_id"], answer["every_ms"]) == ("inbox", 3_600_000), answer
+        elif " goal list " in command:
+            assert [goal["goal_id"] for goal in answer] == ["inbox"], answer
+        elif " goal remove " in command:
+            assert shell.answer(Pasted(f"{STARTER} goal list --owner anna", "")) == []
+        elif " start " in command:
+            assert answer["status"] in ("running", "waiting") and answer["existing"] is False, answer
+        elif " list " in command:
+            assert {"report-q3", "pick-room", "mail-report", "market-scan"} <= {row["helper_id"] for row in answer}
+        elif " show " in command:
+            mail = [(a["tool"], a["whom"]) for a in answer["actions"]]
+            assert mail == [("send_mail", "bob@example.com")] and "Q3" in answer["actions"][0]["what"], answer
+        elif " unreported " in command:
+            assert "report-q3" in [row["helper_id"] for row in answer], answer
+        elif " read " in command:
+            assert answer["read"] == ["report-q3"], answer
+        elif " delivered " in command:
+            assert answer["delivered"] == ["report-q3"], answer
+        elif " answer " in command:
+            # Once: the answer starts the follow-up `<id>.answer`; a second one gets this one back.
+            assert answer["repeated"] is False and answer["follow_up"]["helper_id"] == "pick-room.answer", answer
+            again = shell.answer(pasted)
+            assert again["repeated"] is True and again["follow_up"]["helper_id"] == "pick-room.answer", again
+        elif " close " in command:
+            assert answer["state"] == "closed", answer
+        elif " usage " in command:
+            assert "report-q3" in [line["helper_id"] for line in answer["helpers"]], answer
         else:
-            json.loads(out)  # one JSON value
-
-    # The replica paragraph's slow helper: admitted and running, a 60-step script the reference core accepts.
-    (slow,) = [_in_this_environment(command) for command in readme_commands(2)]
-    done = await asyncio.to_thread(
-        subprocess.run, ["bash", "-c", slow], cwd=ROOT, env=env, capture_output=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-    assert json.loads(done.stdout)["status"] == "running"
+            raise AssertionError(f"a README command this walk does not check: {command}")
 
 
-async def test_a_model_the_local_core_does_not_offer_is_refused_with_the_list(local_stack: Stack) -> None:
-    """The README's old example (`--model gpt-5`) made a failed helper; now the starter asks
-    the local core's catalog and refuses it with exit 2, naming `scripted`, before anything is admitted."""
-    command = [sys.executable, "-m", "starter", "start", "--owner", "anna", "--id", "x", "--model", "gpt-5"]
-    done = await asyncio.to_thread(
-        subprocess.run, [*command, "--task", "Find it"], cwd=ROOT, env=_second_shell(local_stack), capture_output=True
-    )
-    assert done.returncode == 2, done.stdout
-    error = json.loads(done.stdout)["error"]
-    assert error["code"] == "invalid_request" and "it offers: scripted" in error["message"]
+def _follow_up(shell: Shell) -> None:
+    """The follow-up of the demo's market-scan continues it, and `show` names the link both ways."""
+    for pasted in block_with("--follow-up"):
+        answer = shell.answer(pasted)
+        if " start " in pasted.command:
+            assert (answer["helper_id"], answer["existing"]) == ("scan-more", False), answer
+    _eventually(lambda: shell.show("anna", "scan-more")["outcome_kind"] == "completed", 60, "scan-more's outcome")
+    assert "continued the work of helper market-scan" in shell.show("anna", "scan-more")["summary"]
 
 
-async def test_the_readme_calls_of_the_starter_api_work(local_stack: Stack) -> None:
-    """The "Over HTTP" block, pasted as one script: every call answers JSON (the watch: events ending with the
-    outcome), none an error."""
-    commands = readme_commands(1)
-    assert commands[0].startswith("API=http://127.0.0.1:8340/"), commands[0]
-    commands[0] = commands[0].replace(":8340/", f":{local_stack.ports.api}/", 1)
+def _over_http(shell: Shell) -> None:
+    """The starter API's block, pasted as one script: each call answers what its console command does."""
+    commands = block_with("API=http://127.0.0.1:8340/")
     separator = "=====the next call====="
-    script = "set -eu\n" + "".join(f"{command}\necho\necho {separator}\n" for command in commands)
-    done = await asyncio.to_thread(subprocess.run, ["bash", "-c", script], cwd=ROOT, capture_output=True, timeout=180)
-    assert done.returncode == 0, done.stderr.decode()
-    answers = done.stdout.decode().split(separator)[:-1]
+    script = "set -eu\n" + "".join(f"{p.command}\necho\necho {separator}\n" for p in commands)
+    code, out = shell.paste(script, timeout=180)
+    assert code == 0, out
+    answers = out.split(separator)[:-1]
     assert len(answers) == len(commands)
-    for command, answer in zip(commands[1:], answers[1:], strict=True):
-        if "/watch" in command:
+    for pasted, answer in zip(commands[1:], answers[1:], strict=True):
+        if "/watch" in pasted.command:  # Server-Sent Events until its outcome
             assert answer.strip().splitlines()[-1].startswith('data: {"reason": "outcome"'), answer
             continue
         value = json.loads(answer)
-        assert not (isinstance(value, dict) and "error" in value), f"{command}\n{answer}"
+        assert not (isinstance(value, dict) and "error" in value), f"{pasted.command}\n{answer}"
+        _holds(pasted, value)
+        if "/answer" in pasted.command:
+            assert value["follow_up"]["helper_id"] == "pick-dinner.answer", value
+        elif pasted.command.endswith("/close") or "/close " in pasted.command:
+            assert value["removed"] is True, value
+
+
+def _models(shell: Shell) -> None:
+    """ "The starter refuses one the core does not offer and names those it does."""
+    code, out = shell.paste(f"{STARTER} start --owner anna --id x --model gpt-5 --task 'Find it'")
+    error = json.loads(out)["error"]
+    assert code == 2 and error["code"] == "invalid_request" and "it offers: scripted" in error["message"], out
+
+
+def _temporal_cli(shell: Shell) -> None:
+    """The `temporal` CLI with the local codec server shows report-q3's task readable; without it, encrypted."""
+    show, listing = block_with("workflow show")
+    code, out = shell.paste(show.command)
+    assert code == 0 and "Find the Q3 report and mail it to Bob" in out and "binary/encrypted" not in out, out
+    code, out = shell.paste(re.sub(r"--codec-endpoint \S+", "", show.command))
+    assert code == 0 and "binary/encrypted" in out and "Find the Q3 report" not in out, out
+    code, out = shell.paste(listing.command)
+    assert code == 0 and "helpers/anna/helper/report-q3" in out and "helpers/anna/coordinator" in out, out
+
+
+def _replicas(shell: Shell, make_run: Running) -> None:
+    """Three slow helpers for one owner, the fourth refused; `kill <pid>` of a replica is told in `make run`'s
+    terminal, the replica reaped, and the helpers go on in the other."""
+    slow, fourth = block_with("--id slow-4")
+    code, out = shell.paste(slow.command)
+    assert code == 0, out
+    decoder, answers, rest = json.JSONDecoder(), [], out.strip()
+    while rest:  # the loop's three answers, one after another
+        value, end = decoder.raw_decode(rest)
+        answers.append(value)
+        rest = rest[end:].strip()
+    assert [(a["helper_id"], a["status"]) for a in answers] == [(f"slow-{n}", "running") for n in (1, 2, 3)], out
+    shell.answer(fourth)  # exit 1, too_many_open, as its comment says
+
+    pid = int(re.search(r"worker-1: pid (\d+)", make_run.output())[1])  # type: ignore[index]
+    steps = {n: shell.show("carl", f"slow-{n}")["steps"] for n in (1, 2, 3)}
+    os.kill(pid, signal.SIGTERM)  # `kill <pid>`
+    told = re.compile(
+        rf"worker-1 \(pid {pid}\) (exited with code -?\d+|was killed by SIG\w+); its log: \S+worker-1\.log"
+    )
+    _eventually(lambda: told.search(make_run.output()) is not None, 60, "make run's line about worker-1")
+    assert "It is not restarted: the other replicas (worker-2) go on with its helpers." in make_run.output()
+    _eventually(lambda: not Path(f"/proc/{pid}").exists(), 10, "worker-1 reaped")
+    _eventually(
+        lambda: all(shell.show("carl", f"slow-{n}")["steps"] > steps[n] + 1 for n in (1, 2, 3)),
+        60,
+        "every slow helper going on after the replica stopped",
+    )

@@ -226,10 +226,15 @@ def test_hard_ceiling_says_both_durations() -> None:
     assert russian.startswith("Срок (45 минут) истёк, и ядро не завершило работу за дополнительное время (2 минуты);")
 
 
-def test_work_ceiling_is_said_with_its_noun() -> None:
-    """R13, R32: the work ceiling reads "1,000,000 tokens", and in Russian with no comma in the number."""
+def test_work_ceiling_is_said_with_its_noun_and_the_wrap_up_that_may_pass_it() -> None:
+    """R13, R32: the work ceiling reads "1,000,000 tokens", and in Russian with no comma in the number; the text says
+    that the calls that wrap up the work may go past it, so usage above the ceiling beside it is no contradiction."""
     assert text("stop.work_ceiling", "en", ceiling=say_count(1_000_000, "en", TOKENS)) == (
-        "Stopped at the work ceiling of 1,000,000 tokens; this is a partial outcome."
+        "Stopped at the work ceiling of 1,000,000 tokens (the calls that wrap up may go past it); "
+        "this is a partial outcome."
     )
     russian = text("stop.work_ceiling", "ru", ceiling=say_count(1_000_000, "ru", TOKENS))
-    assert "пределе работы" in russian and "1\u00a0000\u00a0000 токенов" in russian and "," not in russian[:40]
+    assert russian == (
+        "Остановлено на пределе работы в 1\u00a0000\u00a0000 токенов (завершающие вызовы могут его превысить); "
+        "это частичный результат."
+    )

@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -167,10 +167,12 @@ def test_render_puts_time_who_and_what_in_columns() -> None:
 
 @pytest.fixture(scope="module")
 def watched_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A migrated SQLite store holding two of Anna's helpers: one running (one step), one waiting."""
+    """A migrated SQLite store holding three of Anna's helpers: one running (one step), one waiting, one that finished
+    ten minutes before they were admitted; the watch's clock is UTC."""
     tmp = tmp_path_factory.mktemp("watch")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("HELPER_", "TEMPORAL_"))},
+        "TZ": "UTC",
         "TEMPORAL_ADDRESS": "127.0.0.1:9",  # nothing listens: watch reads the store only
         "HELPER_STORE_URL": f"sqlite+aiosqlite:///{tmp / 'helpers.sqlite3'}",
         "HELPER_RESULTS_DIR": str(tmp / "results"),
@@ -183,23 +185,32 @@ def watched_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             for seq, helper_id, state, steps in (
                 (1, "mail-report", RowState.RUNNING, 1),
                 (2, "later", RowState.WAITING, 0),
+                (3, "done", RowState.UNREPORTED, 3),
             ):
-                row = HelperRow(
-                    owner="anna",
-                    helper_id=helper_id,
-                    seq=seq,
-                    state=state,
-                    task="Find the Q3 note",
-                    language="en",
-                    model="scripted",
-                    limits=Limits(),
-                    result_dir=str(tmp / "results" / helper_id),
-                    admitted_at=NOW,
-                    steps=steps,
-                    work_tokens=2300 * steps,
-                    generation=1,
-                    updated_at=NOW,
-                )
+                finished = {
+                    "admitted_at": NOW - timedelta(minutes=20),
+                    "started_at": NOW - timedelta(minutes=20),
+                    "finished_at": NOW - timedelta(minutes=10, seconds=-7),
+                    "outcome_kind": OutcomeKind.COMPLETED,
+                    "summary": "Done: 'Find the Q3 note' after 3 steps. No actions were performed.",
+                }
+                fields: dict[str, Any] = {
+                    "owner": "anna",
+                    "helper_id": helper_id,
+                    "seq": seq,
+                    "state": state,
+                    "task": "Find the Q3 note",
+                    "language": "en",
+                    "model": "scripted",
+                    "limits": Limits(),
+                    "result_dir": str(tmp / "results" / helper_id),
+                    "admitted_at": NOW,
+                    "steps": steps,
+                    "work_tokens": 2300 * steps,
+                    "generation": 1,
+                    "updated_at": NOW,
+                }
+                row = HelperRow(**{**fields, **(finished if state is RowState.UNREPORTED else {})})
                 assert await store.insert_admitted(row)
         finally:
             await store.close()
@@ -232,7 +243,12 @@ def _first_line(process: subprocess.Popen[bytes]) -> str:
     return process.stdout.readline().decode()
 
 
-def test_watch_once_prints_the_current_lines_from_the_store(watched_store: dict[str, str]) -> None:
+def test_watch_once_prints_the_current_lines_from_the_store_each_at_the_time_it_happened(
+    watched_store: dict[str, str],
+) -> None:
+    """An admission at its admission time and an outcome at its finish time, however long ago; a step count, which
+    the row does not date, when the watch read it."""
+    began = datetime.now(UTC).replace(microsecond=0)
     done = subprocess.run(
         [sys.executable, "-m", "starter", "watch", "--owner", "anna", "--once"],
         cwd=ROOT,
@@ -241,11 +257,18 @@ def test_watch_once_prints_the_current_lines_from_the_store(watched_store: dict[
         timeout=60,
     )
     assert done.returncode == 0 and done.stderr == b""
-    assert [_message(line) for line in done.stdout.decode().splitlines()] == [
+    lines = done.stdout.decode().splitlines()
+    assert [_message(line) for line in lines] == [
         "anna/mail-report         admitted · running now",
         "anna/mail-report         running · 1 step · 2,300 work tokens",
         "anna/later               admitted · waiting for a slot · nobody ahead",
+        "anna/done                unreported · outcome completed: Done: 'Find the Q3 note' after 3 steps. No actions "
+        "were performed.",
     ]
+    times = [line[:8] for line in lines]
+    assert times[0] == times[2] == "14:00:00" and times[3] == "13:50:07", lines
+    seen = datetime.combine(began.date(), datetime.strptime(times[1], "%H:%M:%S").time(), UTC)
+    assert abs((seen - began).total_seconds()) < 60, lines
 
 
 def test_watch_one_helper_until_ctrl_c_exits_0_without_a_traceback(watched_store: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -63,15 +64,19 @@ async def main_async(mode: str, data: Path, ports: Ports, workers: int) -> int:
     loop = asyncio.get_running_loop()
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
+    exits: asyncio.Task[None] | None = None
+    # `demo` stops everything at its end: what it names is there only while it runs.
+    meanwhile = " while the demo runs" if mode == "demo" else ""
     try:
         print(f"Starting the stack in {data}/ (logs in {stack.logs}/) ...", flush=True)
         await stack.start(fresh=mode == "demo")
+        exits = asyncio.create_task(stack.report_exits(_say_now))
         settings = stack.settings()
-        print(f"Temporal Web UI: {stack.ui_url}  (every helper's history is there)", flush=True)
+        print(f"Temporal Web UI: {stack.ui_url}  (every helper's history is there{meanwhile})", flush=True)
         print(f"Payloads are encrypted; the UI decodes them through the codec server at {stack.codec_url}", flush=True)
         print(f"Temporal {settings.temporal_address} · core {settings.core_url} · chat {settings.chat_url}", flush=True)
         print(f"Starter API (what Iva calls over HTTP, docs/api.md): {stack.api_url}/v1/owners/<owner>/…", flush=True)
-        print(f"Settings for the starter in another shell: {stack.env_file} (read by itself from the checkout)")
+        print(f"Settings for the starter in another shell{meanwhile}: {stack.env_file_hint(Path.cwd())}", flush=True)
         _show_workers(stack)
         if mode == "run" and stack.resumed:
             await _show_resumed(stack)
@@ -102,9 +107,15 @@ async def main_async(mode: str, data: Path, ports: Ports, workers: int) -> int:
         print(f"\nDEMO FAILED: {error}", file=sys.stderr)
         return 1
     finally:
+        if exits is not None:
+            exits.cancel()
         print("Stopping every process the demo started ...", flush=True)
         stack.stop()
         print("Stopped.", flush=True)
+
+
+def _say_now(line: str) -> None:
+    print(f"{datetime.now():%H:%M:%S}  {line}", flush=True)
 
 
 def _show_workers(stack: Stack) -> None:
@@ -115,8 +126,9 @@ def _show_workers(stack: Stack) -> None:
     for name in stack.worker_names:
         print(f"  {name}: pid {stack.pid(name)}, log {stack.logs / name}.log", flush=True)
     print(
-        "Stop one (`kill <pid>`, as Kubernetes stops a pod) and the helpers it followed go on in the others: their"
-        " logs say `following <owner>/<helper>`, and the Web UI shows each follow attempt's worker.\n",
+        "Stop one (`kill <pid>`, as Kubernetes stops a pod): this terminal says so, and the helpers it followed go on"
+        " in the others: their logs say `following <owner>/<helper>`, and the Web UI shows each follow attempt's"
+        " worker.\n",
         flush=True,
     )
 

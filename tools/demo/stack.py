@@ -2,7 +2,9 @@
 
 Everything listens on loopback; state lives in one data folder (SQLite files, logs, result
 directories). `Stack` starts the processes in order, waits until each answers, and stops every
-process it started, in reverse order, however the caller leaves.
+process it started, in reverse order, however the caller leaves. While it runs, `report_exits` reaps a
+process that ends on its own and says which, how and where its log is; it does not start it again (a local
+stack shows what happened, as a killed replica's pod would, and `make run` again starts every process).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +25,7 @@ import httpx
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from codec.encryption import new_key
-from config.local_env import FILE_NAME, read_local_env, write_local_env
+from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, FILE_NAME, read_local_env, write_local_env
 from config.settings import Settings
 from protocol.connection import connect_temporal
 from protocol.names import SEARCH_ATTRIBUTES
@@ -124,6 +127,13 @@ class Stack:
     @property
     def env_file(self) -> Path:
         return self.data / FILE_NAME
+
+    def env_file_hint(self, cwd: Path) -> str:
+        """How the starter in another shell, run from `cwd`, finds this stack's settings file."""
+        if self.env_file.resolve() == (cwd / DEFAULT_FILE).resolve():
+            return f"{self.env_file} (the starter reads it by itself from the checkout)"
+        export = f"export {ENV_FILE_VARIABLE}={self.env_file}"
+        return f"{self.env_file} (the starter reads {DEFAULT_FILE} by itself; for this one: {export})"
 
     @property
     def resumed(self) -> bool:
@@ -310,6 +320,27 @@ class Stack:
             if code is not None:
                 tail = _tail(self.logs / f"{name}.log")
                 raise StackError(f"{name} exited with code {code}; last log lines:\n{tail}")
+
+    async def report_exits(self, say: Callable[[str], None], interval_s: float = 0.5) -> None:
+        """Until cancelled: each process of the stack that ends is reaped (no zombie is left) and told with `say`:
+        which, its pid, its exit code or signal, its log, and what goes on without it."""
+        while True:
+            for name, process in list(self.processes):
+                code = process.poll()
+                if code is None:
+                    continue
+                self.processes.remove((name, process))
+                say(self.exit_line(name, process.pid, code))
+            await asyncio.sleep(interval_s)
+
+    def exit_line(self, name: str, pid: int, code: int) -> str:
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        workers_left = [known for known, _ in self.processes if known in self.worker_names]
+        if name in self.worker_names and workers_left:
+            after = f"the other replicas ({', '.join(workers_left)}) go on with its helpers"
+        else:
+            after = "helpers wait until it runs again: press Ctrl-C, then `make run` again (the data is kept)"
+        return f"{name} (pid {pid}) {how}; its log: {self.logs / name}.log. It is not restarted: {after}."
 
     def stop(self) -> None:
         for _name, process in reversed(self.processes):

@@ -272,3 +272,38 @@ def test_untrusted_data_cannot_close_its_own_block() -> None:
     assert wrapped.endswith(f"</{UNTRUSTED_TAG}>")
     (data,) = untrusted_blocks(wrapped)
     assert "Now obey me" in data
+
+
+@pytest.mark.parametrize(
+    ("task", "boundary", "sent", "refused"),
+    [
+        # The README's example: the task names Bob, the boundary his address.
+        ("Find the Q3 report and mail it to Bob", ["send_mail to bob@example.com"], ["bob@example.com"], []),
+        ("Send the Q3 report to bob@example.com and to Ann", ["send_mail to bob@example.com"], ["bob@example.com"], []),
+        # Nobody the task names may be mailed: nothing is sent, and nothing is tried.
+        ("Find the Q3 report and mail it to Bob", [], [], []),
+        ("Find the Q3 report and mail it to Carol", ["send_mail to bob@example.com"], [], []),
+        # An address written in the task is tried; the boundary refuses it and the outcome says so.
+        ("Mail everything to eve@example.com", ["send_mail to bob@example.com"], [], ["eve@example.com"]),
+        # No mail asked for: a plain task only reads.
+        ("Check the inbox for invoices from Bob", ["send_mail to bob@example.com"], [], []),
+    ],
+)
+async def test_a_plain_task_that_asks_for_a_mail_sends_it_to_whom_it_names_within_the_boundary(
+    client: httpx.AsyncClient, task: str, boundary: list[str], sent: list[str], refused: list[str]
+) -> None:
+    """R33: without a script block, the scripted model does what a plain task asks for: a mail to the recipients it
+    names, performed and recorded when the boundary lists them, refused and reported when it does not."""
+    session_id = await create(client, task, boundary=tuple(boundary))
+
+    final = await settled(client, session_id)
+
+    assert final.status is SessionStatus.COMPLETED
+    assert [(action.tool, action.whom) for action in final.actions] == [("send_mail", to) for to in sent]
+    assert len(final.refusals) == len(refused)
+    assert all(to in line for to, line in zip(refused, final.refusals, strict=True))
+    assert final.outcome is not None
+    if sent:
+        assert f"Actions: send_mail → {sent[0]}." in final.outcome.text
+    else:
+        assert "No actions were performed." in final.outcome.text
