@@ -121,7 +121,8 @@ def debian_mirror() -> str:
             ):
                 return found.group(1)
     listed = Path("/etc/apt/sources.list")
-    if listed.is_file() and (found := re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+bookworm\s", listed.read_text(), re.M)):
+    one_line = re.compile(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+bookworm\s", re.M)
+    if listed.is_file() and (found := one_line.search(listed.read_text())):
         return found.group(1)
     return DEFAULT_MIRROR
 
@@ -132,7 +133,7 @@ def debian_base(command: list[str]) -> str:
         return DEBIAN_BASE
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None:
-        raise ImageError("no registry serves python:3.11-slim and debootstrap is not installed (apt-get install debootstrap)")
+        raise ImageError(f"no registry serves {PYTHON_BASE} and debootstrap is not installed")
     with tempfile.TemporaryDirectory(prefix="debian-base-") as rootfs:
         run([debootstrap, "--variant=minbase", "bookworm", rootfs, debian_mirror()], DEBOOTSTRAP_TIMEOUT_S)
         # debootstrap leaves the packages it installed in apt's cache: about 40 MB no layer needs.
@@ -140,7 +141,8 @@ def debian_base(command: list[str]) -> str:
             ["tar", "-C", rootfs, "--exclude=./var/cache/apt/archives/*.deb", "-c", "."], stdout=subprocess.PIPE
         )
         try:
-            run([*command, "import", "-", DEBIAN_BASE], DEBOOTSTRAP_TIMEOUT_S, stdin=tar.stdout, stdout=subprocess.DEVNULL)
+            imported = [*command, "import", "-", DEBIAN_BASE]
+            run(imported, DEBOOTSTRAP_TIMEOUT_S, stdin=tar.stdout, stdout=subprocess.DEVNULL)
         finally:
             assert tar.stdout is not None
             tar.stdout.close()
