@@ -231,6 +231,8 @@ async def stop(engine: list[str], container: str) -> tuple[float, int]:
 async def test_image_migrates_the_store_and_runs_the_worker_and_the_api_as_its_user(
     engine: list[str], image: str, local: Local
 ) -> None:
+    # The licences listed in the docs are those of the distributions in this image.
+    assert await asyncio.to_thread(build.licences, image) == (ROOT / "docs" / "image-licences.md").read_text()
     await migrate(engine, image, local)
     health, metrics, api_port = free_port(), free_port(), free_port()
     name = uuid.uuid4().hex[:8]
@@ -258,6 +260,9 @@ async def test_image_migrates_the_store_and_runs_the_worker_and_the_api_as_its_u
         assert await user_of(engine, api) == USER_ID
         await helper_through_api(f"http://127.0.0.1:{api_port}", local)
 
+        # No compiler and no pip in the image: only the virtual environment's runtime.
+        tools = "for tool in gcc cc pip pip3; do command -v $tool; done; true"
+        assert (await run(engine, "exec", worker, "sh", "-c", tools)).strip() == ""
         # Nothing written outside the results volume: the root is read-only, and /tmp stayed empty.
         assert (await run(engine, "exec", worker, "find", "/tmp", "-mindepth", "1")).strip() == ""
         assert (await run(engine, "exec", api, "find", "/tmp", "-mindepth", "1")).strip() == ""

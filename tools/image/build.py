@@ -25,6 +25,7 @@ import sys
 import tempfile
 import tomllib
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -93,9 +94,13 @@ def engine() -> list[str]:
     raise ImageError("no container engine answers: neither `docker info` nor `podman info` succeeds")
 
 
-def run(command: list[str], timeout: float, **options: object) -> subprocess.CompletedProcess[bytes]:
+def run(command: list[str], timeout: float, *, stdin: IO[bytes] | None = None, quiet: bool = False) -> None:
+    """One step of the build, shown as it runs; raises CalledProcessError or TimeoutExpired."""
     print("+", " ".join(command), flush=True)
-    return subprocess.run(command, timeout=timeout, env=engine_environment(), check=True, **options)  # type: ignore[call-overload,no-any-return]
+    output = subprocess.DEVNULL if quiet else None
+    subprocess.run(
+        command, timeout=timeout, env=engine_environment(), check=True, stdin=stdin, stdout=output, stderr=output
+    )
 
 
 def image_exists(command: list[str], name: str) -> bool:
@@ -142,7 +147,7 @@ def debian_base(command: list[str]) -> str:
         )
         try:
             imported = [*command, "import", "-", DEBIAN_BASE]
-            run(imported, DEBOOTSTRAP_TIMEOUT_S, stdin=tar.stdout, stdout=subprocess.DEVNULL)
+            run(imported, DEBOOTSTRAP_TIMEOUT_S, stdin=tar.stdout, quiet=True)
         finally:
             assert tar.stdout is not None
             tar.stdout.close()
@@ -155,7 +160,7 @@ def python_base(command: list[str]) -> str | None:
     if image_exists(command, PYTHON_BASE):
         return PYTHON_BASE
     try:
-        run([*command, "pull", PYTHON_BASE], PULL_TIMEOUT_S, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run([*command, "pull", PYTHON_BASE], PULL_TIMEOUT_S, quiet=True)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
         print(f"no registry serves {PYTHON_BASE}: building on Debian bookworm made with debootstrap", flush=True)
         return None
@@ -188,11 +193,22 @@ def build(base: str = "auto", tag: str | None = None) -> str:
     return tag
 
 
+LICENCES_HEADER = """# Licences of the Python distributions in the image
+
+Every distribution in the image's virtual environment but helper-runtime itself, generated from the built image by
+`python -m tools.image.build licences > docs/image-licences.md`; tests/deploy/test_image.py fails when this file
+and the image differ. The licence shown is the distribution's License-Expression, else its licence classifiers,
+else the first line of its License field. The interpreter and the system files come from the base image
+([operations](operations.md#the-image)).
+
+"""
 LICENCES = """
 import importlib.metadata as m
 rows = []
 for d in m.distributions():
     meta = d.metadata
+    if meta["Name"] == "helper-runtime":
+        continue
     classifiers = [c.split(" :: ")[-1] for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
     free_text = (meta.get("License") or "").strip().splitlines()
     licence = meta.get("License-Expression") or "; ".join(classifiers) or (free_text[0][:60] if free_text else "")
@@ -205,13 +221,10 @@ for name, ver, licence in sorted(rows, key=lambda r: r[0].lower()):
 
 
 def licences(tag: str | None = None) -> str:
-    """The Python distributions installed in the image and their licences, as a Markdown table."""
-    done = run(
-        [*engine(), "run", "--rm", "--network", "none", tag or default_tag(), "python", "-c", LICENCES],
-        INFO_TIMEOUT_S * 4,
-        capture_output=True,
-    )
-    return done.stdout.decode()
+    """The Python distributions installed in the image and their licences: docs/image-licences.md's text."""
+    command = [*engine(), "run", "--rm", "--network", "none", tag or default_tag(), "python", "-c", LICENCES]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=engine_environment(), check=True)
+    return LICENCES_HEADER + done.stdout
 
 
 def main(argv: list[str] | None = None) -> int:
