@@ -4,7 +4,8 @@ PostgreSQL database), a helper started through the API in the container and foll
 worker and API Deployments of deploy/k8s as written, run by `podman kube play`, serving a helper the same way.
 
 Slow (`make test-all`): the first build takes about a minute. Skipped where no container engine runs, except
-where HELPER_TESTS_NEED_CONTAINERS=1 (CI) demands them.
+where HELPER_TESTS_NEED_CONTAINERS=1 (CI) demands them. One run per machine at a time: the pods and podman secrets
+have the manifests' names, which podman keeps machine-wide.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -47,7 +48,7 @@ API_TOKEN = "test-token-" + "x" * 16
 Json = dict[str, Any]
 
 
-def no_engine(reason: str) -> None:
+def no_engine(reason: str) -> NoReturn:
     """Skip where no container engine runs (a newcomer's machine); fail where one must (CI)."""
     if os.environ.get("HELPER_TESTS_NEED_CONTAINERS") == "1":
         pytest.fail(f"{reason} (HELPER_TESTS_NEED_CONTAINERS=1: these tests must run here)")
@@ -60,7 +61,6 @@ def engine() -> list[str]:
         return build.engine()
     except build.ImageError as error:
         no_engine(f"no container engine: {error}")
-        raise
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +93,11 @@ async def run(engine: list[str], *args: str, timeout: float = 60, check: bool = 
     return out.decode()
 
 
-async def answers(url: str, timeout: float = 60, headers: dict[str, str] | None = None) -> None:
+async def answers(url: str, timeout: float = 60) -> None:
     """Until GET `url` answers 200; fails after `timeout`."""
     deadline = time.monotonic() + timeout
     last: object = None
-    async with httpx.AsyncClient(timeout=3, headers=headers) as http:
+    async with httpx.AsyncClient(timeout=3) as http:
         while time.monotonic() < deadline:
             try:
                 response = await http.get(url)
@@ -174,45 +174,47 @@ async def migrate(engine: list[str], image: str, local: Local) -> None:
     assert revision
 
 
-async def helper_through_api(api: str, local: Local, token: str | None = None) -> Json:
-    """Start a helper with the API and wait for its outcome; its row as `show` answers it."""
-    owner, helper_id = f"owner-{uuid.uuid4().hex[:6]}", "image-check"
+async def start_helper(http: httpx.AsyncClient, helper_id: str, task: str) -> None:
+    started = await http.post("/helpers", json={"helper_id": helper_id, "task": task, "model": "scripted"})
+    assert started.status_code == 201, started.text
+
+
+async def row_when(http: httpx.AsyncClient, helper_id: str, field: str, timeout: float) -> Json:
+    """The helper's row (`show`) once `field` is set; fails after `timeout`."""
+    deadline = time.monotonic() + timeout
+    row: Json = {}
+    while time.monotonic() < deadline:
+        row = (await http.get(f"/helpers/{helper_id}")).json()
+        if row.get(field) is not None:
+            return row
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{helper_id}: no {field} within {timeout} s: {row}")
+
+
+def owner_api(api: str, token: str | None = None) -> httpx.AsyncClient:
+    """An HTTP client of one new owner's routes on the API."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    task = scripted_task("Check the image.", steps=2, step_ms=100, final_text="The image runs.")
-    async with httpx.AsyncClient(base_url=f"{api}/v1/owners/{owner}", headers=headers, timeout=15) as http:
-        started = await http.post("/helpers", json={"helper_id": helper_id, "task": task, "model": "scripted"})
-        assert started.status_code == 201, started.text
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            row: Json = (await http.get(f"/helpers/{helper_id}")).json()
-            if row.get("outcome_kind") is not None:
-                break
-            await asyncio.sleep(0.5)
-        else:
-            raise AssertionError(f"no outcome within 90 s: {row}")
+    return httpx.AsyncClient(base_url=f"{api}/v1/owners/owner-{uuid.uuid4().hex[:6]}", headers=headers, timeout=15)
+
+
+async def helper_through_api(api: str, local: Local, token: str | None = None) -> None:
+    """Start a helper with the API and wait for its outcome: completed, its text shown by the API and written by
+    the worker, as uid 10001, into the results volume."""
+    async with owner_api(api, token) as http:
+        await start_helper(http, "image-check", scripted_task("Check.", steps=2, step_ms=100, final_text="It runs."))
+        row = await row_when(http, "image-check", "outcome_kind", timeout=90)
     assert row["outcome_kind"] == "completed", row
-    assert "The image runs." in row["full_text"]
-    # The worker wrote the outcome's files into the results volume, where the API read them.
-    written = local.results / Path(row["result_dir"]).relative_to(RESULTS)
-    assert "The image runs." in (written / "outcome.md").read_text()
-    assert (written / "outcome.md").stat().st_uid == int(USER_ID)
-    return row
+    assert "It runs." in row["full_text"]
+    written = local.results / Path(row["result_dir"]).relative_to(RESULTS) / "outcome.md"
+    assert "It runs." in written.read_text()
+    assert written.stat().st_uid == int(USER_ID)
 
 
 async def running_helper(api: str) -> None:
     """Start a helper whose one step takes two minutes, and wait until the worker follows it."""
-    owner, helper_id = f"owner-{uuid.uuid4().hex[:6]}", "long-one"
-    task = scripted_task("Take long.", steps=1, step_ms=120_000)
-    async with httpx.AsyncClient(base_url=f"{api}/v1/owners/{owner}", timeout=15) as http:
-        started = await http.post("/helpers", json={"helper_id": helper_id, "task": task, "model": "scripted"})
-        assert started.status_code == 201, started.text
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            row: Json = (await http.get(f"/helpers/{helper_id}")).json()
-            if row.get("follow_started_at") is not None:
-                return
-            await asyncio.sleep(0.5)
-    raise AssertionError(f"the worker did not follow the helper within 60 s: {row}")
+    async with owner_api(api) as http:
+        await start_helper(http, "long-one", scripted_task("Take long.", steps=1, step_ms=120_000))
+        await row_when(http, "long-one", "follow_started_at", timeout=60)
 
 
 async def user_of(engine: list[str], container: str) -> str:
@@ -300,20 +302,21 @@ def example_secrets() -> dict[str, Json]:
 
 @dataclass
 class Played:
-    manifest: Path
-    secrets: list[str]
+    """What the test gave the pods: the worker's health port, the API's port, each container's probe paths."""
+
     worker_health: int
     api_port: int
-    probes: dict[str, list[tuple[str, str]]]  # container: (probe, path)
+    probe_paths: dict[str, list[str]]
 
 
-def for_podman(documents: list[Json], image: str, local: Local, tmp_path: Path) -> tuple[list[Json], Played]:
+def for_podman(documents: list[Json], image: str, local: Local) -> tuple[list[Json], Played]:
     """The worker and API Deployments with their ConfigMap, changed only where a cluster would provide what this
     machine does not: the image's local name, the test's addresses, host networking (ports chosen free), one API
     replica (two would share the host's port), the results volume as a host directory instead of the claim."""
     config = pick(documents, "ConfigMap", "helper-runtime-config")
     worker = pick(documents, "Deployment", "helper-worker")
     api = pick(documents, "Deployment", "helper-api")
+    assert {d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] for d in (worker, api)} == {GRACE_S}
     health, metrics, api_port = free_port(), free_port(), free_port()
     config["data"].update(
         {
@@ -322,7 +325,7 @@ def for_podman(documents: list[Json], image: str, local: Local, tmp_path: Path) 
             "HELPER_METRICS_BIND": f"127.0.0.1:{metrics}",
         }
     )
-    probes: dict[str, list[tuple[str, str]]] = {}
+    probe_paths: dict[str, list[str]] = {}
     for deployment in (worker, api):
         pod = deployment["spec"]["template"]["spec"]
         pod["hostNetwork"] = True
@@ -331,8 +334,8 @@ def for_podman(documents: list[Json], image: str, local: Local, tmp_path: Path) 
             # podman 4.3 refuses port declarations on the host's network ("PortMappings can only be used with
             # Bridge or slirp4netns networking"); the probes' paths are checked over HTTP instead.
             container.pop("ports")
-            probes[container["name"]] = [
-                (kind, container[kind]["httpGet"]["path"]) for kind in ("livenessProbe", "readinessProbe")
+            probe_paths[container["name"]] = [
+                container[probe]["httpGet"]["path"] for probe in ("livenessProbe", "readinessProbe")
             ]
         for volume in pod["volumes"]:
             if volume["name"] == "results":
@@ -342,16 +345,14 @@ def for_podman(documents: list[Json], image: str, local: Local, tmp_path: Path) 
     [serving] = api["spec"]["template"]["spec"]["containers"]
     assert serving["command"][-1] == "0.0.0.0:8340"
     serving["command"][-1] = f"127.0.0.1:{api_port}"
-    manifest = tmp_path / "pods.yaml"
-    played = Played(manifest, [], health, api_port, probes)
-    return [config, worker, api], played
+    return [config, worker, api], Played(health, api_port, probe_paths)
 
 
 def secret_keys() -> set[str]:
     return {key for secret in example_secrets().values() for key in secret["stringData"]}
 
 
-async def create_secrets(engine: list[str], local: Local, tmp_path: Path) -> list[str]:
+async def create_secrets(engine: list[str], local: Local, tmp_path: Path, created: list[str]) -> None:
     """The Secrets the Deployments name, made from secret.example.yaml with the test's values, as podman secrets
     (podman 4.3 reads a secret's data as a JSON object of base64 values; a Secret's YAML it does not take)."""
     values = {
@@ -362,7 +363,6 @@ async def create_secrets(engine: list[str], local: Local, tmp_path: Path) -> lis
         "helper-temporal-tls": {},  # optional in the manifests; podman 4.3 requires it to exist
     }
     examples = example_secrets()
-    created = []
     for name, data in values.items():
         if name != "helper-temporal-tls":  # certificate files, made from files (secret.example.yaml says how)
             assert set(examples[name]["stringData"]) == set(data), f"{name}: keys differ from the example"
@@ -371,7 +371,6 @@ async def create_secrets(engine: list[str], local: Local, tmp_path: Path) -> lis
         await run(engine, "secret", "rm", name, check=False)
         await run(engine, "secret", "create", name, str(path))
         created.append(name)
-    return created
 
 
 async def container_of(engine: list[str], deployment: str, name: str) -> str:
@@ -388,18 +387,21 @@ async def test_the_deployments_run_with_podman_kube_play_and_serve_a_helper(
         pytest.skip("podman kube play needs podman")
     if KUBECTL is None:
         pytest.skip("kubectl is not installed (it renders deploy/k8s)")
-    documents, played = for_podman(rendered(), image, local, tmp_path)
-    played.manifest.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    documents, played = for_podman(rendered(), image, local)
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents, sort_keys=False))
     # The migration Job (deploy/k8s/migrate) is not a kind podman 4.3 plays: its command, run from the image.
     await migrate(engine, image, local)
-    played.secrets = await create_secrets(engine, local, tmp_path)
+    secrets: list[str] = []
     try:
-        await run(engine, "kube", "play", str(played.manifest), timeout=180)
+        await create_secrets(engine, local, tmp_path, secrets)
+        await run(engine, "kube", "play", str(manifest), timeout=180)
         worker = await container_of(engine, "helper-worker", "worker")
         api = await container_of(engine, "helper-api", "api")
 
-        for container, port in ((worker, played.worker_health), (api, played.api_port)):
-            for _probe, path in played.probes[container.rsplit("-", 1)[-1]]:
+        # What the probes ask, on the ports the pods listen on.
+        for container, port in (("worker", played.worker_health), ("api", played.api_port)):
+            for path in played.probe_paths[container]:
                 await answers(f"http://127.0.0.1:{port}{path}")
         # The release procedure (docs/operations.md, "Releases"): the build polls, then becomes current.
         await make_current(local.temporal)
@@ -414,8 +416,9 @@ async def test_the_deployments_run_with_podman_kube_play_and_serve_a_helper(
             status = await run(engine, "exec", container, "cat", "/proc/1/status")
             assert "CapEff:\t0000000000000000" in status
     finally:
-        await run(engine, "kube", "play", "--down", str(played.manifest), timeout=GRACE_S * 2 + 60, check=False)
-        await run(engine, "secret", "rm", *played.secrets, check=False)
+        await run(engine, "kube", "play", "--down", str(manifest), timeout=GRACE_S * 2 + 60, check=False)
+        if secrets:
+            await run(engine, "secret", "rm", *secrets, check=False)
     assert "helper-worker" not in await run(engine, "pod", "ps", "--format", "{{.Name}}")
 
 
