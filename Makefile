@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run demo test test-all lint bench clean distclean
+.PHONY: setup run demo test test-all lint bench image clean distclean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,3 +61,8 @@ clean:
 ## Also remove the virtual environment and the TypeScript client's packages and build.
 distclean: clean
 	rm -rf $(VENV) client-typescript/node_modules client-typescript/dist client-typescript/src/generated
+
+## Build the container image helper-runtime:<version> from deploy/Dockerfile with docker or podman, on
+## python:3.11-slim or, where no registry answers, on Debian bookworm made with debootstrap (`make image BASE=debian`).
+image:
+	$(PYTHON) -m tools.image.build $(if $(BASE),--base $(BASE))
