@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from config.local_env import LocalEnvError, with_local_env
+from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, LocalEnvError, with_local_env
 from config.store_address import StoreAddress
 from domain.limits import FollowTuning, Limits, Policy
 
@@ -322,6 +322,16 @@ class Settings(Section):
             "set HELPER_CODEC_KEYS to the workers' keys, or HELPER_CODEC_REQUIRED=false to send tasks in clear"
         )
 
+    def store_pointer(self) -> str:
+        """How to point this process at the right store, for a message naming the store it found missing."""
+        store = _variable(Settings, "store")
+        if "store" not in self.model_fields_set:
+            return (
+                f"{store} is not set (the default, under the current folder); set it, or {ENV_FILE_VARIABLE} "
+                f"to the local stack's {DEFAULT_FILE} (`make run` writes it in its checkout)"
+            )
+        return f"{store} points there; set it to the right store, or {ENV_FILE_VARIABLE} to a file that does"
+
     @property
     def migrates_on_start(self) -> bool:
         if self.migrate_on_start is not None:
@@ -360,6 +370,11 @@ def _read(model: type[Section], env: Mapping[str, str]) -> dict[str, Any]:
             if raw.strip() or not model.blank_is_unset:
                 values[field.validation_alias] = raw
     return values
+
+
+def _variable(model: type[Section], field: str) -> str:
+    """The variable a field of `model` is read from."""
+    return str(model.model_fields[field].validation_alias)
 
 
 def _named(error: ValidationError, env: Mapping[str, str]) -> str:

@@ -11,7 +11,7 @@ from store.database import create_engine, migrate
 
 
 async def _migrate(address: StoreAddress) -> None:
-    engine = create_engine(address)
+    engine = create_engine(address, creates=True)
     try:
         await migrate(engine)
     finally:
