@@ -15,13 +15,13 @@ _WIDTH = 100
 
 
 def shown_default(value: object) -> str:
-    """A default as the docs write it: 2,500 for a number, true or false, unset for none."""
+    """A default as the docs write it: 86,400,000 for a large number, true or false, unset for none."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:,}" if value >= 10_000 else str(value)
     return str(value) or '""'
 
 
@@ -31,9 +31,10 @@ def environment(
     title: str = "Environment",
     temporal_client: bool = False,
     notes: Sequence[str] = (),
+    meanings: str = MEANINGS,
 ) -> str:
     """The variables with their defaults, one a line; with `temporal_client`, the Temporal SDK's own too."""
-    lines = [f"{title} (variable, default; what each means: {MEANINGS}):"]
+    lines = [f"{title} (variable, default; what each means: {meanings}):"]
     lines += [f"  {name:<{_NAME_WIDTH}}{shown_default(default)}" for name, default in variables]
     if temporal_client:
         lines += textwrap.wrap(

@@ -324,7 +324,7 @@ class Settings(Section):
 
     def store_pointer(self) -> str:
         """How to point this process at the right store, for a message naming the store it found missing."""
-        store = _variable(Settings, "store")
+        store = variable("store")
         if "store" not in self.model_fields_set:
             return (
                 f"{store} is not set (the default, under the current folder); set it, or {ENV_FILE_VARIABLE} "
@@ -403,7 +403,7 @@ def tree_variables(
             yield str(field.validation_alias), field.get_default(call_default_factory=True)
 
 
-def _variable(model: type[Section], field: str) -> str:
+def variable(field: str, model: type[Section] = Settings) -> str:
     """The variable a field of `model` is read from."""
     return str(model.model_fields[field].validation_alias)
 
