@@ -18,8 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from config.settings import tree_variables
 from starter.arguments import READ_SETTINGS, WRITE_SETTINGS, build_parser
 
@@ -117,13 +115,6 @@ class ConnectionTrap:
         self.server.close()
 
 
-@pytest.fixture(scope="module")
-def trap() -> Iterator[ConnectionTrap]:
-    listener = ConnectionTrap()
-    yield listener
-    listener.close()
-
-
 def _clean_env(home: Path, trap: ConnectionTrap) -> dict[str, str]:
     """A new user's environment: PATH and HOME, the addresses a process would connect to pointed at the trap, and
     a setting no process could start with (a --help that read the settings would fail on it)."""
@@ -160,24 +151,28 @@ def _ask_for_help(point: EntryPoint, scratch: Path, trap: ConnectionTrap) -> Ans
     return Answer(point, done.returncode, done.stdout, done.stderr, left)
 
 
-@pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory, trap: ConnectionTrap) -> dict[str, Answer]:
+def _answers(scratch: Path, trap: ConnectionTrap) -> list[Answer]:
+    """Every --help at once, a few at a time (each is an interpreter's start)."""
     points = entry_points()
-    scratch = tmp_path_factory.mktemp("help")
     with ThreadPoolExecutor(max_workers=4) as pool:
-        done = pool.map(lambda item: _ask_for_help(item[1], scratch / str(item[0]), trap), enumerate(points))
-        return {answer.point.name: answer for answer in done}
+        return list(pool.map(lambda item: _ask_for_help(item[1], scratch / str(item[0]), trap), enumerate(points)))
 
 
-def test_every_console_script_is_asked(answers: dict[str, Answer]) -> None:
+def test_every_console_script_is_asked() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert {f"{script} --help" for script in scripts} <= answers.keys()
+    assert {f"{script} --help" for script in scripts} <= {point.name for point in entry_points()}
 
 
-def test_help_exits_0_and_names_its_variables_and_exit_codes(answers: dict[str, Answer]) -> None:
+def test_help_names_its_variables_and_exit_codes_and_touches_nothing(tmp_path: Path) -> None:
+    """One test, so the subprocesses run once whichever test worker takes it."""
+    trap = ConnectionTrap()
+    try:
+        answers = _answers(tmp_path, trap)
+    finally:
+        trap.close()
     problems = []
-    for name, answer in answers.items():
-        text = answer.stdout
+    for answer in answers:
+        name, text = answer.point.name, answer.stdout
         if answer.code != 0 or "Traceback" in answer.stderr or not text.startswith("usage:"):
             problems.append(f"{name}: exit {answer.code}, stderr {answer.stderr[-300:]!r}")
             continue
@@ -185,10 +180,7 @@ def test_help_exits_0_and_names_its_variables_and_exit_codes(answers: dict[str, 
         codes = [code for code in answer.point.codes if not re.search(rf"^\s+{code}\s", text, re.M)]
         if missing or codes or "Exit codes:" not in text:
             problems.append(f"{name}: variables {missing} and exit codes {codes} are not named")
+        if answer.left:
+            problems.append(f"{name}: created {answer.left} in the working folder or HOME")
     assert not problems, "\n".join(problems)
-
-
-def test_help_touches_nothing(answers: dict[str, Answer], trap: ConnectionTrap) -> None:
-    created = {name: answer.left for name, answer in answers.items() if answer.left}
-    assert created == {}, "files or folders created in the working folder or HOME"
     assert trap.accepted == 0, "a --help connected to Temporal, the core, the chat or the trace exporter"
