@@ -327,8 +327,8 @@ class Settings(Section):
         store = variable("store")
         if "store" not in self.model_fields_set:
             return (
-                f"{store} is not set (the default, under the current folder); set it, or {ENV_FILE_VARIABLE} "
-                f"to the local stack's {DEFAULT_FILE} (`make run` writes it in its checkout)"
+                f"{store} is not set (so the default, under the current folder): set it, or set {ENV_FILE_VARIABLE} "
+                f"to the running stack's <checkout>/{DEFAULT_FILE}"
             )
         return f"{store} points there; set it to the right store, or {ENV_FILE_VARIABLE} to a file that does"
 

@@ -44,7 +44,7 @@ def _not_ready(settings: Settings, error: NoStore | SchemaNotCurrent) -> Unavail
     shown = address.absolute().described
     if isinstance(error, NoStore):
         return Unavailable(scrub(f"no store at {shown}: {settings.store_pointer()}", address), shown=(shown,))
-    return Unavailable(scrub(f"the store at {shown}: {error}", address), shown=(shown,))
+    return Unavailable(scrub(f"{shown}: {error}", address), shown=(shown,))
 
 
 def open_sqlite_reader(settings: Settings) -> RowReader | None:

@@ -155,3 +155,15 @@ async def test_only_a_migration_creates_a_sqlite_store(tmp_path: Path) -> None:
     reopened = await HelperStore.connect(url)  # an existing store opens for reading and writing
     assert await reopened.reads.views("boris") == []
     await reopened.close()
+
+
+def test_a_store_never_migrated_is_named_with_the_migration_to_run(tmp_path: Path) -> None:
+    """A file that is there but holds no schema: the store exists, so migrating it is the advice, with its address."""
+    store = tmp_path / "data" / "helpers.sqlite3"
+    store.parent.mkdir()
+    store.touch()
+    done = _run(["list", "--owner", "boris"], tmp_path, _clean_env(tmp_path / "data"))
+    assert done.returncode == UNAVAILABLE, done.stderr
+    assert f"sqlite+aiosqlite:///{store}: the store's schema is at nothing" in done.stderr
+    assert "python -m store migrate" in done.stderr
+    assert _tree(tmp_path) == [tmp_path / "data", store] and store.stat().st_size == 0
