@@ -14,14 +14,14 @@ _NAME_WIDTH = 36
 _WIDTH = 100
 
 
-def shown_default(value: object) -> str:
-    """A default as the docs write it: 86,400,000 for a large number, true or false, unset for none."""
+def shown_default(name: str, value: object) -> str:
+    """A default as the docs write it: 2,500 for a number (a port as it is), true or false, unset for none."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return f"{value:,}" if value >= 10_000 else str(value)
+        return str(value) if name.endswith("_PORT") else f"{value:,}"
     return str(value) or '""'
 
 
@@ -35,7 +35,7 @@ def environment(
 ) -> str:
     """The variables with their defaults, one a line; with `temporal_client`, the Temporal SDK's own too."""
     lines = [f"{title} (variable, default; what each means: {meanings}):"]
-    lines += [f"  {name:<{_NAME_WIDTH}}{shown_default(default)}" for name, default in variables]
+    lines += [f"  {name:<{_NAME_WIDTH}}{shown_default(name, default)}" for name, default in variables]
     if temporal_client:
         lines += textwrap.wrap(
             "Temporal's own client settings, read as the `temporal` CLI reads them: "
