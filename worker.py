@@ -11,6 +11,7 @@ replica, which resumes from its heartbeat), and the short activities get GRACEFU
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -18,7 +19,7 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +39,8 @@ from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from
 from collector import keeping_the_heap
-from config.settings import Settings, SettingsError
+from config import help as help_text
+from config.settings import Settings, SettingsError, tree_variables
 from health import StoreGauges, serving_health
 from observability import tracing
 from observability.pauses import watching_pauses
@@ -279,7 +281,38 @@ def configure_logging(level: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def main() -> None:
+EXIT_CODES = (
+    (0, "stopped (SIGTERM or Ctrl-C): it stopped polling and its activities finished or were handed over"),
+    (1, "failed: Temporal, the store or a listener could not be reached or opened (the log says which)"),
+    (2, "invalid: a variable's value (the message names it) or the command line"),
+)
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line: no arguments but --help, which reads no variable and connects to nothing."""
+    parser = argparse.ArgumentParser(
+        prog="helper-worker",
+        description=help_text.paragraph(
+            "The worker: polls the helpers' task queues on Temporal and runs their workflows and activities until "
+            "SIGTERM or Ctrl-C. Configured by the environment alone; run more replicas to take more helpers."
+        ),
+        epilog="\n\n".join(
+            [
+                help_text.environment(
+                    tree_variables(without=("service", "codec")),
+                    temporal_client=True,
+                    notes=["A bad value of any variable of the settings stops it before it connects (exit 2)."],
+                ),
+                help_text.exit_codes(EXIT_CODES),
+            ]
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parse_arguments(argv)
     try:
         settings = Settings.from_env()
         configure_logging(settings.logging.level)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from config.local_env import LocalEnvError, with_local_env
+from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, LocalEnvError, with_local_env
 from config.store_address import StoreAddress
 from domain.limits import FollowTuning, Limits, Policy
 
@@ -322,6 +322,16 @@ class Settings(Section):
             "set HELPER_CODEC_KEYS to the workers' keys, or HELPER_CODEC_REQUIRED=false to send tasks in clear"
         )
 
+    def store_pointer(self) -> str:
+        """How to point this process at the right store, for a message naming the store it found missing."""
+        store = variable("store")
+        if "store" not in self.model_fields_set:
+            return (
+                f"{store} is not set (so the default, under the current folder): set it, or set {ENV_FILE_VARIABLE} "
+                f"to the running stack's <checkout>/{DEFAULT_FILE}"
+            )
+        return f"{store} points there; set it to the right store, or {ENV_FILE_VARIABLE} to a file that does"
+
     @property
     def migrates_on_start(self) -> bool:
         if self.migrate_on_start is not None:
@@ -360,6 +370,42 @@ def _read(model: type[Section], env: Mapping[str, str]) -> dict[str, Any]:
             if raw.strip() or not model.blank_is_unset:
                 values[field.validation_alias] = raw
     return values
+
+
+# Temporal's own client settings: the SDK reads them (temporalio.envconfig) as the `temporal` CLI does, when a process
+# connects to Temporal (protocol.connection).
+TEMPORAL_CLIENT_VARIABLES = (
+    "TEMPORAL_CONFIG_FILE",
+    "TEMPORAL_PROFILE",
+    "TEMPORAL_API_KEY",
+    "TEMPORAL_TLS",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+)
+
+
+def tree_variables(
+    model: type[Section] = Settings, *, only: Collection[str] | None = None, without: Collection[str] = ()
+) -> Iterator[tuple[str, object]]:
+    """Every variable `model` reads, in the tree's order, with its default (the policy's are the domain's): of its
+    fields named in `only` when given, and not of those in `without` (a section's name leaves out its part)."""
+    for name, field in model.model_fields.items():
+        if name in without or (only is not None and name not in only):
+            continue
+        if field.annotation is Policy:
+            domain = {**Policy().model_dump(), **Limits().model_dump(), **FollowTuning().model_dump()}
+            for part, variable in PolicyVariables.model_fields.items():
+                yield str(variable.validation_alias), domain[part]
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, Section):
+            yield from tree_variables(field.annotation)
+        else:
+            yield str(field.validation_alias), field.get_default(call_default_factory=True)
+
+
+def variable(field: str, model: type[Section] = Settings) -> str:
+    """The variable a field of `model` is read from."""
+    return str(model.model_fields[field].validation_alias)
 
 
 def _named(error: ValidationError, env: Mapping[str, str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, quote, unquote
 
@@ -96,6 +96,12 @@ class StoreAddress:
     def __str__(self) -> str:
         return self.described
 
+    def absolute(self) -> StoreAddress:
+        """The same store with a SQLite file's path made absolute (from the current folder): where it really is."""
+        if self.dialect != "sqlite" or self.in_memory:
+            return self
+        return replace(self, database=self.sqlite_path(), text="")
+
     def scrubbed(self, message: str) -> str:
         """`message` with this URL in its printable form and the password blotted out."""
         if self.text:
@@ -106,21 +112,26 @@ class StoreAddress:
 
     # --- what each driver connects with ---------------------------------------------------------------
 
-    def sqlalchemy_url(self) -> URL:
-        """The engine's URL, made from these parts."""
+    def sqlalchemy_url(self, *, existing: bool = False) -> URL:
+        """The engine's URL, made from these parts. With `existing`, a SQLite file is opened only if it is there
+        (`sqlite_uri`): the driver never creates it."""
         from sqlalchemy.engine import URL
 
         query: dict[str, str | list[str]] = {}
         for name, value in self.query:
             held = query.get(name)
             query[name] = value if held is None else [*([held] if isinstance(held, str) else held), value]
+        database = self.database
+        if existing and self.dialect == "sqlite" and not self.in_memory and "uri" not in query:
+            database, _, options = self.sqlite_uri().partition("?")
+            query |= {"uri": "true", **dict(parse_qsl(options))}
         return URL.create(
             self.drivername,
             username=self.user,
             password=self.password,
             host=self.host,
             port=self.port,
-            database=self.database,
+            database=database,
             query=query,
         )
 
@@ -138,6 +149,11 @@ class StoreAddress:
     def sqlite_path(self) -> str:
         """The SQLite file, absolute, as SQLAlchemy's SQLite dialect opens it."""
         return os.path.abspath(self.database or "")
+
+    def sqlite_uri(self) -> str:
+        """The SQLite file as a URI that opens it for reading and writing only if it exists (SQLite's `mode=rw`),
+        for a driver called with `uri=True`: a read never leaves an empty store behind."""
+        return f"file:{quote(self.sqlite_path())}?mode=rw"
 
     def asyncpg_arguments(self) -> dict[str, Any]:
         """`asyncpg.connect`'s arguments, as SQLAlchemy's asyncpg dialect passes them."""

@@ -36,10 +36,12 @@ class StarterError(Exception):
     code = "error"
     exit_code = 1
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, details: dict[str, Any] | None = None, *, shown: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
+        # Configured values (never a caller's input) the message shows whole however long: the store's address.
+        self.shown = shown
 
     def as_json(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.details}}
@@ -79,8 +81,16 @@ class Unavailable(StarterError):
     code = "unavailable"
     exit_code = 3
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None, *, retry_after_s: int | None = None):
-        super().__init__(message, {**(details or {}), **({"retry_after_s": retry_after_s} if retry_after_s else {})})
+    def __init__(
+        self,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        retry_after_s: int | None = None,
+        shown: tuple[str, ...] = (),
+    ):
+        retry = {"retry_after_s": retry_after_s} if retry_after_s else {}
+        super().__init__(message, {**(details or {}), **retry}, shown=shown)
         self.retry_after_s = retry_after_s
 
 

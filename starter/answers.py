@@ -27,19 +27,24 @@ def answer_json(value: Any) -> Any:
     return value
 
 
-def safe_text(text: str, inputs: Sequence[str]) -> str:
-    """A message as it may be shown: echoed inputs cut to a short prefix, no password, bounded length."""
+def safe_text(text: str, inputs: Sequence[str], shown: Sequence[str] = ()) -> str:
+    """A message as it may be shown: echoed inputs cut to a short prefix, no password, bounded length. A long word
+    is cut too, unless it holds one of the configured values `shown` (`StarterError.shown`)."""
     for value in sorted({v for v in inputs if len(v) > ECHO_MAX_CHARS}, key=len, reverse=True):
         text = text.replace(repr(value)[1:-1], clip(repr(value)[1:-1])).replace(value, clip(value))
-    text = _LONG_WORD.sub(lambda match: clip(match.group(0)), redact(text))
-    return clip(text, MESSAGE_MAX_CHARS)
+
+    def cut(match: re.Match[str]) -> str:
+        word = match.group(0)
+        return word if any(value and value in word for value in shown) else clip(word)
+
+    return clip(_LONG_WORD.sub(cut, redact(text)), MESSAGE_MAX_CHARS)
 
 
 def error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
     """The error's one JSON object; `inputs` are what the caller sent, so none is echoed whole."""
     output = error.as_json()
     body = next(iter(output.values()))  # {"error": …}, or {"pending": …} for a write accepted but not yet answered
-    body["message"] = safe_text(str(body.get("message", "")), inputs)
+    body["message"] = safe_text(str(body.get("message", "")), inputs, error.shown)
     if isinstance(body.get("problems"), list):
         body["problems"] = [safe_text(str(problem), inputs) for problem in body["problems"][:PROBLEMS_MAX]]
     return output

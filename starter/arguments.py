@@ -8,13 +8,16 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
+from config import help as help_text
+from config.local_env import CONNECTION_VARIABLES, DEFAULT_FILE, ENV_FILE_VARIABLE
+from config.settings import tree_variables, variable
 from domain.limits import LimitOverrides
 from domain.rows import RowState
 from protocol.errors import InvalidRequest
 from starter import inputs as goals
 
-EXIT_CODES = """\
-Answers: one JSON object on stdout; an error is {"error": {"code": ..., "message": ...}} plus one line on stderr.
+EXIT_CODES = f"""\
+Answers: one JSON object on stdout; an error is {{"error": {{"code": ..., "message": ...}}}} plus one line on stderr.
 Exit codes:
   0  done
   1  refused: a limit, an unknown helper or Goal (error.code says which)
@@ -22,45 +25,64 @@ Exit codes:
      configuration, a bad HELPER_* or TEMPORAL_* variable (error.code "invalid_configuration"):
      asking again unchanged will not help
   3  unavailable: the store or Temporal did not answer or accept the write in time; nothing was taken,
-     asking again is safe
+     asking again is safe. Also when there is no store where {variable("store")} points (a read
+     creates none): the message names the store's address and how to point at the right one
   4  accepted: Temporal accepted the write, which will be carried out, but its answer did not come in
-     time: {"pending": {"code": "accepted", ...}}; look with show or watch, or ask again
+     time: {{"pending": {{"code": "accepted", ...}}}}; look with show or watch, or ask again
   5  busy: refused before anything was sent, the runtime has more writes than it can answer in time;
      ask again after error.retry_after_s seconds
-A write is answered within HELPER_STARTER_TIMEOUT_MS, whatever the load.
+A write is answered within {variable("starter_timeout_ms")}, whatever the load.
 Input is checked before anything is connected to: exit 2 does not depend on the runtime being up."""
 
-# What each kind of command reads from the environment (every variable: docs/configuration.md).
-ENV_READ = """\
-Environment:
-  HELPER_STORE_URL     the store (default sqlite+aiosqlite:///data/helpers.sqlite3); reads need nothing else
-  HELPER_RESULTS_DIR   where the full outcome texts are kept (default data/results)
-  HELPER_ENV_FILE      a settings file filling in what the environment lacks (from the checkout, with none
-                       of TEMPORAL_ADDRESS, HELPER_STORE_URL, HELPER_CODEC_KEYS set: data/local.env)"""
-ENV_WRITE = f"""{ENV_READ}
-  TEMPORAL_ADDRESS     Temporal's frontend (default 127.0.0.1:7233); also TEMPORAL_NAMESPACE (default
-                       "default") and, for Temporal Cloud, TEMPORAL_API_KEY and TEMPORAL_TLS_*
-  HELPER_TASK_QUEUE    the workers' task queue (default helpers)
-  HELPER_CODEC_KEYS    id:base64key,... encrypting every payload (with HELPER_CODEC_KEY_ID); required
-                       unless TEMPORAL_ADDRESS is on this machine (HELPER_CODEC_REQUIRED)
-  HELPER_STARTER_TIMEOUT_MS  every write is answered within this: done, 4 accepted or 3 unavailable
-                       (default 10,000)"""
-ENV_SERVE = """\
-  HELPER_API_BIND      where the service listens (default 127.0.0.1:8340)
-  HELPER_API_TOKEN     callers send 'Authorization: Bearer <token>'; required beyond loopback
-  HELPER_API_TLS_CERT, HELPER_API_TLS_KEY  HTTPS with this certificate and key
-  HELPER_API_MAX_BODY_BYTES, HELPER_API_READ_TIMEOUT_MS, HELPER_API_REQUEST_TIMEOUT_MS, HELPER_API_WATCH_MAX_MS,
-  HELPER_API_MAX_WATCHES, HELPER_API_SHUTDOWN_GRACE_MS, HELPER_API_STORE_POOL_SIZE  the bounds
-  (docs/configuration.md)"""
-ENV_LIMITS = """\
-  HELPER_MAX_OPEN, HELPER_MAX_RUNNING, HELPER_DEADLINE_MS, HELPER_GRACE_MS, HELPER_CEILING_TOKENS,
-  HELPER_INPUT_CEILING_TOKENS  the limits; --deadline-ms and the other limit flags only tighten them"""
+# The settings each kind of command reads, by their fields in the settings tree (config.settings), whose variables
+# and defaults the help lists (every variable: docs/configuration.md).
+READ_SETTINGS = ("store", "results_dir")
+WRITE_SETTINGS = (
+    *READ_SETTINGS,
+    "temporal_address",
+    "temporal_namespace",
+    "task_queue",
+    "codec_keys",
+    "codec_key_id",
+    "codec_allow_plaintext",
+    "codec_required",
+    "starter_timeout_ms",
+    "starter_max_in_flight",
+    "starter_accept_by",
+    "tracing",
+    "otlp_endpoint",
+    "otlp_traces_endpoint",
+    "otel_service_name",
+)
+# `start` and `goal add` check the model against the core's catalog, and a helper's limits against the policy's.
+REQUEST_SETTINGS = (*WRITE_SETTINGS, "core_url", "core_proxy", "policy")
+ENV_FILE = (
+    f"{ENV_FILE_VARIABLE} names a settings file that fills in what the environment lacks; unset, "
+    f"./{DEFAULT_FILE} is read when it is there and none of {', '.join(CONNECTION_VARIABLES)} is set."
+)
+ENV_READ = help_text.environment(tree_variables(only=READ_SETTINGS), notes=[f"Reads need nothing else. {ENV_FILE}"])
+ENV_WRITE = help_text.environment(tree_variables(only=WRITE_SETTINGS), temporal_client=True, notes=[ENV_FILE])
+ENV_REQUEST = help_text.environment(
+    tree_variables(only=REQUEST_SETTINGS),
+    temporal_client=True,
+    notes=[ENV_FILE, "--deadline-ms and the other limit flags only tighten the configured limits."],
+)
+ENV_SERVE = help_text.environment(
+    tree_variables(only=(*REQUEST_SETTINGS, "service")), temporal_client=True, notes=[ENV_FILE]
+)
+ENV_ANY = help_text.environment(
+    tree_variables(only=(*REQUEST_SETTINGS, "service")),
+    title="Environment of all the commands; COMMAND --help names those it reads",
+    temporal_client=True,
+    notes=[ENV_FILE],
+)
 MODELS = """\
 Models: --model names a model of the core's catalog. The local reference core offers "scripted" (follows
 a helper-script block in the task: tests and the demo) and, when an OpenAI-compatible API is configured,
 "openai:<model>" for each configured model (docs/reference-core.md). The starter asks the core's catalog
 (GET /v1/models at HELPER_CORE_URL) and refuses any other name with exit 2, listing those offered."""
 ENV_WATCH = f"""{ENV_READ}
+
 Output: human lines, not JSON ("HH:MM:SS  owner/helper  what changed"), polled about every 0.5 s from the
 store only (Temporal may be down), until Ctrl-C (exit 0); a watch of one helper (--id) ends by itself, exit 0,
 once the helper has its outcome. An error is still one JSON object and its code."""
@@ -89,14 +111,14 @@ BOUNDARY_HELP = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="helper-starter", description="Start and manage Iva's helpers.")
+    parser = _Parser(prog="helper-starter", description="Start and manage Iva's helpers.", epilog=_epilog(ENV_ANY))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     start = commands.add_parser(
         "start",
         help="admit a helper (answers at once: running, or waiting and how many ahead)",
         description="Admit a helper; asking again with the same --id is harmless.",
-        epilog=_epilog(f"{ENV_WRITE}\n{ENV_LIMITS}", MODELS),
+        epilog=_epilog(ENV_REQUEST, MODELS),
     )
     _owner(start)
     _helper_id(start)
@@ -228,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve every command over HTTP/JSON until SIGTERM or Ctrl-C (docs/api.md)",
         description="Serve every command over HTTP/JSON, with live lines as Server-Sent Events (docs/api.md). "
         "Refuses to listen beyond this machine without HELPER_API_TOKEN.",
-        epilog=_epilog(f"{ENV_WRITE}\n{ENV_SERVE}"),
+        epilog=_epilog(ENV_SERVE),
     )
     serve.add_argument(
         "--bind", metavar="HOST:PORT", help="where to listen (default HELPER_API_BIND or 127.0.0.1:8340)"
@@ -241,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_epilog(ENV_WRITE),
     )
     goal_commands = goal.add_subparsers(dest="goal_command", required=True, metavar="GOAL_COMMAND")
-    add = goal_commands.add_parser("add", help="create a Goal and its Schedule", epilog=_epilog(ENV_WRITE, MODELS))
+    add = goal_commands.add_parser("add", help="create a Goal and its Schedule", epilog=_epilog(ENV_REQUEST, MODELS))
     _owner(add)
     _goal_id(add)
     add.add_argument(

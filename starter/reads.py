@@ -16,7 +16,7 @@ from starter.inputs import check_ids, scrub
 from store.reads import RowReader, open_bare, open_sqlite
 from store.records import UsageLine
 from store.results import ResultDirectories
-from store.revisions import SchemaNotCurrent
+from store.revisions import NoStore, SchemaNotCurrent
 
 
 class UsageTotal(BaseModel):
@@ -37,6 +37,16 @@ def _unopened(address: StoreAddress, error: BaseException) -> Unavailable:
     return Unavailable(scrub(f"the store at {address.described} cannot be opened: {error}", address))
 
 
+def _not_ready(settings: Settings, error: NoStore | SchemaNotCurrent) -> Unavailable:
+    """No store where the settings point (a read creates none), or one whose schema is behind: the store's address
+    in both cases, and for a missing store how to point at the right one."""
+    address = settings.store
+    shown = address.absolute().described
+    if isinstance(error, NoStore):
+        return Unavailable(scrub(f"no store at {shown}: {settings.store_pointer()}", address), shown=(shown,))
+    return Unavailable(scrub(f"{shown}: {error}", address), shown=(shown,))
+
+
 def open_sqlite_reader(settings: Settings) -> RowReader | None:
     """The configured SQLite store on the stdlib driver, opened without an event loop; None when the store is not
     one the bare reader takes, or its driver failed in a way SQLAlchemy's path words (then use `open_store`)."""
@@ -46,23 +56,24 @@ def open_sqlite_reader(settings: Settings) -> RowReader | None:
     if address.bare != "sqlite":
         return None
     try:
-        return open_sqlite(address.sqlite_path())
-    except SchemaNotCurrent as error:
-        raise Unavailable(scrub(str(error), address)) from None
+        return open_sqlite(address)
+    except (NoStore, SchemaNotCurrent) as error:
+        raise _not_ready(settings, error) from None
     except (sqlite3.Error, OSError):
         return None  # the store cannot be opened: SQLAlchemy's path says why, in the words it always has
 
 
 async def open_store(settings: Settings, pool_size: int | None = None) -> RowReader:
-    """The configured store's reads, or Unavailable naming where it is (never its password). A store the bare
+    """The configured store's reads, or Unavailable naming where it is (never its password); a store that is not
+    there is never created. A store the bare
     readers take (`StoreAddress.bare`) is read without SQLAlchemy (R43); a driver error is worded by SQLAlchemy's
     path. With `pool_size`, a PostgreSQL store is read through a pool of that many connections (the HTTP service)."""
     address = settings.store
     if address.bare is not None:
         try:
             return await open_bare(address, pool_size)
-        except SchemaNotCurrent as error:
-            raise Unavailable(scrub(str(error), address)) from None
+        except (NoStore, SchemaNotCurrent) as error:
+            raise _not_ready(settings, error) from None
         except (OSError, TimeoutError) as error:
             if address.bare == "postgresql":  # a server down or silent: SQLAlchemy passes these on unwrapped
                 raise _unopened(address, error) from None
@@ -72,8 +83,8 @@ async def open_store(settings: Settings, pool_size: int | None = None) -> RowRea
 
     try:
         return (await HelperStore.connect(address)).reads
-    except SchemaNotCurrent as error:
-        raise Unavailable(scrub(str(error), address)) from None
+    except (NoStore, SchemaNotCurrent) as error:
+        raise _not_ready(settings, error) from None
     except Exception as error:
         raise _unopened(address, error) from None
 

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 # The address and the revisions with the schema check's rule live in stdlib-only modules the bare reads share (R43).
 from config.store_address import StoreAddress
-from store.revisions import REVISION_QUERY, REVISIONS, SchemaNotCurrent, check_revision, head_revision
+from store.revisions import REVISION_QUERY, REVISIONS, NoStore, SchemaNotCurrent, check_revision, head_revision
 
-__all__ = ["REVISIONS", "SchemaNotCurrent", "check_schema", "create_engine", "head_revision", "migrate"]
+__all__ = ["REVISIONS", "NoStore", "SchemaNotCurrent", "check_schema", "create_engine", "head_revision", "migrate"]
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -29,14 +29,22 @@ SQLITE_TIMEOUT_S = 30
 # outcomes beside them) without a queue; three replicas and the starter API stay far below PostgreSQL's 100.
 STORE_POOL_SIZE = 20
 STORE_POOL_WAIT_S = 10
+# PostgreSQL's SQLSTATE for a database that does not exist (invalid_catalog_name).
+MISSING_DATABASE = "3D000"
 
 
-def create_engine(address: StoreAddress) -> AsyncEngine:
-    """An async engine; SQLite gets WAL and a busy timeout so readers never block the workers' writes."""
-    url = address.sqlalchemy_url()
+def create_engine(address: StoreAddress, *, creates: bool = False) -> AsyncEngine:
+    """An async engine; SQLite gets WAL and a busy timeout so readers never block the workers' writes. Only an
+    engine that `creates` (a migration's) makes a SQLite file and its folder; any other raises `NoStore` when the
+    file is not there, and its driver never creates one. PostgreSQL never creates a database on connecting."""
     if address.dialect == "sqlite":
         if not address.in_memory:
-            Path(address.sqlite_path()).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(address.sqlite_path())
+            if creates:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            elif not path.is_file():
+                raise NoStore(f"there is no SQLite file {path}")
+        url = address.sqlalchemy_url(existing=not creates)
         engine = create_async_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_S})
         set_sqlite_pragmas(engine.sync_engine)
         return engine
@@ -44,7 +52,9 @@ def create_engine(address: StoreAddress) -> AsyncEngine:
     # the whole pool, and the activity's retry runs on a new connection; a ping would cost a round trip per checkout.
     # A fixed pool: the connections stay open under steady load instead of overflow connections being opened and
     # closed for each burst of writes, and a write waits for a connection at most STORE_POOL_WAIT_S.
-    return create_async_engine(url, pool_size=STORE_POOL_SIZE, max_overflow=0, pool_timeout=STORE_POOL_WAIT_S)
+    return create_async_engine(
+        address.sqlalchemy_url(), pool_size=STORE_POOL_SIZE, max_overflow=0, pool_timeout=STORE_POOL_WAIT_S
+    )
 
 
 def set_sqlite_pragmas(engine: Engine) -> None:
@@ -92,7 +102,12 @@ def _current_revision(connection: Connection) -> str | None:
 
 async def check_schema(engine: AsyncEngine) -> None:
     """Fail clearly, naming both revisions, when the schema is behind this code; accept a newer release's
-    (`store.revisions.check_revision`)."""
-    async with engine.connect() as connection:
-        current = await connection.run_sync(_current_revision)
+    (`store.revisions.check_revision`). `NoStore` when the PostgreSQL database is not there."""
+    try:
+        async with engine.connect() as connection:
+            current = await connection.run_sync(_current_revision)
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) == MISSING_DATABASE:
+            raise NoStore(f"there is no database {engine.url.database!r} on that server") from None
+        raise
     check_revision(current)

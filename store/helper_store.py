@@ -83,11 +83,12 @@ class HelperStore:
 
     @classmethod
     async def connect(cls, address: StoreAddress | str, *, run_migrations: bool = False) -> HelperStore:
-        """Open the store. With `run_migrations` bring its schema up to date first; without, check that
-        it is current and raise `SchemaNotCurrent` if not (production runs `python -m store migrate`)."""
+        """Open the store. With `run_migrations` bring its schema up to date first, creating the store if it is
+        not there; without, check that it is there (`NoStore`) and current (`SchemaNotCurrent`; production runs
+        `python -m store migrate`)."""
         if isinstance(address, str):
             address = StoreAddress.parse(address)
-        engine = create_engine(address)
+        engine = create_engine(address, creates=run_migrations)  # a store only read is never created
         try:
             store = cls(engine)
             if run_migrations:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from config.store_address import StoreAddress
 from domain.rows import HelperRow, HelperView, RowState
 from store.records import UsageLine
-from store.revisions import REVISION_QUERY, check_revision
+from store.revisions import REVISION_QUERY, NoStore, check_revision
 
 if TYPE_CHECKING:
     import sqlite3
@@ -244,17 +244,19 @@ class RowReader:
 # --- the bare drivers -------------------------------------------------------------------------------------
 
 
-def open_sqlite(path: str, *, threaded: bool = False) -> RowReader:
-    """The SQLite store at `path` on the stdlib `sqlite3`, its schema checked (`SchemaNotCurrent`) as
-    `HelperStore.connect` does. Opened for the console script (`threaded=False`), its reads never suspend, so
-    `starter.cli` runs them without loading asyncio; opened for a process with an event loop (`threaded=True`:
-    `watch`, `HelperClient`, the service), each query runs in a worker thread, as aiosqlite's do, so a writer's
-    lock never stalls the loop."""
+def open_sqlite(address: StoreAddress, *, threaded: bool = False) -> RowReader:
+    """The SQLite store of `address` on the stdlib `sqlite3`, checked as `HelperStore.connect` checks it: `NoStore`
+    when its file is not there (nothing is created), `SchemaNotCurrent` when its schema is behind. Opened for the
+    console script (`threaded=False`), its reads never suspend, so `starter.cli` runs them without loading asyncio;
+    opened for a process with an event loop (`threaded=True`: `watch`, `HelperClient`, the service), each query
+    runs in a worker thread, as aiosqlite's do, so a writer's lock never stalls the loop."""
     import sqlite3
 
-    # As store.database.create_engine: the folder is created, and a busy writer is waited for up to 30 s.
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    connection = sqlite3.connect(path, timeout=30, check_same_thread=not threaded)
+    path = address.sqlite_path()
+    if not Path(path).is_file():
+        raise NoStore(f"there is no SQLite file {path}")
+    # As store.database.create_engine: never created here (mode=rw), and a busy writer is waited for up to 30 s.
+    connection = sqlite3.connect(address.sqlite_uri(), uri=True, timeout=30, check_same_thread=not threaded)
     try:
         try:
             found = connection.execute(REVISION_QUERY).fetchone()
@@ -288,19 +290,23 @@ def _sqlite_records(connection: sqlite3.Connection, query: Query) -> Records:
 
 
 async def open_postgres(address: StoreAddress, pool_size: int | None = None) -> RowReader:
-    """The PostgreSQL store on `asyncpg`, connected as SQLAlchemy's asyncpg dialect would and its schema checked
-    (`SchemaNotCurrent`): one connection, or with `pool_size` a pool of that many (the HTTP service)."""
+    """The PostgreSQL store on `asyncpg`, connected as SQLAlchemy's asyncpg dialect would and checked: `NoStore`
+    when its database is not there, `SchemaNotCurrent` when its schema is behind. One connection, or with
+    `pool_size` a pool of that many (the HTTP service)."""
     import asyncpg  # type: ignore[import-untyped]
 
     # A pool answers `fetch` as a connection does, each on a connection of its own.
     connect = asyncpg.connect if pool_size is None else partial(asyncpg.create_pool, min_size=1, max_size=pool_size)
-    connection = await connect(
-        **address.asyncpg_arguments(),
-        # An owner's reads return at most a few dozen rows. Without column statistics (a restored dump, a table
-        # just loaded, before autovacuum analyzes it) the planner guesses thousands per owner and starts
-        # parallel workers for each `list`, many times slower than reading the owner's index alone.
-        server_settings={"max_parallel_workers_per_gather": "0"},
-    )
+    try:
+        connection = await connect(
+            **address.asyncpg_arguments(),
+            # An owner's reads return at most a few dozen rows. Without column statistics (a restored dump, a table
+            # just loaded, before autovacuum analyzes it) the planner guesses thousands per owner and starts
+            # parallel workers for each `list`, many times slower than reading the owner's index alone.
+            server_settings={"max_parallel_workers_per_gather": "0"},
+        )
+    except asyncpg.InvalidCatalogNameError:
+        raise NoStore(f"there is no database {address.database!r} on that server") from None
     try:
         try:
             current = await connection.fetchval(REVISION_QUERY)
@@ -319,10 +325,11 @@ async def open_postgres(address: StoreAddress, pool_size: int | None = None) -> 
 
 async def open_bare(address: StoreAddress, pool_size: int | None = None) -> RowReader:
     """A reader on the bare driver of `address` (`address.bare` must name one), for a process with an event loop;
-    `SchemaNotCurrent` when its schema is behind this code. With `pool_size`, PostgreSQL is read through a pool."""
+    `NoStore` when there is none at the address, `SchemaNotCurrent` when its schema is behind this code. With
+    `pool_size`, PostgreSQL is read through a pool."""
     if address.bare == "sqlite":
         import asyncio
 
         # Opening waits for a busy writer too: in a worker thread, as every later query.
-        return await asyncio.to_thread(open_sqlite, address.sqlite_path(), threaded=True)
+        return await asyncio.to_thread(open_sqlite, address, threaded=True)
     return await open_postgres(address, pool_size)

@@ -1,5 +1,5 @@
-"""The schema revisions this code knows, and what a store's revision means for it: stdlib only, so the starter's
-read commands check the schema without loading SQLAlchemy or alembic (R43)."""
+"""The schema revisions this code knows, and what a store's revision (or its absence) means for it: stdlib only, so
+the starter's read commands check the store without loading SQLAlchemy or alembic (R43)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ REVISION_QUERY = "SELECT version_num FROM alembic_version"
 
 class SchemaNotCurrent(RuntimeError):
     """The store's schema is not the one this code needs: run `python -m store migrate`."""
+
+
+class NoStore(RuntimeError):
+    """There is no store where the address points: no SQLite file, no PostgreSQL database. Only a migration (the
+    worker's at start, `python -m store migrate`) creates a store; opening one to read never does."""
 
 
 def head_revision() -> str:

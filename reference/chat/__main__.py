@@ -16,11 +16,23 @@ import uvicorn
 
 from reference.chat.app import create_app
 
+EXIT_CODES = """\
+Exit codes:
+  0   stopped (SIGTERM or Ctrl-C)
+  1   the port could not be bound
+  2   the command line is wrong"""
+
 
 def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="reference-chat", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="reference-chat",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--host", default=os.environ.get("REFERENCE_CHAT_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("REFERENCE_CHAT_PORT", "8320")))
+    # A text default: argparse converts it once parsed, so --help never fails on the variable's value.
+    parser.add_argument("--port", type=int, default=os.environ.get("REFERENCE_CHAT_PORT", "8320"))
     state_file = os.environ.get("REFERENCE_CHAT_STATE_FILE")
     parser.add_argument(
         "--state-file",

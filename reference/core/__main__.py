@@ -32,6 +32,12 @@ from reference.core.openai_model import (
 
 logger = logging.getLogger("reference.core")
 
+EXIT_CODES = """\
+Exit codes:
+  0   stopped (SIGTERM or Ctrl-C)
+  1   a REFERENCE_CORE_OPENAI_* number is not a number, or the port could not be bound
+  2   the command line, or the OpenAI-compatible model's settings, are wrong"""
+
 
 def _env_number(environ: Mapping[str, str], name: str, kind: type[float] | type[int]) -> float | int | None:
     value = environ.get(name, "").strip()
@@ -46,10 +52,14 @@ def _env_number(environ: Mapping[str, str], name: str, kind: type[float] | type[
 def parse_arguments(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
-        prog="reference-core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="reference-core",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default=env.get("REFERENCE_CORE_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env.get("REFERENCE_CORE_PORT", "8310")))
+    # A text default: argparse converts it once parsed, so --help never fails on the variable's value.
+    parser.add_argument("--port", type=int, default=env.get("REFERENCE_CORE_PORT", "8310"))
     parser.add_argument(
         "--db",
         type=Path,

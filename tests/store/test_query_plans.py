@@ -121,7 +121,7 @@ async def test_a_first_release_store_migrates_with_its_rows(backend: str, tmp_pa
             url = f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}"
         else:
             url = await scope.enter_async_context(fresh_postgres_database(POSTGRES_URL))
-        engine = create_engine(StoreAddress.parse(url))
+        engine = create_engine(StoreAddress.parse(url), creates=True)
         scope.push_async_callback(engine.dispose)
         await migrate(engine, "0001")
         old = HelperStore(engine)

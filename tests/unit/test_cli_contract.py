@@ -377,7 +377,7 @@ def test_help_names_arguments_and_exit_codes(argv: list[str], names: list[str]) 
         assert " ".join(name.split()) in text, name
     undescribed = [dest for dest, description in _options_with_help(sub) if not description]
     assert not undescribed, undescribed
-    assert "Exit codes" in text and "3 unavailable" in text and "Environment:" in text
+    assert "Exit codes" in text and "3 unavailable" in text and "Environment (variable, default" in text
 
 
 @pytest.mark.parametrize("command", [["start", "--owner", "bad owner!", "--id", "h1", "--model", "m", "--task", "t"]])

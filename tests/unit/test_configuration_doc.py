@@ -4,40 +4,13 @@ tree: every variable the tree reads has a row that shows its default, and no row
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from config.settings import PolicyVariables, Section, Settings
-from domain.limits import FollowTuning, Limits, Policy
+from config.settings import TEMPORAL_CLIENT_VARIABLES, tree_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "docs" / "configuration.md", ROOT / "docs" / "codec-server.md")
-# Temporal's own client settings: the SDK reads them (temporalio.envconfig), as the `temporal` CLI does.
-READ_BY_THE_TEMPORAL_SDK = {
-    "TEMPORAL_CONFIG_FILE",
-    "TEMPORAL_PROFILE",
-    "TEMPORAL_API_KEY",
-    "TEMPORAL_TLS",
-    "TEMPORAL_TLS_CLIENT_CERT_PATH",
-    "TEMPORAL_TLS_CLIENT_KEY_PATH",
-    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-}
 NAME = re.compile(r"`([A-Z][A-Z0-9_]*)`")
-
-
-def tree_variables(model: type[BaseModel] = Settings) -> Iterator[tuple[str, object]]:
-    """Every variable the tree reads, with its default (the policy's defaults are the domain's)."""
-    for field in model.model_fields.values():
-        if field.annotation is Policy:
-            domain = {**Policy().model_dump(), **Limits().model_dump(), **FollowTuning().model_dump()}
-            for name, variable in PolicyVariables.model_fields.items():
-                yield str(variable.validation_alias), domain[name]
-        elif isinstance(field.annotation, type) and issubclass(field.annotation, Section):
-            yield from tree_variables(field.annotation)
-        else:
-            yield str(field.validation_alias), field.get_default(call_default_factory=True)
 
 
 def documented() -> list[tuple[set[str], str]]:
@@ -75,7 +48,7 @@ def test_every_variable_of_the_tree_is_documented_with_its_default() -> None:
 
 
 def test_the_tables_name_no_variable_the_tree_does_not_read() -> None:
-    read = {variable for variable, _ in tree_variables()} | READ_BY_THE_TEMPORAL_SDK
+    read = {variable for variable, _ in tree_variables()} | set(TEMPORAL_CLIENT_VARIABLES)
     named = set().union(*(names for names, _ in documented()))
     assert named - read == set()
 

@@ -176,7 +176,7 @@ Growth = dict[tuple[str, str, str], list[tuple[str, float, float]]]
 
 async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool, growth: Growth) -> list[str]:
     address = StoreAddress.parse(url)
-    engine = create_engine(address)
+    engine = create_engine(address, creates=True)
     await migrate(engine)
     store = HelperStore(engine)
     kind = engine.dialect.name
@@ -188,7 +188,7 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
         # The console script's reader: on SQLite its queries run in the calling thread (starter.cli.answer).
         reader: RowReader
         if address.bare == "sqlite":
-            reader = open_sqlite(address.sqlite_path())
+            reader = open_sqlite(address)
         else:
             reader = await open_bare(address)
         names = [f"owner-{random.randrange(owners):06d}" for _ in range(samples)]

@@ -13,10 +13,13 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from config import help as help_text
+from config.settings import tree_variables
 from starter.client import HelperClient
 from tools.demo.scenario import ANNA, BORIS, run_scenario
 from tools.demo.stack import Ports, Stack, StackError
@@ -158,34 +161,86 @@ async def _show_resumed(stack: Stack) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools.demo")
-    parser.add_argument("mode", choices=["run", "demo"], help="run: keep the stack up; demo: run once, give a verdict")
-    parser.add_argument(
+EXIT_CODES = (
+    (0, "demo: every helper reached the outcome the scenario expects; run: stopped (Ctrl-C, SIGTERM, SIGHUP)"),
+    (1, "demo: some helper did not, or the scenario timed out"),
+    (2, "the stack did not start (the message says why), or the command line is wrong"),
+    (130, "interrupted before the scenario finished"),
+)
+# The demo's own variables, beside the settings it keeps from the environment.
+OWN_VARIABLES = (("PORT_BASE", None), ("WORKERS", 1))
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; --help reads no variable and starts nothing."""
+    epilog = "\n\n".join(
+        [
+            help_text.environment(
+                [*OWN_VARIABLES, *tree_variables(only=("codec_keys", "codec_key_id"))],
+                notes=[
+                    "PORT_BASE and WORKERS are the options' defaults; the codec key is kept from the environment, "
+                    "else from the data folder's local.env, else a new one. Every other variable of the "
+                    "environment reaches the processes it starts, whose settings the stack sets: the addresses, "
+                    "the store and the results in the data folder."
+                ],
+            ),
+            help_text.exit_codes(EXIT_CODES),
+        ]
+    )
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
         "--data",
         type=Path,
         default=None,
         help="state folder; default data/ for run (kept across restarts), data/demo/ for demo (emptied at start)",
     )
-    parser.add_argument(
+    options.add_argument(
         "--port-base",
         type=int,
-        default=int(os.environ.get("PORT_BASE") or 0) or None,
+        default=os.environ.get("PORT_BASE") or None,  # converted by argparse once parsed: --help never fails on it
         help="use ports N (Temporal), N+1 (Web UI), N+2 (core), N+3 (chat), N+4 (codec server), N+5 (starter API) "
         "instead of the usual 7233, 8233, 8310, 8320, 8330, 8340; also PORT_BASE in the environment",
     )
-    parser.add_argument(
+    options.add_argument(
         "--workers",
         type=int,
-        default=int(os.environ.get("WORKERS") or 1),
+        default=os.environ.get("WORKERS") or 1,
         help="worker replicas to run (default 1; also WORKERS in the environment)",
     )
-    arguments = parser.parse_args()
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.demo",
+        description=help_text.paragraph(
+            "The whole stack on loopback (Temporal, the reference core and chat, workers, the codec server, the "
+            "starter API) with the demo helpers: `make run`, `make demo`."
+        ),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    modes = parser.add_subparsers(dest="mode", required=True, metavar="MODE")
+    for mode, text in (
+        ("run", "start the stack (resumed from its data folder, else with the demo helpers), run until Ctrl-C"),
+        ("demo", "the same scenario on an empty folder, then stop everything and give a verdict"),
+    ):
+        modes.add_parser(
+            mode,
+            parents=[options],
+            help=text,
+            description=help_text.paragraph(text[0].upper() + text[1:] + "."),
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    arguments = parser.parse_args(argv)
     if not 1 <= arguments.workers <= 16:
         parser.error(f"--workers {arguments.workers}: run 1 to 16 worker replicas")
     base = arguments.port_base
     if base is not None and not 1024 <= base <= 65_530:
         parser.error(f"--port-base {base}: use a port from 1024 to 65530 (six ports from it are used)")
+    return arguments
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
+    base = arguments.port_base
     ports = Ports(base, base + 1, base + 2, base + 3, base + 4, base + 5) if base else Ports()
     data = arguments.data or (Path("data") if arguments.mode == "run" else Path("data") / "demo")
     sys.stdout = _TolerantStream(sys.stdout)
