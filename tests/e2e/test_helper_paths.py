@@ -115,6 +115,13 @@ async def test_closing_ready_withdraws_the_report_and_closing_delivered_removes_
             await eventually(functools.partial(_final, stack, helper_id))
         closed = await stack.client.close(owner, "ready")
         assert closed.state is RowState.CLOSED and not closed.removed
+
+        # An offer already under way when the close landed carries what it was given (the chat cannot be un-told);
+        # offers go one at a time, so once one made after the close was refused as busy, none carries "ready".
+        async def offered_without_ready() -> bool:
+            return any(e.helper_ids == ["told"] and e.state == "pending" for e in await chat_events(stack.store, owner))
+
+        await eventually(offered_without_ready, timeout=30)
         await http.put(f"{stack.chat_url}/v1/owners/{owner}/idle", json={"idle": True})
         events = await eventually(stack.chat_events, timeout=30)
     told = {h for event in events for h in event["helper_ids"]}
