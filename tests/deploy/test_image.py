@@ -66,7 +66,13 @@ def engine() -> list[str]:
 @pytest.fixture(scope="module")
 def image(engine: list[str]) -> str:
     """`make image`, once for the module: the tag it built (helper-runtime:<pyproject's version>)."""
-    done = subprocess.run(["make", "image"], cwd=ROOT, capture_output=True, text=True, timeout=build.BUILD_TIMEOUT_S)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "image"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=build.BUILD_TIMEOUT_S,
+    )
     assert done.returncode == 0, f"make image failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     tag = build.default_tag()
     assert done.stdout.strip().endswith(tag)
