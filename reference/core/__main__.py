@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -35,18 +35,22 @@ logger = logging.getLogger("reference.core")
 EXIT_CODES = """\
 Exit codes:
   0   stopped (SIGTERM or Ctrl-C)
-  1   a REFERENCE_CORE_OPENAI_* number is not a number, or the port could not be bound
-  2   the command line, or the OpenAI-compatible model's settings, are wrong"""
+  1   the port could not be bound
+  2   the command line, or the OpenAI-compatible model's settings (a REFERENCE_CORE_OPENAI_* number that is not
+      a number among them), are wrong"""
 
 
-def _env_number(environ: Mapping[str, str], name: str, kind: type[float] | type[int]) -> float | int | None:
-    value = environ.get(name, "").strip()
-    if not value:
-        return None
-    try:
-        return kind(value)
-    except ValueError:
-        raise SystemExit(f"reference-core: {name}: {value!r} is not a {kind.__name__}") from None
+def _number(kind: type[float] | type[int], variable: str) -> Callable[[str], float | int]:
+    """An argparse type for a flag whose default is the variable's text: argparse converts a text default only once
+    the arguments are parsed, so --help never fails on the variable's value, and an error names both."""
+
+    def convert(value: str) -> float | int:
+        try:
+            return kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a {kind.__name__} (the flag or {variable})") from None
+
+    return convert
 
 
 def parse_arguments(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:
@@ -83,14 +87,14 @@ def parse_arguments(argv: Sequence[str] | None = None, environ: Mapping[str, str
     )
     openai.add_argument(
         "--openai-timeout-s",
-        type=float,
-        default=_env_number(env, ENV_TIMEOUT_S, float),
+        type=_number(float, ENV_TIMEOUT_S),
+        default=env.get(ENV_TIMEOUT_S, "").strip() or None,
         help=f"bound on each model call attempt, default 120 (env {ENV_TIMEOUT_S})",
     )
     openai.add_argument(
         "--openai-max-retries",
-        type=int,
-        default=_env_number(env, ENV_MAX_RETRIES, int),
+        type=_number(int, ENV_MAX_RETRIES),
+        default=env.get(ENV_MAX_RETRIES, "").strip() or None,
         help=f"further attempts after 408, 429, 5xx or a timeout, default 2 (env {ENV_MAX_RETRIES})",
     )
     arguments = parser.parse_args(argv)

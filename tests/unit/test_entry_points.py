@@ -117,7 +117,7 @@ class ConnectionTrap:
 
 def _clean_env(home: Path, trap: ConnectionTrap) -> dict[str, str]:
     """A new user's environment: PATH and HOME, the addresses a process would connect to pointed at the trap, and
-    a setting no process could start with (a --help that read the settings would fail on it)."""
+    settings no process could start with (a --help that read them would fail on them)."""
     address = f"127.0.0.1:{trap.port}"
     return {
         "PATH": f"{BIN}:/usr/bin:/bin",
@@ -128,6 +128,7 @@ def _clean_env(home: Path, trap: ConnectionTrap) -> dict[str, str]:
         "HELPER_CHAT_URL": f"http://{address}",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{address}",
         "HELPER_MAX_OPEN": "not-a-number",
+        "REFERENCE_CORE_OPENAI_TIMEOUT_S": "not-a-number",
     }
 
 
