@@ -137,8 +137,8 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "Ответ владельца — теперь это ваша задача:\n\n{answer}",
     },
     "outcome.follows_up": {
-        "en": "This helper continued the work of helper {earlier}, with the owner's answer.",
-        "ru": "Этот помощник продолжил работу помощника {earlier} с ответом владельца.",
+        "en": "This helper continued the work of helper {earlier}, as the owner asked.",
+        "ru": "Этот помощник продолжил работу помощника {earlier}, как просил владелец.",
     },
     "follow_up.context_cut": {
         "en": "(the rest of the earlier outcome is left out)",
