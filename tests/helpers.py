@@ -226,6 +226,28 @@ class ChatEvent(BaseModel):
     updated_at: datetime
 
 
+def admitted_row(
+    owner: str, helper_id: str, *, at: datetime, seq: int = 1, result_dir: str | Path | None = None, **fields: Any
+) -> HelperRow:
+    """A helper's row as its admission writes it (waiting, generation 1), with whatever else the test names: the one
+    way the tests make a row without running a coordinator."""
+    values: dict[str, Any] = {
+        "owner": owner,
+        "helper_id": helper_id,
+        "seq": seq,
+        "state": RowState.WAITING,
+        "task": "Find the Q3 report",
+        "language": "en",
+        "model": "scripted",
+        "limits": Limits(),
+        "result_dir": str(result_dir or f"/results/{owner}/{helper_id}.{seq}"),
+        "admitted_at": at,
+        "generation": 1,
+        "updated_at": at,
+    }
+    return HelperRow(**(values | fields))
+
+
 async def rows_of(store: HelperStore, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:
     """An owner's whole rows (in some states), in admission order: each helper its listing shows, read as the worker
     reads one row."""

@@ -20,14 +20,13 @@ from activities.rows import RowActivities
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
 from domain.activity_io import Finalize, RowKey, WrittenOutcome
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, RowState
+from domain.rows import RowState
 from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.fakes.fake_core import DoneAtOnce, FakeCore
-from tests.helpers import eventually, helper_request, history_events, local_activity_name, parked_of
+from tests.helpers import admitted_row, eventually, helper_request, history_events, local_activity_name, parked_of
 from tests.integration.stack import TimeStack, time_stack
 from workflows.options import RESET_BUDGET
 
@@ -160,20 +159,7 @@ async def test_a_finalization_run_again_keeps_the_first_outcome(tmp_path: Path) 
     now = datetime.now(UTC)
     directory = results.path_for("vic", "h1", 1)
     await store.insert_admitted(
-        HelperRow(
-            owner="vic",
-            helper_id="h1",
-            seq=1,
-            state=RowState.RUNNING,
-            task="Find the Q3 report",
-            language="en",
-            model="scripted",
-            limits=Limits(),
-            result_dir=str(directory),
-            admitted_at=now,
-            generation=2,
-            updated_at=now,
-        )
+        admitted_row("vic", "h1", at=now, result_dir=directory, state=RowState.RUNNING, generation=2)
     )
 
     def final(kind: OutcomeKind, explanation: str) -> Finalize:

@@ -18,13 +18,12 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities.rows import RowActivities
 from contracts.core_api import QuestionChoices, QuestionOption, SessionStatus
 from domain.activity_io import Finalize, RowKey
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.helper_store import HelperStore
 from store.results import OUTCOME_JSON, OUTCOME_TEXT, ResultDirectories
 from tests.fakes.fake_core import FakeCore, FakeSession
-from tests.helpers import eventually, helper_request
+from tests.helpers import admitted_row, eventually, helper_request
 from tests.integration.stack import time_stack
 
 CHOICES = QuestionChoices(
@@ -42,19 +41,15 @@ async def test_the_finalizer_writes_a_questions_choices_to_the_row_and_both_file
     now = datetime.now(UTC)
     directory = results.path_for("vic", "h1", 1)
     await store.insert_admitted(
-        HelperRow(
-            owner="vic",
-            helper_id="h1",
-            seq=1,
+        admitted_row(
+            "vic",
+            "h1",
+            at=now,
+            result_dir=directory,
             state=RowState.RUNNING,
             task="Pick a venue",
             language="ru",
-            model="scripted",
-            limits=Limits(),
-            result_dir=str(directory),
-            admitted_at=now,
             generation=2,
-            updated_at=now,
         )
     )
     final = Finalize(

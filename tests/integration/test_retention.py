@@ -18,12 +18,11 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities.rows import RowActivities
 from contracts.core_api import SessionStatus
 from domain.activity_io import RemoveRows, RowToRemove
-from domain.limits import Limits
-from domain.rows import HelperRow, RowState
+from domain.rows import RowState
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.fakes.fake_core import FakeCore
-from tests.helpers import eventually, eventually_skipping, helper_request, skip_time
+from tests.helpers import admitted_row, eventually, eventually_skipping, helper_request, skip_time
 from tests.integration.stack import time_stack
 
 
@@ -82,20 +81,7 @@ async def test_a_directory_that_resists_is_logged_the_row_goes_and_the_sweep_rem
     directory = results.path_for("vic", "h1", 1)
     now = datetime.now(UTC)
     await store.insert_admitted(
-        HelperRow(
-            owner="vic",
-            helper_id="h1",
-            seq=1,
-            state=RowState.CLOSED,
-            task="t",
-            language="en",
-            model="m",
-            limits=Limits(),
-            result_dir=str(directory),
-            admitted_at=now,
-            generation=1,
-            updated_at=now,
-        )
+        admitted_row("vic", "h1", at=now, result_dir=directory, state=RowState.CLOSED, task="t", model="m")
     )
     results.write_outcome(directory, "the outcome", {"kind": "completed"})
 

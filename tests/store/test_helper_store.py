@@ -25,7 +25,7 @@ from domain.work import Usage
 from store.database import head_revision, migrate
 from store.helper_store import HelperStore, RowChanges, RowOfAnotherAdmission
 from tests.conftest import POSTGRES_URL
-from tests.helpers import chat_events, parked_of, rows_of, without_postgres
+from tests.helpers import admitted_row, chat_events, parked_of, rows_of, without_postgres
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TABLES = {"helper_rows", "helper_usage", "chat_events", "parked_sessions", "alembic_version"}
@@ -92,23 +92,16 @@ def row(
     owner: str = "anna",
     **changes: Any,
 ) -> HelperRow:
-    values: dict[str, Any] = {
-        "owner": owner,
-        "helper_id": helper_id,
-        "seq": seq,
+    # Every field away from admitted_row's defaults, so a column the store drops or mixes up shows.
+    written: dict[str, Any] = {
         "state": state,
         "task": "Find the Q3 report and draft a summary",
         "boundary": ["send the summary to board@example.com"],
         "language": "ru",
         "model": "gpt-large",
         "limits": Limits(deadline_ms=600_000),
-        "result_dir": f"/results/{owner}/{helper_id}.{seq}",
-        "admitted_at": T0,
-        "generation": 1,
-        "updated_at": T0,
     }
-    values.update(changes)
-    return HelperRow(**values)
+    return admitted_row(owner, helper_id, at=T0, seq=seq, **(written | changes))
 
 
 async def running(store: HelperStore, helper_id: str = "h1", seq: int = 1) -> HelperRow:

@@ -23,14 +23,13 @@ import pytest
 from config.settings import ServiceSettings, Settings
 from contracts.core_api import QuestionChoices, QuestionOption
 from contracts.openapi import render
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, RowState
+from domain.rows import RowState
 from domain.work import Usage
 from starter.service.app import create_app, with_guards
 from starter.service.openapi import DOCS_COPY, openapi_document
 from store.helper_store import HelperStore, RowChanges
-from tests.helpers import free_port
+from tests.helpers import admitted_row, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token-for-the-tests"
@@ -257,19 +256,14 @@ async def test_a_questions_choices_read_the_same_through_the_service_and_the_wat
     store = await HelperStore.connect(settings.store)
     try:
         now = datetime.now(UTC)
-        asked = HelperRow(
-            owner="anna",
-            helper_id="venue",
-            seq=1,
+        asked = admitted_row(
+            "anna",
+            "venue",
+            at=now,
+            result_dir=settings.results_dir / "anna" / "venue.1",
             state=RowState.RUNNING,
             task="Pick a venue",
-            language="en",
-            model="scripted",
-            limits=Limits(),
-            result_dir=str(settings.results_dir / "anna" / "venue.1"),
-            admitted_at=now,
             generation=2,
-            updated_at=now,
         )
         await store.insert_admitted(asked)
         outcome: RowChanges = {

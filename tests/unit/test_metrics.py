@@ -32,7 +32,7 @@ from protocol.messages import ADMIT
 from protocol.refusals import refusal_reason
 from store.helper_store import HelperStore
 from tests.fakes.answering_server import serving_answers
-from tests.helpers import free_port
+from tests.helpers import admitted_row, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -212,23 +212,8 @@ async def store(tmp_path: Path) -> AsyncIterator[HelperStore]:
     await sqlite.close()
 
 
-def row(helper_id: str, seq: int, **changes: Any) -> HelperRow:
-    values: dict[str, Any] = {
-        "owner": "anna",
-        "helper_id": helper_id,
-        "seq": seq,
-        "state": RowState.WAITING,
-        "task": "Find the Q3 report",
-        "boundary": [],
-        "language": "en",
-        "model": "scripted",
-        "limits": Limits(deadline_ms=600_000, grace_ms=120_000),
-        "result_dir": f"/results/anna/{helper_id}.{seq}",
-        "admitted_at": T0,
-        "generation": 1,
-        "updated_at": T0,
-    }
-    return HelperRow(**{**values, **changes})
+def row(helper_id: str, seq: int) -> HelperRow:
+    return admitted_row("anna", helper_id, at=T0, seq=seq, limits=Limits(deadline_ms=600_000, grace_ms=120_000))
 
 
 async def test_store_writes_are_timed_by_operation_and_stale_writes_are_conflicts(store: HelperStore) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from contracts.core_api import Action
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow, HelperView, RowState
+from domain.rows import HelperView, RowState
 from starter.watch import LiveLines, cut, headline, plural, render
 from store.helper_store import HelperStore
+from tests.helpers import admitted_row
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -194,23 +194,18 @@ def watched_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                     "outcome_kind": OutcomeKind.COMPLETED,
                     "summary": "Done: 'Find the Q3 note' after 3 steps. No actions were performed.",
                 }
-                fields: dict[str, Any] = {
-                    "owner": "anna",
-                    "helper_id": helper_id,
-                    "seq": seq,
-                    "state": state,
-                    "task": "Find the Q3 note",
-                    "language": "en",
-                    "model": "scripted",
-                    "limits": Limits(),
-                    "result_dir": str(tmp / "results" / helper_id),
-                    "admitted_at": NOW,
-                    "steps": steps,
-                    "work_tokens": 2300 * steps,
-                    "generation": 1,
-                    "updated_at": NOW,
-                }
-                row = HelperRow(**{**fields, **(finished if state is RowState.UNREPORTED else {})})
+                row = admitted_row(
+                    "anna",
+                    helper_id,
+                    at=NOW,
+                    result_dir=tmp / "results" / helper_id,
+                    seq=seq,
+                    state=state,
+                    task="Find the Q3 note",
+                    steps=steps,
+                    work_tokens=2300 * steps,
+                    **(finished if state is RowState.UNREPORTED else {}),
+                )
                 assert await store.insert_admitted(row)
         finally:
             await store.close()
@@ -308,21 +303,16 @@ def test_a_watch_of_one_helper_ends_by_itself_once_the_helper_has_its_outcome(
     async def insert() -> None:
         store = await HelperStore.connect(watched_store["HELPER_STORE_URL"])
         try:
-            row = HelperRow(
-                owner="boris",
-                helper_id="obzor",
-                seq=1,
+            row = admitted_row(
+                "boris",
+                "obzor",
+                at=NOW,
+                result_dir=tmp_path / "obzor",
                 state=RowState.RUNNING,
                 task="Обзор рынка",
                 language="ru",
-                model="scripted",
-                limits=Limits(),
-                result_dir=str(tmp_path / "obzor"),
-                admitted_at=NOW,
                 steps=2,
                 work_tokens=4000,
-                generation=1,
-                updated_at=NOW,
             )
             assert await store.insert_admitted(row)
         finally:

@@ -22,13 +22,12 @@ import pytest
 
 from config.settings import ServiceSettings, Settings
 from contracts.core_api import Action, QuestionChoices, QuestionOption
-from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
 from starter.service.app import create_app, with_guards
 from starter.watch import REMOVED, LiveLine, LiveLines, Mark, scope_of
 from store.helper_store import HelperStore
-from tests.helpers import free_port
+from tests.helpers import admitted_row, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
@@ -192,19 +191,15 @@ async def second(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def _row(helper_id: str, seq: int, state: RowState, settings: Settings) -> HelperRow:
-    return HelperRow(
-        owner="anna",
-        helper_id=helper_id,
+    return admitted_row(
+        "anna",
+        helper_id,
+        at=NOW,  # the same moment for every row
+        result_dir=settings.results_dir / "anna" / f"{helper_id}.{seq}",
         seq=seq,
         state=state,
         task="Pick a venue",
-        language="en",
-        model="scripted",
-        limits=Limits(),
-        result_dir=str(settings.results_dir / "anna" / f"{helper_id}.{seq}"),
-        admitted_at=NOW,  # the same moment for every row
         generation=2,
-        updated_at=NOW,
     )
 
 
