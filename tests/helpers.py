@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+import httpx
 import pytest
 from pydantic import BaseModel
 from sqlalchemy import make_url, select, text
@@ -28,6 +29,8 @@ from config.settings import Settings
 from domain.limits import FollowTuning, Limits, Policy
 from domain.requests import HelperRequest
 from domain.rows import HelperRow, RowState
+from starter.service.app import create_app, with_guards
+from starter.service.connections import Connections
 from store.helper_store import HelperStore
 from store.records import ParkedSession
 from store.statements import events_table, plain
@@ -246,6 +249,21 @@ def admitted_row(
         "updated_at": at,
     }
     return HelperRow(**(values | fields))
+
+
+@contextlib.asynccontextmanager
+async def service_client(
+    settings: Settings, connections: Connections | None = None, *, raise_app_exceptions: bool = True
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The starter API in this process, behind the guards its server puts in front (`settings.service`), and a
+    client of it; the app's store connections are closed after."""
+    app = create_app(settings, connections)
+    transport = httpx.ASGITransport(app=with_guards(app, settings.service), raise_app_exceptions=raise_app_exceptions)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
+            yield client
+    finally:
+        await app.state.connections.aclose()
 
 
 async def rows_of(store: HelperStore, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:

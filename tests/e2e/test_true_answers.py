@@ -25,11 +25,10 @@ from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
 from starter.client import HelperClient
-from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from store.helper_store import HelperStore
 from tests.e2e.conftest import E2E_FOLLOW
-from tests.helpers import eventually, helper_request, rows_of, settings_for
+from tests.helpers import eventually, helper_request, rows_of, service_client, settings_for
 from worker import running_worker
 
 pytestmark = pytest.mark.e2e
@@ -107,11 +106,8 @@ async def test_the_service_refuses_what_it_cannot_answer_in_time_before_sending_
         settings = settings.model_copy(update={"starter_timeout_ms": 2_000, "starter_max_in_flight": 1})
         store = await HelperStore.connect(settings.store, run_migrations=True)
         owner = f"owner-{uuid.uuid4().hex[:8]}"
-        service = settings.service
-        app = create_app(settings, Connections(settings, 2, temporal=dev_env.client))
-        transport = httpx.ASGITransport(app=with_guards(app, service))
         try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://service", timeout=30) as http:
+            async with service_client(settings, Connections(settings, 2, temporal=dev_env.client)) as http:
                 body = {"task": "Find the Q3 report.", "model": "scripted"}
 
                 async def start(helper_id: str) -> tuple[httpx.Response, float]:

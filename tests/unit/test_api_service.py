@@ -26,10 +26,9 @@ from contracts.openapi import render
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from domain.work import Usage
-from starter.service.app import create_app, with_guards
 from starter.service.openapi import DOCS_COPY, openapi_document
 from store.helper_store import HelperStore, RowChanges
-from tests.helpers import admitted_row, free_port
+from tests.helpers import admitted_row, free_port, service_client
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token-for-the-tests"
@@ -59,12 +58,8 @@ def cli_env(settings: Settings) -> dict[str, str]:
 
 
 async def _client(settings: Settings, **service: Any) -> AsyncIterator[httpx.AsyncClient]:
-    options = ServiceSettings(**service)
-    app = create_app(settings.model_copy(update={"service": options}))
-    transport = httpx.ASGITransport(app=with_guards(app, options))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
+    async with service_client(settings.model_copy(update={"service": ServiceSettings(**service)})) as client:
         yield client
-    await app.state.connections.aclose()
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
 from starter import commands
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
+from tests.helpers import service_client
 
 ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = "127.0.0.1:9"  # nothing listens
@@ -791,12 +792,9 @@ def settings_down(store: tuple[Path, dict[str, str]]) -> Settings:
 @pytest.fixture
 async def service(settings_down: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, GoneTemporal]]:
     temporal = GoneTemporal()
-    options = settings_down.service
-    app = create_app(settings_down, Connections(settings_down, 1, temporal=cast(Client, temporal)))
-    transport = httpx.ASGITransport(app=with_guards(app, options), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
+    connections = Connections(settings_down, 1, temporal=cast(Client, temporal))
+    async with service_client(settings_down, connections, raise_app_exceptions=False) as client:
         yield client, temporal
-    await app.state.connections.aclose()
 
 
 def _content(body: Any) -> bytes | None:

@@ -17,11 +17,10 @@ from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from config.settings import Settings
-from starter.service.app import create_app, with_guards
 from store.database import NoStore
 from store.helper_store import HelperStore
 from tests.conftest import POSTGRES_URL
-from tests.helpers import without_postgres
+from tests.helpers import service_client, without_postgres
 
 STARTER = Path(sys.executable).parent / "helper-starter"
 UNAVAILABLE = 3  # starter.arguments.EXIT_CODES
@@ -116,13 +115,8 @@ async def test_a_read_of_a_postgres_database_that_does_not_exist_creates_none(tm
 
 
 async def _service_read(settings: Settings) -> httpx.Response:
-    app = create_app(settings)
-    transport = httpx.ASGITransport(app=with_guards(app, settings.service))
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
-            return await client.get("/v1/owners/boris/helpers")
-    finally:
-        await app.state.connections.aclose()
+    async with service_client(settings) as client:
+        return await client.get("/v1/owners/boris/helpers")
 
 
 async def test_the_service_answers_503_naming_a_missing_sqlite_store_and_creates_none(tmp_path: Path) -> None:

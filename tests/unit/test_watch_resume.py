@@ -20,14 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
-from config.settings import ServiceSettings, Settings
+from config.settings import Settings
 from contracts.core_api import Action, QuestionChoices, QuestionOption
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
-from starter.service.app import create_app, with_guards
 from starter.watch import REMOVED, LiveLine, LiveLines, Mark, scope_of
 from store.helper_store import HelperStore
-from tests.helpers import admitted_row, free_port
+from tests.helpers import admitted_row, free_port, service_client
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
@@ -168,25 +167,16 @@ async def settings(tmp_path: Path) -> Settings:
     return Settings(store=store_url, results_dir=tmp_path / "results", temporal_address="127.0.0.1:9")
 
 
-async def _instance(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    options = ServiceSettings()
-    app = create_app(settings.model_copy(update={"service": options}))
-    transport = httpx.ASGITransport(app=with_guards(app, options))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
-        yield client
-    await app.state.connections.aclose()
-
-
 @pytest.fixture
 async def first(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async for client in _instance(settings):
+    async with service_client(settings) as client:
         yield client
 
 
 @pytest.fixture
 async def second(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """Another instance of the service on the same store: it never saw the first's streams."""
-    async for client in _instance(settings):
+    async with service_client(settings) as client:
         yield client
 
 
