@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,12 @@ WRITTEN = (
     (CLIENT_PACKAGE, r'^(  "version": )"([^"]*)"(,)$'),
 )
 WRITTEN_FILES = (*(name for name, _ in WRITTEN), CLIENT_LOCK, API_DOCUMENT)
+
+
+def release_version(root: Path = ROOT) -> str:
+    """The release's version, as pyproject.toml says."""
+    with (root / PYPROJECT).open("rb") as file:
+        return str(tomllib.load(file)["project"]["version"])
 
 
 def versions_written(root: Path) -> dict[str, str]:

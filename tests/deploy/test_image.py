@@ -37,6 +37,7 @@ from tests.conftest import POSTGRES_URL, TEMPORAL_CLI
 from tests.deploy.test_manifests import BASE, KUBECTL
 from tests.helpers import free_port, fresh_postgres_database
 from tools.image import build
+from tools.release import release_version
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,8 @@ Json = dict[str, Any]
 
 
 def no_engine(reason: str) -> NoReturn:
-    """Skip where no container engine runs (a newcomer's machine); fail where one must (CI)."""
+    """Skip where a container engine or a tool these tests need is missing (a newcomer's machine); fail where they
+    must run (CI)."""
     if os.environ.get("HELPER_TESTS_NEED_CONTAINERS") == "1":
         pytest.fail(f"{reason} (HELPER_TESTS_NEED_CONTAINERS=1: these tests must run here)")
     pytest.skip(reason)
@@ -390,9 +392,9 @@ async def test_the_deployments_run_with_podman_kube_play_and_serve_a_helper(
     engine: list[str], image: str, local: Local, tmp_path: Path
 ) -> None:
     if not engine[0].endswith("podman"):
-        pytest.skip("podman kube play needs podman")
+        no_engine("podman kube play needs podman")
     if KUBECTL is None:
-        pytest.skip("kubectl is not installed (it renders deploy/k8s)")
+        no_engine("kubectl is not installed (it renders deploy/k8s)")
     documents, played = for_podman(rendered(), image, local)
     manifest = tmp_path / "pods.yaml"
     manifest.write_text(yaml.safe_dump_all(documents, sort_keys=False))
@@ -431,7 +433,7 @@ async def test_the_deployments_run_with_podman_kube_play_and_serve_a_helper(
 async def make_current(temporal: str, timeout: float = 60) -> None:
     """`temporal worker deployment set-current-version` for this build, retried until the server has seen it poll."""
     command = [str(TEMPORAL_CLI), "worker", "deployment", "set-current-version", "--address", temporal,
-               "--deployment-name", "helper-runtime", "--build-id", build.version(), "--yes"]  # fmt: skip
+               "--deployment-name", "helper-runtime", "--build-id", release_version(), "--yes"]  # fmt: skip
     deadline = time.monotonic() + timeout
     while True:
         process = await asyncio.create_subprocess_exec(*command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "client-typescript"
 
 
-def _release() -> str:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
-    assert isinstance(version, str)
-    return version
-
-
 def test_the_installed_package_the_api_document_and_the_client_carry_the_release_version() -> None:
-    release = _release()
+    release = release_tool.release_version()
     document = json.loads((ROOT / "docs" / "api" / "openapi.json").read_text(encoding="utf-8"))
     package = json.loads((CLIENT / "package.json").read_text(encoding="utf-8"))
     lock = json.loads((CLIENT / "package-lock.json").read_text(encoding="utf-8"))
@@ -55,7 +48,10 @@ def test_the_release_command_writes_every_copy_and_nothing_else(tmp_path: Path) 
         after = (tmp_path / name).read_text(encoding="utf-8").splitlines()
         assert len(before) == len(after), name
         changed = [(old, new) for old, new in zip(before, after, strict=True) if old != new]
-        assert changed and all(_release() in old and "9.8.7" in new for old, new in changed), (name, changed)
+        assert changed and all(release_tool.release_version() in old and "9.8.7" in new for old, new in changed), (
+            name,
+            changed,
+        )
 
 
 @pytest.mark.parametrize("argument", ["1.3", "v1.3.0", "1.3.0-rc1", ""])

@@ -23,9 +23,10 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 from typing import IO
+
+from tools.release import release_version
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -44,13 +45,8 @@ class ImageError(RuntimeError):
     pass
 
 
-def version() -> str:
-    with (ROOT / "pyproject.toml").open("rb") as file:
-        return str(tomllib.load(file)["project"]["version"])
-
-
 def default_tag() -> str:
-    return f"helper-runtime:{version()}"
+    return f"helper-runtime:{release_version()}"
 
 
 def engine_environment() -> dict[str, str]:
