@@ -12,7 +12,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 # The address and the revisions with the schema check's rule live in stdlib-only modules the bare reads share (R43).
 from config.store_address import StoreAddress
-from store.revisions import REVISION_QUERY, REVISIONS, NoStore, SchemaNotCurrent, check_revision, head_revision
+from store.revisions import (
+    REVISION_QUERY,
+    REVISIONS,
+    NoStore,
+    SchemaNotCurrent,
+    check_revision,
+    check_sqlite_file,
+    head_revision,
+)
 
 __all__ = ["REVISIONS", "NoStore", "SchemaNotCurrent", "check_schema", "create_engine", "head_revision", "migrate"]
 
@@ -42,8 +50,8 @@ def create_engine(address: StoreAddress, *, creates: bool = False) -> AsyncEngin
             path = Path(address.sqlite_path())
             if creates:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            elif not path.is_file():
-                raise NoStore(f"there is no SQLite file {path}")
+            else:
+                check_sqlite_file(str(path))
         url = address.sqlalchemy_url(existing=not creates)
         engine = create_async_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_S})
         set_sqlite_pragmas(engine.sync_engine)
@@ -108,6 +116,6 @@ async def check_schema(engine: AsyncEngine) -> None:
             current = await connection.run_sync(_current_revision)
     except DBAPIError as error:
         if getattr(error.orig, "sqlstate", None) == MISSING_DATABASE:
-            raise NoStore(f"there is no database {engine.url.database!r} on that server") from None
+            raise NoStore.database(engine.url.database) from None
         raise
     check_revision(current)

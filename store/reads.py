@@ -13,13 +13,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from config.store_address import StoreAddress
 from domain.rows import HelperRow, HelperView, RowState
 from store.records import UsageLine
-from store.revisions import REVISION_QUERY, NoStore, check_revision
+from store.revisions import REVISION_QUERY, NoStore, check_revision, check_sqlite_file
 
 if TYPE_CHECKING:
     import sqlite3
@@ -252,9 +251,7 @@ def open_sqlite(address: StoreAddress, *, threaded: bool = False) -> RowReader:
     runs in a worker thread, as aiosqlite's do, so a writer's lock never stalls the loop."""
     import sqlite3
 
-    path = address.sqlite_path()
-    if not Path(path).is_file():
-        raise NoStore(f"there is no SQLite file {path}")
+    check_sqlite_file(address.sqlite_path())
     # As store.database.create_engine: never created here (mode=rw), and a busy writer is waited for up to 30 s.
     connection = sqlite3.connect(address.sqlite_uri(), uri=True, timeout=30, check_same_thread=not threaded)
     try:
@@ -306,7 +303,7 @@ async def open_postgres(address: StoreAddress, pool_size: int | None = None) -> 
             server_settings={"max_parallel_workers_per_gather": "0"},
         )
     except asyncpg.InvalidCatalogNameError:
-        raise NoStore(f"there is no database {address.database!r} on that server") from None
+        raise NoStore.database(address.database) from None
     try:
         try:
             current = await connection.fetchval(REVISION_QUERY)

@@ -3,6 +3,8 @@ the starter's read commands check the store without loading SQLAlchemy or alembi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 # The revisions of store/migrations, oldest first, spelled here so that opening the store for a read never loads
 # alembic (a test checks they match the migrations folder). Add each new revision at the end.
 REVISIONS = ("0001", "0002", "0003", "0004", "0005")
@@ -17,6 +19,16 @@ class SchemaNotCurrent(RuntimeError):
 class NoStore(RuntimeError):
     """There is no store where the address points: no SQLite file, no PostgreSQL database. Only a migration (the
     worker's at start, `python -m store migrate`) creates a store; opening one to read never does."""
+
+    @classmethod
+    def database(cls, name: str | None) -> NoStore:
+        return cls(f"there is no database {name!r} on that server")
+
+
+def check_sqlite_file(path: str) -> None:
+    """`NoStore` unless the SQLite store a read opens is there: a read never creates one."""
+    if not Path(path).is_file():
+        raise NoStore(f"there is no SQLite file {path}")
 
 
 def head_revision() -> str:
