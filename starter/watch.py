@@ -90,13 +90,13 @@ _LATER_STATE = {
 class LiveLine:
     who: str  # owner/helper_id
     text: str
-    helper_id: str = ""
-    state: RowState | None = None  # the helper's state when the line was made; none once its row is removed
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it happened (see the module)
+    helper_id: str
+    state: RowState | None  # the helper's state when the line was made; none once its row is removed
+    at: datetime  # when it happened (see the module)
     # A question outcome's choices, on the first line that reports the outcome: what a page needs to offer them.
-    choices: QuestionChoices | None = None
+    choices: QuestionChoices | None
     # Where the watch is after this line (`Mark.id`): a watch started from it sends the lines after this one.
-    id: str = ""
+    id: str
 
 
 @dataclass(frozen=True)
