@@ -229,6 +229,20 @@ class ChatEvent(BaseModel):
     updated_at: datetime
 
 
+async def run_bounded(*command: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """A command run to its end: its exit code, stdout and stderr; killed and TimeoutError after `timeout`."""
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    return int(process.returncode or 0), out.decode(), err.decode()
+
+
 def admitted_row(
     owner: str, helper_id: str, *, at: datetime, seq: int = 1, result_dir: str | Path | None = None, **fields: Any
 ) -> HelperRow:

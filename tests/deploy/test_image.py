@@ -35,7 +35,7 @@ from reference.core.script import scripted_task
 from reference.core.server import running_core
 from tests.conftest import POSTGRES_URL, TEMPORAL_CLI
 from tests.deploy.test_manifests import BASE, KUBECTL
-from tests.helpers import free_port, fresh_postgres_database
+from tests.helpers import free_port, fresh_postgres_database, run_bounded
 from tools.image import build
 from tools.release import release_version
 
@@ -83,22 +83,13 @@ def image(engine: list[str]) -> str:
 
 async def run(engine: list[str], *args: str, timeout: float = 60, check: bool = True) -> str:
     """One engine command, bounded; its standard output."""
-    process = await asyncio.create_subprocess_exec(
-        *engine,
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=build.engine_environment(),
-    )
     try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
+        code, out, err = await run_bounded(*engine, *args, timeout=timeout, env=build.engine_environment())
     except TimeoutError:
-        process.kill()
-        await process.wait()
         raise AssertionError(f"{' '.join(args[:3])}… did not end within {timeout} s") from None
-    if check and process.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} exited with {process.returncode}: {err.decode()[-2000:]}")
-    return out.decode()
+    if check and code != 0:
+        raise AssertionError(f"{' '.join(args)} exited with {code}: {err[-2000:]}")
+    return out
 
 
 async def answers(url: str, timeout: float = 60) -> None:

@@ -27,7 +27,7 @@ from config.settings import ServiceSettings, Settings
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from tests.e2e.conftest import Stack
-from tests.helpers import eventually, free_port
+from tests.helpers import eventually, free_port, run_bounded
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 STARTER = Path(sys.executable).parent / "helper-starter"
@@ -60,19 +60,6 @@ async def serving_api(stack: Stack, settings: Settings | None = None, **service:
         await asyncio.wait_for(task, 30)
 
 
-async def _run(*command: str, timeout: float) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    return int(process.returncode or 0), out.decode(), err.decode()
-
-
 async def test_the_service_refuses_a_caller_without_its_token_on_the_real_stack(stack: Stack) -> None:
     """R34, R47: without the token nothing is admitted; with it, the same request is."""
     token = "a-service-token-for-this-test"
@@ -95,7 +82,7 @@ async def test_a_fuzz_of_the_openapi_document_finds_no_5xx_and_no_contract_viola
     Acceptance of schema-valid data is not checked: it depends on the runtime's state (the core's model catalog,
     the boundary's grammar, an existing helper), which the document states but cannot express."""
     async with serving_api(stack, watch_max_ms=1_000) as url:
-        code, out, err = await _run(
+        code, out, err = await run_bounded(
             str(SCHEMATHESIS),
             "run",
             f"{url}/openapi.json",

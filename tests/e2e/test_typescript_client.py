@@ -17,8 +17,8 @@ import pytest
 
 from reference.core.script import scripted_task
 from tests.e2e.conftest import Stack
-from tests.e2e.test_api import _run, serving_api
-from tests.helpers import rows_of
+from tests.e2e.test_api import serving_api
+from tests.helpers import rows_of, run_bounded
 
 CLIENT = Path(__file__).resolve().parents[2] / "client-typescript"
 NODE, NPM = shutil.which("node"), shutil.which("npm")
@@ -58,7 +58,7 @@ async def _contract(program: Path, url: str, owner: str, mode: str) -> dict[str,
         ),
     }
     plan = json.dumps({"baseUrl": url, "owner": owner, "mode": mode, "tasks": tasks})
-    code, out, err = await _run(NODE, str(program), plan, timeout=CONTRACT_S)
+    code, out, err = await run_bounded(NODE, str(program), plan, timeout=CONTRACT_S)
     assert code == 0, out[-3000:] + err[-6000:]
     statuses: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return statuses
