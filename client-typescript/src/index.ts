@@ -3,9 +3,11 @@
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 
 import type { components, paths } from "./generated/api.js";
+import { authorization, DEFAULT_TIMEOUT_MS } from "./http.js";
 
 export type { components, paths } from "./generated/api.js";
 export { watch, WatchRefused, type WatchOptions } from "./watch.js";
+export { authorization, DEFAULT_TIMEOUT_MS, retryAfterS } from "./http.js";
 
 type Schemas = components["schemas"];
 export type Admission = Schemas["Admission"];
@@ -38,8 +40,6 @@ export interface ClientOptions {
   fetch?: typeof globalThis.fetch;
 }
 
-export const DEFAULT_TIMEOUT_MS = 15_000;
-
 /** A client of every route: `client.POST("/v1/owners/{owner}/helpers", { params: { path: { owner } }, body })`
  * answers `{ data, error, response }`, `data` typed by the 2xx statuses, `error` an ErrorBody. */
 export function createStarterClient(options: ClientOptions): StarterClient {
@@ -52,10 +52,6 @@ export function createStarterClient(options: ClientOptions): StarterClient {
   return client;
 }
 
-export function authorization(token: string | undefined): Record<string, string> {
-  return token ? { authorization: `Bearer ${token}` } : {};
-}
-
 /** Every request ends within `timeoutMs`, or with the caller's own signal, whichever comes first. */
 function bounded(timeoutMs: number): Middleware {
   return {
@@ -63,12 +59,6 @@ function bounded(timeoutMs: number): Middleware {
       return new Request(request, { signal: AbortSignal.any([request.signal, AbortSignal.timeout(timeoutMs)]) });
     },
   };
-}
-
-/** Seconds to wait before asking again, from a 429 or 503 answer's Retry-After; undefined without one. */
-export function retryAfterS(response: Response): number | undefined {
-  const value = response.headers.get("retry-after");
-  return value === null ? undefined : Number(value);
 }
 
 /** Whether a 2xx answer of a write is the 202's: accepted, durable, but not answered in time. */

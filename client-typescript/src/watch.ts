@@ -2,6 +2,7 @@
 // the document's WatchEvent (WatchLine, WatchEnd, WatchError). A generator cannot type a stream; these schemas
 // are the document's, so a change in the service shows up here at `npm run build`.
 import type { components } from "./generated/api.js";
+import { authorization, DEFAULT_TIMEOUT_MS, retryAfterS } from "./http.js";
 
 type Schemas = components["schemas"];
 type WatchEvent = Schemas["WatchEvent"];
@@ -138,14 +139,13 @@ async function* connect(options: WatchOptions, lastEventId: string | undefined):
     options.helperId === undefined ? `${base}/watch` : `${base}/helpers/${encodeURIComponent(options.helperId)}/watch`,
   );
   if (options.once) url.searchParams.set("once", "true");
-  const headers: Record<string, string> = { accept: "text/event-stream" };
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const headers: Record<string, string> = { accept: "text/event-stream", ...authorization(options.token) };
   if (lastEventId !== undefined) headers["last-event-id"] = lastEventId;
 
   // One controller bounds the connection, then each silence; the caller's signal bounds it all.
   const timer = new AbortController();
   const signal = options.signal ? AbortSignal.any([timer.signal, options.signal]) : timer.signal;
-  let timeout = setTimeout(() => timer.abort(new Error("no answer to the watch in time")), options.connectTimeoutMs ?? 15_000);
+  let timeout = setTimeout(() => timer.abort(new Error("no answer to the watch in time")), options.connectTimeoutMs ?? DEFAULT_TIMEOUT_MS);
   const silence = () => {
     clearTimeout(timeout);
     timeout = setTimeout(() => timer.abort(new Error("the live-lines stream went silent")), options.idleTimeoutMs ?? 45_000);
@@ -153,8 +153,7 @@ async function* connect(options: WatchOptions, lastEventId: string | undefined):
   try {
     const response = await (options.fetch ?? fetch)(url, { headers, signal });
     if (!response.ok) {
-      const retryAfter = response.headers.get("retry-after");
-      throw new WatchRefused(response.status, (await response.json()) as ErrorBody, retryAfter === null ? undefined : Number(retryAfter));
+      throw new WatchRefused(response.status, (await response.json()) as ErrorBody, retryAfterS(response));
     }
     if (!response.headers.get("content-type")?.startsWith("text/event-stream") || response.body === null) {
       throw new Error(`the watch answered ${response.headers.get("content-type") ?? "no body"}, not text/event-stream`);
