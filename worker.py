@@ -37,7 +37,7 @@ from activities.rows import RowActivities
 from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
-from codec.encryption import CodecError, codec_from
+from codec.encryption import CodecError, codec_from, of_worker
 from collector import keeping_the_heap
 from config import help as help_text
 from config.settings import Settings, SettingsError, tree_variables
@@ -131,6 +131,7 @@ def activities_of(
 async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A started worker (the workflows and short activities, and beside it the follows' worker) with its store and
     HTTP clients; everything is closed on exit."""
+    client = worker_client(client)
     ensure_descriptors(descriptors_needed(settings))
     store = await HelperStore.connect(settings.store, run_migrations=settings.migrates_on_start)
     core = CoreClient.of_worker(settings)
@@ -165,6 +166,17 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         await core.aclose()
         await chat.aclose()
         await store.close()
+
+
+def worker_client(client: Client) -> Client:
+    """The client the workers poll with: the given one, but a payload it cannot read becomes a marker the workflow
+    refuses, where a raise would fail the workflow task and the server would retry it for ever (codec.encryption)."""
+    converter = of_worker(client.data_converter)
+    if converter is client.data_converter:
+        return client
+    config = client.config()
+    config["data_converter"] = converter
+    return Client(**config)
 
 
 def follows_worker(client: Client, settings: Settings, session: SessionActivities) -> Worker:

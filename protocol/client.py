@@ -28,11 +28,12 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from codec.encryption import CodecError
 from config.settings import Settings
 from domain.requests import HelperRequest
 from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
 from protocol.deadlines import AnswerBy
-from protocol.errors import NOT_TAKEN, Accepted, Unavailable
+from protocol.errors import NOT_TAKEN, Accepted, InvalidConfiguration, Unavailable
 from protocol.messages import (
     ADMIT,
     ANSWER,
@@ -187,6 +188,13 @@ async def answered(
                 ) from None
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             raise Unavailable(not_accepted) from None
+        except CodecError as error:
+            # The runtime's answer is encrypted with a key this process lacks: the keys differ, and asking again
+            # unchanged cannot help. Whether the runtime could read the request depends on which key differs.
+            raise InvalidConfiguration(
+                f"the runtime's answer to {what} cannot be read: {error}; fix HELPER_CODEC_KEYS, then ask again "
+                "(asking again is safe)"
+            ) from None
         except WorkflowUpdateFailedError as error:
             if not is_transient(error):
                 raise refusal_of(error) from None

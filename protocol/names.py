@@ -30,6 +30,10 @@ def coordinator_id(owner: str) -> str:
     return f"helpers/{owner}/coordinator"
 
 
+def owner_of_coordinator(workflow_id: str) -> str:
+    return workflow_id.removeprefix("helpers/").removesuffix("/coordinator")
+
+
 def helper_workflow_id(owner: str, helper_id: str) -> str:
     return f"helpers/{owner}/helper/{helper_id}"
 

@@ -24,6 +24,7 @@ from protocol.errors import (
     Busy,
     ErrorType,
     HelperRefused,
+    InvalidConfiguration,
     InvalidRequest,
     StarterError,
     Unavailable,
@@ -77,10 +78,24 @@ def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
         return Unavailable(f"{NOT_TAKEN}: it reached the runtime after its accept-by time; asking again is safe")
     if isinstance(cause, ApplicationError) and cause.message == ENCODED_FAILURE:
         # The failure was encrypted by the runtime's codec: this client has no key to read it (R39).
-        return Unavailable("the runtime encrypts its payloads and refused this request: set HELPER_CODEC_KEYS")
+        return InvalidConfiguration("the runtime encrypts its payloads and refused this request: set HELPER_CODEC_KEYS")
+    unreadable = _unreadable_cause(error)
+    if unreadable is not None:
+        return InvalidRequest(f"the runtime could not read this request: {unreadable}")
     if isinstance(cause, ApplicationError):
         return Unavailable(cause.message)
     return Unavailable(str(cause or error))
+
+
+def _unreadable_cause(error: BaseException) -> str | None:
+    """Why the runtime could not read the update's input (codec.encryption), if that is why it was refused: the SDK
+    wraps the converter's error as the cause of its own "Failed decoding arguments"."""
+    cause = error.__cause__ or getattr(error, "cause", None)
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == ErrorType.UNREADABLE_PAYLOAD:
+            return cause.message
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return None
 
 
 def _busy_workflow(detail: Any) -> bool:

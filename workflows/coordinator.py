@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
+from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -109,9 +109,11 @@ with workflow.unsafe.imports_passed_through():
         DeliveredRequest,
         ReadRequest,
     )
+    from protocol.names import owner_of_coordinator
     from protocol.senders import ask_to_close, grant_slot
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good
+    from workflows.start_input import read_start
 
 # Continue as new well before the server's 2,000 updates per run and its history warnings, and while a replay of
 # the run (after a worker restart) is still quick.
@@ -137,8 +139,13 @@ OFFER_BACKOFF_MAX = timedelta(minutes=5)
 @workflow.defn(name=COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class CoordinatorWorkflow:
     @workflow.init
-    def __init__(self, start: CoordinatorStart) -> None:
-        self.book = start.book or OwnerBook(owner=start.owner, policy=start.policy)
+    def __init__(self, start: RawValue) -> None:
+        begun = read_start(start, CoordinatorStart)
+        # A start that cannot be read leaves an empty book: every update is turned away, and the run ends at once.
+        self.unreadable_start = begun if isinstance(begun, ApplicationError) else None
+        if isinstance(begun, ApplicationError):
+            begun = CoordinatorStart(owner=owner_of_coordinator(workflow.info().workflow_id))
+        self.book = begun.book or OwnerBook(owner=begun.owner, policy=begun.policy)
         self.messages_this_run = 0
         self.stopping = False  # draining handlers to continue as new: new updates are turned away
         self.armed_wakeup = next_wakeup(self.book)
@@ -149,7 +156,9 @@ class CoordinatorWorkflow:
     # --- the run: one timer for retention and leases, the outbox, continue-as-new -----------------
 
     @workflow.run
-    async def run(self, start: CoordinatorStart) -> None:
+    async def run(self, start: RawValue) -> None:
+        if self.unreadable_start is not None:
+            raise self.unreadable_start
         outbox = asyncio.ensure_future(self._outbox())
         while not self._should_continue_as_new():
             self.armed_wakeup = next_wakeup(self.book)
@@ -211,6 +220,9 @@ class CoordinatorWorkflow:
             )
         if self.stopping:
             raise ApplicationError("the coordinator is continuing as new; ask again", type=ErrorType.COORDINATOR_BUSY)
+        if self.unreadable_start is not None:
+            # Another client's request started this run and could not be read; the next run takes this one.
+            raise ApplicationError("the coordinator is ending; ask again", type=ErrorType.COORDINATOR_BUSY)
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 

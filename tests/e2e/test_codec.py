@@ -27,9 +27,9 @@ from temporalio.workflow import ActivityCancellationType
 
 from codec.encryption import (
     ENCODING,
-    REFUSED_PLAINTEXT,
     SERVER_NOT_STARTED,
     EncryptionCodec,
+    UnreadablePayload,
     codec_from,
     data_converter,
     new_key,
@@ -245,7 +245,9 @@ async def test_plaintext_the_server_writes_itself_does_not_fail_a_workflow_task(
     ]
     assert failures == []
 
-    refused = Payload(metadata={"encoding": REFUSED_PLAINTEXT})
-    converter = data_converter(codec_from(f"k1:{new_key()}", None)).payload_converter
-    with pytest.raises(Exception, match="unencrypted payload was refused"):
-        converter.from_payloads([refused], [HelperStart])
+    codec = codec_from(f"k1:{new_key()}", None)
+    assert codec is not None
+    converter = data_converter(codec)
+    [refused] = await codec.decode([Payload(metadata={"encoding": b"json/plain"}, data=b"{}")])
+    with pytest.raises(UnreadablePayload, match="unencrypted payload was refused"):
+        converter.payload_converter.from_payloads([refused], [HelperStart])

@@ -1,13 +1,13 @@
 """The runtime's payload converter (codec/encryption.py): the SDK makes one for every workflow activation, so
 the encoding converters are built once and shared, and each new one decodes with type adapters already built;
-what it converts is unchanged, the refused-plaintext marker included."""
+what it converts is unchanged, the unreadable marker included."""
 
 from __future__ import annotations
 
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from codec.encryption import REFUSED_PLAINTEXT, RuntimePayloadConverter
+from codec.encryption import UNREADABLE, RuntimePayloadConverter, UnreadablePayload, UnreadableValue
 from domain.activity_io import OfferEvent, OfferResult
 from domain.book import EventState
 
@@ -30,5 +30,7 @@ def test_each_converter_converts_as_before() -> None:
     assert payload.metadata["encoding"] == b"json/plain"
     assert RuntimePayloadConverter().from_payloads([payload], [OfferResult]) == [result]
     assert RuntimePayloadConverter().from_payloads(converter.to_payloads([None, 3, "x"])) == [None, 3, "x"]
-    with pytest.raises(Exception, match="unencrypted payload was refused"):
-        RuntimePayloadConverter().from_payloads([Payload(metadata={"encoding": REFUSED_PLAINTEXT})], [OfferResult])
+    unreadable = Payload(metadata={"encoding": UNREADABLE, "reason": b"no key 'k9'"})
+    with pytest.raises(UnreadablePayload, match="no key 'k9'"):
+        RuntimePayloadConverter().from_payloads([unreadable], [OfferResult])
+    assert RuntimePayloadConverter().from_payloads([unreadable]) == [UnreadableValue("no key 'k9'")]
