@@ -38,7 +38,7 @@ POLL_INTERVAL_S = 0.5
 TEXT_MAX_CHARS = 160  # of one line's message, so a line stays readable in a terminal
 WHO_WIDTH = 24
 ELLIPSIS = "…"
-REMOVED = "removed · its row is gone from the store: closed while waiting, expired or evicted"
+REMOVED = "removed · its row is gone from the store (closed, expired or evicted)"
 
 
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
@@ -344,8 +344,13 @@ def _details(view: HelperView) -> list[str]:
 
 
 def has_outcome(views: Iterable[HelperView]) -> bool:
-    """Whether a one-helper watch is over: the helper has its outcome, as `gh run watch` ends with the run."""
+    """Whether the helper has its outcome: a one-helper watch ends with it, as `gh run watch` ends with the run."""
     return any(view.outcome_kind is not None for view in views)
+
+
+def watch_over(views: list[HelperView]) -> bool:
+    """Whether a one-helper watch is over, given the helper's views: it has its outcome, or its row is gone."""
+    return not views or has_outcome(views)
 
 
 async def live_lines(
@@ -359,18 +364,19 @@ async def live_lines(
     mark: Mark | None = None,
 ) -> AsyncIterator[LiveLine]:
     """The live lines of the owner's helpers (or one), polled from the store, until `stop` is set; with `once`,
-    the current ones. A watch of one helper ends by itself once the helper has its outcome. From `mark`, the lines
-    after the one whose id it is."""
+    the current ones. A watch of one helper ends by itself once the helper has its outcome or its row is gone
+    (after its `removed` line, at the first poll that finds it gone); one that never had a line of the helper and
+    finds no row raises unknown_helper. From `mark`, the lines after the one whose id it is."""
     live = LiveLines(mark)
     while True:
         views = await client.list_helpers(owner)
         if helper_id is not None:
             views = [view for view in views if view.helper_id == helper_id]
-            if once and not views:
+            if not views and live.count == 0:
                 raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
         for line in live.update(owner, views):
             yield line
-        if once or (helper_id is not None and has_outcome(views)) or (stop is not None and stop.is_set()):
+        if once or (helper_id is not None and watch_over(views)) or (stop is not None and stop.is_set()):
             return
         if stop is None:
             await asyncio.sleep(interval_s)

@@ -659,7 +659,10 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                 raise Unavailable(f"the service holds {len(state.watches)} live-lines streams; connect again later")
             async with asyncio.timeout(timeout_s):
                 reader = await held.reader()
-                if once and helper_id is not None and await reader.store.get(owner, helper_id) is None:
+                # A watch that has said nothing of the helper yet is of no helper if its row is not there; one
+                # resumed after its lines goes on, to say the row is gone and end.
+                fresh = mark is None or mark.count == 0
+                if fresh and helper_id is not None and await reader.store.get(owner, helper_id) is None:
                     raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
         except TimeoutError:
             raise Unavailable(f"the store did not answer within {timeout_s:g} s") from None
@@ -736,9 +739,9 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
             elif watch.once:
                 reason = "once"
             else:
-                reason = "outcome"
                 views = await watch.reader.list_helpers(watch.owner)
                 views = [view for view in views if view.helper_id == watch.helper_id]
+                reason = "outcome" if views else "removed"
                 outcome = views[0].outcome_kind if has_outcome(views) else None
             yield ServerSentEvent(
                 event="end", data=EndEvent(reason=reason, outcome_kind=outcome).model_dump(mode="json")

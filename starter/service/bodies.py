@@ -198,11 +198,11 @@ class LineEvent(BaseModel):
 
 
 class EndEvent(BaseModel):
-    """`event: end`, the stream's last: why it ended. `outcome`: the one helper watched has its outcome; `once`:
-    the current lines were asked for; `time`: HELPER_API_WATCH_MAX_MS passed (connect again); `shutdown`: the
-    service stops (connect again)."""
+    """`event: end`, the stream's last: why it ended. `outcome`: the one helper watched has its outcome; `removed`:
+    its row is gone from the store (closed, expired or evicted); `once`: the current lines were asked for; `time`:
+    HELPER_API_WATCH_MAX_MS passed (connect again); `shutdown`: the service stops (connect again)."""
 
-    reason: Literal["outcome", "once", "time", "shutdown"]
+    reason: Literal["outcome", "removed", "once", "time", "shutdown"]
     outcome_kind: OutcomeKind | None = None
 
 

@@ -6,6 +6,7 @@ The lines are what a user reads, so the tests assert the exact text a helper's l
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import select
 import signal
@@ -335,3 +336,19 @@ def test_a_watch_of_one_helper_ends_by_itself_once_the_helper_has_its_outcome(
     assert [_message(line) for line in out.decode().splitlines()][-1] == (
         "boris/obzor              unreported · outcome completed: Готово."
     )
+
+
+def test_a_watch_of_no_such_helper_says_so_and_ends(watched_store: dict[str, str]) -> None:
+    """R47: `watch --id` of an id with no row ends at once with `unknown_helper`, as `--once` does, instead of
+    printing nothing until interrupted."""
+    for once in ([], ["--once"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "starter", "watch", "--owner", "anna", "--id", "never-was", *once],
+            cwd=ROOT,
+            env=watched_store,
+            capture_output=True,
+            timeout=60,
+        )
+        error = json.loads(done.stdout)["error"]
+        assert (done.returncode, error["code"]) == (1, "unknown_helper"), done
+        assert error["message"] == "There is no helper never-was."

@@ -418,3 +418,36 @@ class _serving:
             self.service.wait(timeout=30)
         finally:
             self.service.kill()
+
+
+def _ended(stream: str) -> dict[str, Any]:
+    """The stream's `event: end` data; the stream must have ended with it."""
+    blocks = [block for block in stream.split("\n\n") if block.strip()]
+    fields = dict(line.split(": ", 1) for line in blocks[-1].splitlines() if ": " in line)
+    assert fields.get("event") == "end", blocks[-1]
+    return dict(json.loads(fields["data"]))
+
+
+async def test_a_watch_of_one_helper_ends_once_its_row_is_gone_also_when_resumed(
+    settings: Settings, first: httpx.AsyncClient, second: httpx.AsyncClient
+) -> None:
+    """R47: a helper watch (not `once`) of a row that left the store says `removed` and ends with `reason: removed`
+    within one poll; resumed after that line, it ends at once; a fresh watch of no row is a 404 before the stream,
+    whether the row never was or is gone."""
+    path = "/v1/owners/anna/helpers/venue/watch"
+    async with Rows(settings) as rows:
+        await rows.admit("venue", RowState.RUNNING)
+        [(stopped_at, _)] = _lines((await first.get(path, params={"once": "true"})).text)
+        await rows.remove("venue")
+    async with asyncio.timeout(10):
+        resumed = await second.get(path, headers={"Last-Event-ID": stopped_at})
+    [(removed_id, removed)] = _lines(resumed.text)
+    assert (removed["text"], removed["state"]) == (REMOVED, None)
+    assert _ended(resumed.text) == {"reason": "removed", "outcome_kind": None}
+    async with asyncio.timeout(10):
+        again = await first.get(path, headers={"Last-Event-ID": removed_id})
+    assert _lines(again.text) == [] and _ended(again.text)["reason"] == "removed"
+    for fresh in (path, "/v1/owners/anna/helpers/never-was/watch", "/v1/owners/anna/watch?helper_id=never-was"):
+        answered = await first.get(fresh)
+        assert answered.status_code == 404, fresh
+        assert answered.json()["error"]["code"] == "unknown_helper"
