@@ -81,8 +81,19 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Помощника {helper_id} уже продолжил {follow_up}; на его вопрос больше нельзя ответить.",
     },
     "refused.answer_stale": {
-        "en": "Helper {helper_id} did not ask question {question_id}; the question waiting is {waiting}.",
-        "ru": "Помощник {helper_id} не задавал вопрос {question_id}; ждёт ответа вопрос {waiting}.",
+        "en": "Helper {helper_id} did not ask question {question_id}; the question waiting is {asked}.",
+        "ru": "Помощник {helper_id} не задавал вопрос {question_id}; ждёт ответа вопрос {asked}.",
+    },
+    "refused.answer_stale_answered": {
+        "en": "Helper {helper_id} did not ask question {question_id}; its question {asked} was answered already.",
+        "ru": "Помощник {helper_id} не задавал вопрос {question_id}; на его вопрос {asked} уже ответили.",
+    },
+    "refused.answer_before_asked": {
+        "en": "Helper {helper_id} had not asked anything yet when this answer came; answer the question it asks.",
+        "ru": (
+            "Когда пришёл этот ответ, помощник {helper_id} ещё ничего не спросил; ответьте на вопрос, который он "
+            "задаст."
+        ),
     },
     "refused.answer_not_offered": {
         "en": "Helper {helper_id} did not offer option {option_id}; it offered: {options}.",

@@ -347,6 +347,7 @@ class CoordinatorWorkflow:
     @workflow.update(name=ANSWER)
     async def answer(self, request: AnswerRequest) -> AnswerResult:
         self.messages_this_run += 1
+        arrived_at = workflow.now()
         if still_working(self.book, request.helper_id):
             # The row can show the question a moment before the helper's finished notice reaches the book.
             with contextlib.suppress(TimeoutError):
@@ -356,7 +357,7 @@ class CoordinatorWorkflow:
                     timeout_summary="wait for the helper's finished notice",
                 )
         while True:
-            decision = decide_answer(self.book, request.helper_id, request.answer)
+            decision = decide_answer(self.book, request.helper_id, request.answer, arrived_at=arrived_at)
             if isinstance(decision, Refusal):
                 raise refused(decision)
             if not isinstance(decision, Repeated):
@@ -404,7 +405,7 @@ class CoordinatorWorkflow:
             raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems)))
         if still_working(self.book, request.helper_id):
             return  # the handler waits (bounded) for the helper's finished notice, then decides
-        decision = decide_answer(self.book, request.helper_id, request.answer)
+        decision = decide_answer(self.book, request.helper_id, request.answer, arrived_at=workflow.now())
         if isinstance(decision, Refusal):
             raise refused(decision)
         if decision is None:

@@ -110,8 +110,13 @@ def answer_helper_id(helper_id: str) -> str:
     return check_id("helper id", derived)
 
 
-def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> AnswerDecision:
-    """None for a first valid answer; `Repeated` when the question was answered already; or the refusal."""
+def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime) -> AnswerDecision:
+    """None for a first valid answer; `Repeated` when the question was answered already; or the refusal.
+
+    `arrived_at` is when the coordinator took the answer in. One that came before the helper's outcome was decided
+    (its `finished_at`) answers a question nobody could have seen, however right it is: not answerable. The
+    coordinator waits for the finished notice of a helper still working when an answer arrives (its row can show the
+    outcome a moment before the notice), so the outcome's time is known when this decides."""
     language = book.language
     entry = book.entries.get(helper_id)
     if entry is None:  # another owner's helper is not in this book either
@@ -122,14 +127,16 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> Answe
     asked = entry.asked
     if asked is None or entry.state.is_open:
         return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_nothing_asked", language, helper_id=helper_id)
+    if entry.finished_at is not None and arrived_at < entry.finished_at:
+        return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_before_asked", language, helper_id=helper_id)
     if answer.question_id != asked.question_id:
         return _refusal(
             RefusalCode.STALE_QUESTION,
-            "refused.answer_stale",
+            "refused.answer_stale" if entry.answer is None else "refused.answer_stale_answered",
             language,
             helper_id=helper_id,
             question_id=answer.question_id,
-            waiting=asked.question_id,
+            asked=asked.question_id,
         )
     refusal = _offered(asked, answer, helper_id, language)
     if refusal is not None:

@@ -145,6 +145,26 @@ async def test_answers_the_question_did_not_ask_for_are_refused_and_write_nothin
     assert not taken.repeated and taken.follow_up is not None
 
 
+async def test_an_answer_sent_before_the_question_is_not_answerable_whatever_the_timing(stack: Stack) -> None:
+    """R49: the owner guesses the answer while the helper still works and asks exactly that question a moment later
+    (within the coordinator's wait for its finished notice): nobody could have seen it, so it is `not_answerable`,
+    nothing starts, and the question, once asked, takes its answer."""
+    task = scripted_task(
+        "Plan the offsite.", steps=4, step_ms=300, end="question", question="Which?", options=OPTIONS, question_id="day"
+    )
+    await stack.client.start(helper_request(stack.owner, "early", task))
+    row = await stack.store.get(stack.owner, "early")
+    assert row is not None and row.outcome_kind is None
+    with pytest.raises(HelperRefused) as refusal:
+        await stack.client.answer(stack.owner, "early", "day", option_id="walk")
+    assert refusal.value.code == "not_answerable", refusal.value
+    asked = await finished_row(stack, "early")
+    assert asked.outcome_kind is OutcomeKind.QUESTION and asked.followed_up_by is None
+    assert await stack.store.get(stack.owner, "early.answer") is None
+    taken = await stack.client.answer(stack.owner, "early", "day", option_id="walk")
+    assert not taken.repeated and taken.follow_up is not None
+
+
 async def test_an_answer_refused_for_want_of_an_open_place_is_not_recorded(stack: Stack) -> None:
     """R2, R49: with every open place taken, the answer is refused, nothing is recorded, and it can be given again."""
     await _ask(stack, "room", end="question", question="Big or small?")  # a plain-text question: free text

@@ -64,6 +64,8 @@ from domain.rows import RowState
 from domain.texts import text
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+# When the owner's answers arrive: after every outcome these tests write.
+ANSWERED_AT = T0 + timedelta(days=1)
 HARD_MS = 2_820_000
 KEEP = timedelta(milliseconds=Policy().keep_ms)
 VENUE = QuestionChoices(
@@ -865,7 +867,7 @@ def asked_book(
 
 def take(book: OwnerBook, answer: OwnerAnswer, helper_id: str = "h1") -> HelperRequest | None:
     """A first valid answer as the coordinator takes it: recorded, and its follow-up admitted."""
-    assert decide_answer(book, helper_id, answer) is None
+    assert decide_answer(book, helper_id, answer, arrived_at=ANSWERED_AT) is None
     follow = follow_up_request(book, book.entries[helper_id], answer)
     record_answer(book, helper_id, answer)
     if follow is not None:
@@ -894,9 +896,9 @@ def test_a_later_answer_gets_the_first_back_and_says_whether_it_is_the_same() ->
     """R49: any later answer, the same or another, is told the first and starts nothing."""
     book = asked_book()
     take(book, WALK)
-    again = decide_answer(book, "h1", WALK)
+    again = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(again, Repeated) and again.same
-    other = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"))
+    other = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT)
     assert isinstance(other, Repeated) and not other.same
     assert other.entry.answer == WALK
 
@@ -913,7 +915,7 @@ def test_an_answer_to_another_question_or_not_offered_is_refused_and_nothing_is_
     answer: OwnerAnswer, code: RefusalCode
 ) -> None:
     book = asked_book()
-    refusal = decide_answer(book, "h1", answer)
+    refusal = decide_answer(book, "h1", answer, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is code
     assert book.entries["h1"].answer is None
 
@@ -921,22 +923,45 @@ def test_an_answer_to_another_question_or_not_offered_is_refused_and_nothing_is_
 def test_what_the_question_never_took_is_refused_even_after_it_was_answered() -> None:
     book = asked_book()
     take(book, WALK)
-    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"))
+    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
     assert isinstance(stale, Refusal) and stale.code is RefusalCode.STALE_QUESTION
-    not_offered = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="bike"))
+    not_offered = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="bike"), arrived_at=ANSWERED_AT)
     assert isinstance(not_offered, Refusal) and not_offered.code is RefusalCode.NOT_OFFERED
+
+
+def test_an_answer_that_came_before_the_question_is_not_answerable_however_right() -> None:
+    """R49: the coordinator took the answer in while the helper still worked; the helper then asked exactly that
+    question. Nobody could have seen it, so the guess is refused and the question still waits for its answer."""
+    book = asked_book()
+    asked_at = book.entries["h1"].finished_at
+    assert asked_at is not None
+    early = decide_answer(book, "h1", WALK, arrived_at=asked_at - timedelta(milliseconds=1))
+    assert isinstance(early, Refusal) and early.code is RefusalCode.NOT_ANSWERABLE
+    assert early.message == text("refused.answer_before_asked", "en", helper_id="h1")
+    assert book.entries["h1"].answer is None
+    assert decide_answer(book, "h1", WALK, arrived_at=asked_at) is None
+
+
+def test_another_question_after_the_answer_says_the_question_was_answered() -> None:
+    book = asked_book()
+    take(book, WALK)
+    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
+    assert isinstance(stale, Refusal)
+    assert stale.message == text(
+        "refused.answer_stale_answered", "en", helper_id="h1", question_id="date", asked="venue"
+    )
 
 
 def test_an_unknown_helper_a_running_one_and_an_outcome_that_waits_for_nobody_are_refused() -> None:
     book = asked_book()
-    assert decide_answer(book, "nobody", WALK) == Refusal(
+    assert decide_answer(book, "nobody", WALK, arrived_at=ANSWERED_AT) == Refusal(
         code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", "en", helper_id="nobody")
     )
     admit(book, "h2")
-    running = decide_answer(book, "h2", WALK)
+    running = decide_answer(book, "h2", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_ANSWERABLE
     finish(book, "h2")  # completed: nothing asked
-    completed = decide_answer(book, "h2", WALK)
+    completed = decide_answer(book, "h2", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(completed, Refusal) and completed.code is RefusalCode.NOT_ANSWERABLE
 
 
@@ -946,19 +971,21 @@ def test_a_closed_question_or_one_followed_up_by_hand_takes_no_answer() -> None:
     decision = decide_admission(book, follow_up)
     assert isinstance(decision, Admit)
     apply_admission(book, follow_up, decision, T0, HARD_MS)
-    refusal = decide_answer(book, "h1", WALK)
+    refusal = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
     assert "h2" in refusal.message
     closed = asked_book()
     apply_closed_by_coordinator(closed, "h1")
-    refusal = decide_answer(closed, "h1", WALK)
+    refusal = decide_answer(closed, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
 
 
 def test_a_plain_text_question_takes_free_text_under_the_id_question() -> None:
     book = asked_book(choices=None)
     assert book.entries["h1"].asked is not None and book.entries["h1"].asked.question_id == PLAIN_QUESTION_ID
-    option = decide_answer(book, "h1", OwnerAnswer(question_id=PLAIN_QUESTION_ID, option_id="walk"))
+    option = decide_answer(
+        book, "h1", OwnerAnswer(question_id=PLAIN_QUESTION_ID, option_id="walk"), arrived_at=ANSWERED_AT
+    )
     assert isinstance(option, Refusal) and option.code is RefusalCode.NOT_OFFERED
     follow = take(book, OwnerAnswer(question_id=PLAIN_QUESTION_ID, text="Friday at seven"))
     assert follow is not None and "Friday at seven" in follow.task
@@ -978,7 +1005,7 @@ def test_the_follow_up_task_is_in_the_owner_language() -> None:
     )
     follow = take(book, WALK)
     assert follow is not None and follow.language == "ru" and "Владелец ответил" in follow.task
-    refusal = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"))
+    refusal = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and "не задавал" in refusal.message
 
 
@@ -998,11 +1025,11 @@ def test_an_answer_whose_follow_up_is_refused_is_not_recorded_and_can_be_given_a
 
 def test_withdrawing_an_answer_whose_follow_up_was_not_written_lets_it_be_given_again() -> None:
     book = asked_book()
-    decision = decide_answer(book, "h1", WALK)
+    decision = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert decision is None
     record_answer(book, "h1", WALK)
     withdraw_answer(book, "h1")
-    assert decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi")) is None
+    assert decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT) is None
 
 
 def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_boundary() -> None:
@@ -1013,14 +1040,16 @@ def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_bound
     assert follow is not None
     assert follow.boundary == ("send_mail to anna@example.com", "send_mail to bob@example.com")
     assert "send_mail to bob@example.com" in follow.task
-    again = decide_answer(book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY))
+    again = decide_answer(
+        book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY), arrived_at=ANSWERED_AT
+    )
     assert isinstance(again, Repeated) and not again.same
 
 
 def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
     deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY)
-    assert decide_answer(book, "h1", deny) is None
+    assert decide_answer(book, "h1", deny, arrived_at=ANSWERED_AT) is None
     entry = book.entries["h1"]
     assert follow_up_request(book, entry, deny) is None
     record_answer(book, "h1", deny)
@@ -1042,11 +1071,18 @@ def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
 )
 def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: str) -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=action)
-    refusal = decide_answer(book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT))
+    refusal = decide_answer(
+        book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT), arrived_at=ANSWERED_AT
+    )
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.GRANT_REFUSED
     assert why in refusal.message
     # deny is still possible
-    assert decide_answer(book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY)) is None
+    assert (
+        decide_answer(
+            book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY), arrived_at=ANSWERED_AT
+        )
+        is None
+    )
 
 
 def test_an_authorization_takes_only_grant_or_deny() -> None:
@@ -1055,14 +1091,14 @@ def test_an_authorization_takes_only_grant_or_deny() -> None:
         OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id="yes"),
         OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, text="yes please"),
     ):
-        refusal = decide_answer(book, "h1", answer)
+        refusal = decide_answer(book, "h1", answer, arrived_at=ANSWERED_AT)
         assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_OFFERED
 
 
 def test_a_helper_id_taken_by_another_helper_refuses_the_answer() -> None:
     book = asked_book()
     admit(book, "h1.answer")
-    refusal = decide_answer(book, "h1", WALK)
+    refusal = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
 
 
@@ -1098,7 +1134,7 @@ def test_the_answer_and_what_was_asked_survive_the_book_s_round_trip() -> None:
     book = asked_book()
     take(book, WALK)
     carried = OwnerBook.model_validate_json(book.model_dump_json())
-    again = decide_answer(carried, "h1", OwnerAnswer(question_id="venue", option_id="taxi"))
+    again = decide_answer(carried, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT)
     assert isinstance(again, Repeated) and again.entry.answer == WALK
 
 

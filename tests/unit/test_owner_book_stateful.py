@@ -639,14 +639,25 @@ class OwnerBookMachine(RuleBasedStateMachine):
         admits its follow-up (or, denied, delivers the outcome); any later one gets it back and changes nothing;
         a refused one, by the answer's rules or by admission, changes nothing."""
         self._step()
-        # Mostly an outcome that waits for its first answer; now and then one answered already.
-        waiting = sorted(e.helper_id for e in self.book.entries.values() if e.asked is not None and e.answer is None)
+        # Mostly an outcome that waits for its first answer; now and then one answered already, closed or followed up.
+        waiting = sorted(e.helper_id for e in self.book.entries.values() if _answerable(e))
         ids = waiting if waiting and which % 4 else sorted(e.helper_id for e in self.book.entries.values() if e.asked)
         helper_id = ids[which % len(ids)]
+        self._take_owner_answer(helper_id, answer or self._fitting_answer(self.book.entries[helper_id], second))
+
+    @precondition(lambda self: any(_answerable(e) for e in self.book.entries.values()))
+    @rule(which=pick, second=st.integers(0, 2))
+    def owner_answers_what_it_sees(self, which: int, second: int) -> None:
+        """R49: the owner answers a question it sees with what it offers (grant or deny, an option, free text)."""
+        self._step()
+        waiting = sorted(e.helper_id for e in self.book.entries.values() if _answerable(e))
+        helper_id = waiting[which % len(waiting)]
+        self._take_owner_answer(helper_id, self._fitting_answer(self.book.entries[helper_id], second % 2))
+
+    def _take_owner_answer(self, helper_id: str, answer: OwnerAnswer) -> None:
         entry = self.book.entries[helper_id]
-        answer = answer or self._fitting_answer(entry, second)
         before = self.book.model_dump()
-        decision = decide_answer(self.book, helper_id, answer)
+        decision = decide_answer(self.book, helper_id, answer, arrived_at=self.now)
         if isinstance(decision, Repeated):
             assert entry.answer is not None and decision.same == (entry.answer == answer)
             STEPS.saw("answer repeated")
@@ -682,7 +693,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         """Two answers at once: the second, the same or another, gets the first back and changes nothing."""
         before = self.book.model_dump()
         for again in (first, *(a for a in ANSWERS if a.question_id == first.question_id and a != first)):
-            decision = decide_answer(self.book, entry.helper_id, again)
+            decision = decide_answer(self.book, entry.helper_id, again, arrived_at=self.now)
             if isinstance(decision, Refusal):  # what the question never took is refused, answered or not
                 assert again != first and decision.code in (RefusalCode.NOT_OFFERED, RefusalCode.GRANT_REFUSED)
                 continue
@@ -969,6 +980,18 @@ class OwnerBookMachine(RuleBasedStateMachine):
                 assert entry.outcome_kind is not None and entry.finished_at is not None
         for helper_id in self.book.queue:
             assert self.book.entries[helper_id].state is RowState.WAITING
+
+
+def _answerable(entry: Entry) -> bool:
+    """Whether the owner can still give the entry's first answer."""
+    return (
+        entry.asked is not None
+        and entry.answer is None
+        and not entry.state.is_open
+        and entry.state is not RowState.CLOSED
+        and not entry.close_requested
+        and entry.followed_up_by is None
+    )
 
 
 def test_owner_book_state_machine() -> None:
