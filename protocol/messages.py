@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from domain.book import OwnerAnswer, OwnerBook
 from domain.ids import HelperId, OwnerId
-from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS, Policy
+from domain.limits import ANSWER_CHARS_MAX, READ_MAX_HELPERS, TURN_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
 
 COORDINATOR_WORKFLOW: Final = "CoordinatorWorkflow"
@@ -68,7 +68,7 @@ class ReadRequest(BaseModel):
 
 class DeliveredRequest(BaseModel):
     turn: str = Field(min_length=1, max_length=TURN_MAX_CHARS)
-    answer_chars: int
+    answer_chars: int = Field(le=ANSWER_CHARS_MAX)
 
 
 class AnswerRequest(BaseModel):

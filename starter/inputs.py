@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from config.settings import Settings
 from config.store_address import StoreAddress
-from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
+from domain.limits import ANSWER_CHARS_MAX, READ_MAX_HELPERS, TURN_MAX_CHARS
 from domain.requests import HelperRequest, RequestError, check_id
 from protocol.errors import InvalidRequest
 
@@ -84,6 +84,8 @@ def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
     check_turn(turn)
     if answer_chars <= 0:
         raise _invalid("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
+    if answer_chars > ANSWER_CHARS_MAX:
+        raise _invalid(f"answer_chars {answer_chars:,} is more than a chat answer has (at most {ANSWER_CHARS_MAX:,})")
 
 
 def answer_request(

@@ -159,7 +159,8 @@ class Mark:
         if len(text) > MARK_MAX_CHARS:
             raise ValueError(f"it is longer than {MARK_MAX_CHARS:,} characters")
         fields = text.split("~")
-        if len(fields) < 3 or fields[0] != MARK_FORMAT or not _count(fields[1]):
+        # A line's id counts the lines up to it, so the first is 1.
+        if len(fields) < 3 or fields[0] != MARK_FORMAT or not _count(fields[1]) or int(fields[1]) < 1:
             raise ValueError("it is not a line id this service gave")
         if fields[2] != scope:
             raise ValueError("it is a line id of another watch (another owner, or another helper)")
@@ -179,12 +180,30 @@ class Mark:
                 or not (ahead == "" or _count(ahead))
                 or not (kind == "" or kind in _KINDS)
                 or not _count(details)
+                or (kind == "" and details != "0")  # the lines under an outcome come only with it
             ):
                 raise ValueError("it is not a line id this service gave")
             shown[helper_id] = Shown(
                 tag, _STATES[state], int(steps), int(ahead) if ahead else None, _KINDS.get(kind), int(details)
             )
         return cls(int(fields[1]), scope, shown)
+
+
+def contradiction(mark: Mark, views: Iterable[HelperView]) -> str | None:
+    """Why `mark` cannot be a line id this service gave, given the rows as they are now, or None. A row's steps only
+    grow, its outcome never changes once written, and the lines under it are as many as it has: a mark that says
+    more of a row (the same admission) than the row holds was never given."""
+    for view in views:
+        said = mark.shown.get(view.helper_id)
+        if said is None or said.row != row_tag(view):
+            continue
+        if (
+            said.steps > view.steps
+            or (said.outcome_kind is not None and said.outcome_kind is not view.outcome_kind)
+            or said.details > (len(_details(view)) if view.outcome_kind is not None else 0)
+        ):
+            return f"it says more of {view.helper_id} than its row holds, so this service did not give it"
+    return None
 
 
 def _count(text: str) -> bool:

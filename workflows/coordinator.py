@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         apply_finished,
         apply_offer_result,
         apply_read,
+        close_to_remove,
         decide_admission,
         decide_answer,
         decide_close,
@@ -535,7 +536,7 @@ class CoordinatorWorkflow:
             entry = apply_closed_by_coordinator(self.book, helper_id)
             await self._write_row(entry, RowState.CLOSED)
         elif action is CloseAction.REMOVE:
-            await self._remove_rows([self.book.entries[helper_id]])
+            await self._remove_rows([self.book.entries[helper_id]], closed_by_owner=True)
             return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         remaining = self.book.entries.get(helper_id)
         if remaining is None:
@@ -677,12 +678,15 @@ class CoordinatorWorkflow:
             **options.STORE_WRITE,
         )
 
-    async def _remove_rows(self, entries: list[Entry]) -> None:
+    async def _remove_rows(self, entries: list[Entry], *, closed_by_owner: bool = False) -> None:
         removed = await workflow.execute_local_activity_method(
             RowActivities.remove_rows, removal(self.book.owner, entries), **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
+        if closed_by_owner:
+            for entry in entries:
+                close_to_remove(self.book, entry.helper_id)
         remove_entries(self.book, removed.removed)
 
     # --- queries ------------------------------------------------------------------------------------

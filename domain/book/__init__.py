@@ -25,7 +25,13 @@ from domain.book.answer import (
     record_answer,
     withdraw_answer,
 )
-from domain.book.close import CloseAction, apply_closed_by_coordinator, decide_close, request_close
+from domain.book.close import (
+    CloseAction,
+    apply_closed_by_coordinator,
+    close_to_remove,
+    decide_close,
+    request_close,
+)
 from domain.book.delivery import apply_delivered, apply_read, decide_read, finishing
 from domain.book.follow_up import FOLLOWABLE_KINDS, decide_follow_up, keeps_context_for, link_follow_up
 from domain.book.outbox import (
@@ -109,6 +115,7 @@ __all__ = [
     "apply_offer_result",
     "apply_read",
     "asked_of",
+    "close_to_remove",
     "decide_admission",
     "decide_answer",
     "decide_close",

@@ -85,9 +85,7 @@ def rows_to_evict(book: OwnerBook, room_needed: int, keep: str | None = None) ->
 def apply_admission(
     book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime, hard_ceiling_ms: int
 ) -> Entry:
-    for helper_id in decision.evict:
-        del book.entries[helper_id]
-    note_removed(book, decision.evict)
+    note_removed(book, [book.entries.pop(helper_id) for helper_id in decision.evict])
     if request.helper_id in book.recently_removed:
         book.recently_removed.remove(request.helper_id)
     entry = Entry(

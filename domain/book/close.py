@@ -39,6 +39,14 @@ def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
     return CloseAction.NOTHING
 
 
+def close_to_remove(book: OwnerBook, helper_id: str) -> Entry:
+    """A delivered row the owner closed, once its removal is done (CloseAction.REMOVE): it counts as closed, so that
+    closing it again is harmless."""
+    entry = book.entries[helper_id]
+    entry.state = RowState.CLOSED
+    return entry
+
+
 def request_close(book: OwnerBook, helper_id: str) -> bool:
     """Note the owner's close of a helper that owns its row; True the first time (then signal the helper)."""
     entry = book.entries[helper_id]

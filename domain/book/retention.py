@@ -9,10 +9,9 @@ from domain.rows import RowState
 
 
 def remove_entries(book: OwnerBook, helper_ids: list[str]) -> None:
-    for helper_id in helper_ids:
-        book.entries.pop(helper_id, None)
+    removed = [book.entries.pop(helper_id) for helper_id in helper_ids if helper_id in book.entries]
     forget_reads(book, helper_ids)
-    note_removed(book, helper_ids)
+    note_removed(book, removed)
 
 
 def expired_rows(book: OwnerBook, now: datetime) -> list[str]:

@@ -192,9 +192,11 @@ class Refusal(BaseModel):
 RECENTLY_REMOVED_KEPT = 100
 
 
-def note_removed(book: OwnerBook, helper_ids: list[str]) -> None:
-    """Remember removed ids for a while: closing one of them again is harmless (R23)."""
-    book.recently_removed = [h for h in book.recently_removed if h not in helper_ids] + list(helper_ids)
+def note_removed(book: OwnerBook, removed: list[Entry]) -> None:
+    """Remember for a while the ids of removed rows the owner had closed: closing one again is harmless (R23). A row
+    removed otherwise (expired after delivery, evicted for room) is no helper any more, as `show` says."""
+    closed = [entry.helper_id for entry in removed if entry.state is RowState.CLOSED]
+    book.recently_removed = [h for h in book.recently_removed if h not in closed] + closed
     del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
 
 

@@ -73,7 +73,8 @@ from starter.service.bodies import (
     WatchEvent,
 )
 from starter.service.connections import Connections
-from starter.watch import Mark, has_outcome, live_lines, scope_of
+from starter.service.read_timeout import READ_TIMED_OUT
+from starter.watch import Mark, contradiction, has_outcome, live_lines, scope_of
 
 log = logging.getLogger("helper_api")
 
@@ -181,6 +182,12 @@ BUSY: Responses = {
         RETRY_AFTER_HEADER,
     )
 }
+# A read through Temporal (the Goals' Schedules) is never held back by the service's own backlog, only by Temporal.
+RATE_LIMITED: Responses = {
+    429: _error_doc(
+        "busy: Temporal refused the read over its rate limits; ask again after Retry-After", RETRY_AFTER_HEADER
+    )
+}
 # The answers of a write that goes through Temporal's updates beyond done (R48).
 WRITE: Responses = {
     202: {"model": PendingBody, "description": "accepted: Temporal took the write; its answer did not come in time"},
@@ -284,10 +291,14 @@ def mark_of(owner: str, helper_id: str | None, resumed: Resumed) -> Mark:
     try:
         return Mark.parse(resumed.last_event_id, scope)
     except ValueError as error:
-        raise InvalidRequest(
-            f"{resumed.named_in} {echo(resumed.last_event_id)} names no line of this watch: {error}; watch again "
-            "without it to start afresh"
-        ) from None
+        raise no_line(resumed, str(error)) from None
+
+
+def no_line(resumed: Resumed, why: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{resumed.named_in} {echo(resumed.last_event_id)} names no line of this watch: {why}; watch again without "
+        "it to start afresh"
+    )
 
 
 class Guard:
@@ -377,7 +388,14 @@ class Measured:
             return
         began = time.perf_counter()
         scope[ARRIVED] = time.monotonic()  # a write's bound counts from here (R48)
-        status = 500
+        status: int | None = None
+        gone = False
+
+        async def receiving() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
 
         async def sending(message: Message) -> None:
             nonlocal status
@@ -386,8 +404,10 @@ class Measured:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving, sending)
         finally:
+            if status is None:  # no answer of the app's: the protocol answered 408, the caller left (499), or a fault
+                status = 408 if scope.get(READ_TIMED_OUT) else 499 if gone else 500
             route = getattr(scope.get("route"), "path", metrics.UNMATCHED_ROUTE)
             metrics.REQUESTS.labels(route, scope["method"], str(status)).inc()
             metrics.REQUEST_SECONDS.labels(route, scope["method"]).observe(time.perf_counter() - began)
@@ -396,6 +416,9 @@ class Measured:
 def _problems(error: RequestValidationError) -> list[str]:
     problems = []
     for problem in error.errors():
+        if problem.get("type") == "json_invalid":  # its location is the offset, not a field
+            problems.append(f"body: not JSON ({problem.get('ctx', {}).get('error', 'it does not parse')})")
+            continue
         where = ".".join(str(part) for part in problem.get("loc", ())[1:]) or "body"
         problems.append(f"{where}: {problem.get('msg', 'is not valid')}")
     return problems
@@ -618,7 +641,9 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
         fields = {"owner": owner, **body.model_dump(exclude={"every"})}
         return await answer(request, lambda: commands.add_goal(fields, body.every), body, created=lambda _: True)
 
-    @v1.get("/goals", summary="goal list: the owner's Goals", responses={200: {"model": list[GoalView]}, **BUSY})
+    @v1.get(
+        "/goals", summary="goal list: the owner's Goals", responses={200: {"model": list[GoalView]}, **RATE_LIMITED}
+    )
     async def list_goals(owner: Owner, request: Request) -> Response:
         return await answer(request, lambda: commands.list_goals(owner))
 
@@ -661,9 +686,10 @@ def create_app(settings: Settings, connections: Connections | None = None) -> Fa
                 reader = await held.reader()
                 # A watch that has said nothing of the helper yet is of no helper if its row is not there; one
                 # resumed after its lines goes on, to say the row is gone and end.
-                fresh = mark is None or mark.count == 0
-                if fresh and helper_id is not None and await reader.store.get(owner, helper_id) is None:
+                if mark.count == 0 and helper_id is not None and await reader.store.get(owner, helper_id) is None:
                     raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {helper_id}.")
+                if mark.count > 0 and (why := contradiction(mark, await reader.list_helpers(owner))) is not None:
+                    raise no_line(resumed, why)
         except TimeoutError:
             raise Unavailable(f"the store did not answer within {timeout_s:g} s") from None
         return Watch(owner, helper_id, once, reader, mark)

@@ -15,6 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
 from domain.goals import GOAL_ID_MAX
 from domain.limits import (
+    ANSWER_CHARS_MAX,
     ANSWER_TEXT_MAX_CHARS,
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
@@ -91,7 +92,10 @@ class DeliveredBody(_Body):
     """`delivered`: the turn answered (nonempty) and completed."""
 
     turn: str = Field(description="the chat turn's id (1-200 characters)", json_schema_extra=TURN_SCHEMA)
-    answer_chars: int = Field(description="length of the answer the turn sent (> 0)", json_schema_extra={"minimum": 1})
+    answer_chars: int = Field(
+        description=f"length of the answer the turn sent (1-{ANSWER_CHARS_MAX:,})",
+        json_schema_extra={"minimum": 1, "maximum": ANSWER_CHARS_MAX},
+    )
 
 
 CHOICE_ID_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": MAX_CHOICE_ID_CHARS}

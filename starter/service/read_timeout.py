@@ -26,6 +26,8 @@ from uvicorn.server import ServerState
 
 # A bound that comes due later than this was held up by the service's own loop.
 LATE_S = 0.05
+# Set in a request's ASGI scope when this protocol answered it 408: the app never sent that answer itself.
+READ_TIMED_OUT = "helper_read_timed_out"
 
 
 class ReadTimeoutConfig(uvicorn.Config):
@@ -98,6 +100,7 @@ class ReadTimeoutH11Protocol(H11Protocol):
             # The headers are in, the body is not: the route reads a disconnect and anything it sends is dropped.
             cycle.disconnected = True
             cycle.message_event.set()
+            cycle.scope[READ_TIMED_OUT] = True  # type: ignore[literal-required]
             self.transport.write(self._request_timeout())
         self.transport.close()
 

@@ -139,6 +139,11 @@ def test_a_client_that_stalls_in_its_body_is_answered_408_and_closed(served: Ser
     assert b"connection: close" in headers.lower()
     error = json.loads(body)["error"]
     assert error["code"] == "request_timeout" and "HELPER_API_READ_TIMEOUT_MS" in error["message"]
+    # The metrics count it as the 408 it was, not as a fault of the service.
+    metrics = httpx.get(f"http://127.0.0.1:{served.port}/metrics", timeout=10).text
+    counted = [line for line in metrics.splitlines() if line.startswith("helper_api_requests_total{")]
+    assert any('method="POST"' in line and 'status="408"' in line for line in counted), counted
+    assert not any('status="500"' in line for line in counted), counted
 
 
 def test_a_slow_client_whose_requests_arrive_whole_within_the_bound_is_answered(served: Served) -> None:

@@ -273,7 +273,7 @@ CASES = [
     Case(
         "start unknown field", _start("--colour", "red"), "POST", HELPERS, _start_body(colour="red"), says=("colour",)
     ),
-    Case("start body not JSON", None, "POST", HELPERS, b"{helper_id: h1", 400, says=("JSON",)),
+    Case("start body not JSON", None, "POST", HELPERS, b"{helper_id: h1", 400, says=("body: not JSON (",)),
     Case(
         "start body not UTF-8", None, "POST", HELPERS, b'{"helper_id": "h1", "task": "caf\xe9"}', 400, says=("UTF-8",)
     ),
@@ -530,7 +530,7 @@ CASES = [
         {"turn": "t-1", "helper_ids": ["h1"]},
         says=("owner",),
     ),
-    Case("read body not JSON", None, "POST", READ, b"turn=t-1", 400, says=("JSON",)),
+    Case("read body not JSON", None, "POST", READ, b"turn=t-1", 400, says=("body: not JSON (",)),
     # delivered: the answer's length, the turn
     Case(
         "delivered zero answer chars",
@@ -547,6 +547,14 @@ CASES = [
         DELIVERED,
         {"turn": "t-1", "answer_chars": -3},
         says=("answer_chars",),
+    ),
+    Case(
+        "delivered answer chars past any chat answer",
+        _delivered("1000001"),
+        "POST",
+        DELIVERED,
+        {"turn": "t-1", "answer_chars": 1_000_001},
+        says=("answer_chars", "1,000,000"),
     ),
     Case(
         "delivered answer chars not a number",

@@ -36,6 +36,7 @@ from domain.book import (
     apply_offer_result,
     apply_read,
     asked_of,
+    close_to_remove,
     decide_admission,
     decide_answer,
     decide_close,
@@ -656,10 +657,26 @@ def test_closing_a_delivered_helper_without_goal_removes_it() -> None:
     finish(book, "h1")
     deliver(book, "h1")
     assert decide_close(book, "h1") is CloseAction.REMOVE
+    close_to_remove(book, "h1")  # as the coordinator does once the row is removed
     remove_entries(book, ["h1"])
     assert "h1" not in book.entries
     assert decide_close(book, "h1") is CloseAction.ALREADY_REMOVED
     assert isinstance(decide_close(book, "never-was"), Refusal)
+
+
+def test_a_row_removed_without_the_owners_close_is_no_helper_to_close() -> None:
+    """R23, R29: a delivered row that expired, or one evicted for room, is gone as `show` says (404): closing it is
+    unknown_helper, not "already closed"; a closed row that expired stays harmless to close again."""
+    book = book_of()
+    for helper_id in ("delivered", "closed"):
+        admit(book, helper_id)
+        finish(book, helper_id)
+    deliver(book, "delivered")
+    book.entries["closed"].state = RowState.CLOSED
+    remove_entries(book, ["delivered", "closed"])
+    refusal = decide_close(book, "delivered")
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.UNKNOWN_HELPER
+    assert decide_close(book, "closed") is CloseAction.ALREADY_REMOVED
 
 
 # --- reading and delivery (R27, R28) ---------------------------------------------------------------

@@ -149,6 +149,8 @@ def test_a_resumed_watch_says_the_net_change_of_a_row_changed_twice_since() -> N
         ("1~1~" + scope_of("anna", None) + "~venue:00000000:r:0::maybe:0", "not a line id this service gave"),
         ("1~1~" + scope_of("anna", None) + "~x:00000000:r:0:::0~x:00000000:r:0:::0", "not a line id this service"),
         ("1~1~" + "x" * 20_000, "longer than"),
+        ("1~0~" + scope_of("anna", None), "not a line id this service gave"),  # the first line is 1
+        ("1~1~" + scope_of("anna", None) + "~venue:00000000:r:0:::3", "not a line id this service gave"),
     ],
 )
 def test_an_id_the_service_did_not_give_for_this_watch_is_refused(last_event_id: str, why: str) -> None:
@@ -451,3 +453,26 @@ async def test_a_watch_of_one_helper_ends_once_its_row_is_gone_also_when_resumed
         answered = await first.get(fresh)
         assert answered.status_code == 404, fresh
         assert answered.json()["error"]["code"] == "unknown_helper"
+
+
+async def test_an_id_that_says_more_of_a_row_than_it_holds_is_refused(
+    settings: Settings, first: httpx.AsyncClient
+) -> None:
+    """A well-formed id the service never gave: more option lines than the question has, another outcome, or more
+    steps than the row counts. It is refused before the stream, as any id of no line is."""
+    async with Rows(settings) as rows:
+        await rows.admit("venue", RowState.RUNNING)
+        await rows.ask("venue")
+    lines = _lines((await _watch(first)).text)
+    last = lines[-1][0]
+    assert last.endswith(f":question:{len(VENUES.options) + 1}")  # the headline's line ids, then each option's
+    for forged in (
+        last.rsplit(":", 1)[0] + ":99",
+        last.replace(":question:", ":completed:"),
+        last.replace(":u:0:", ":u:7:"),
+    ):
+        assert forged != last
+        answered = await _watch(first, forged)
+        assert answered.status_code == 422, (forged, answered.text)
+        assert "than its row holds" in answered.json()["error"]["message"]
+    assert _lines((await _watch(first, last)).text) == []
