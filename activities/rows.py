@@ -27,7 +27,7 @@ from domain.activity_io import (
     WrittenOutcome,
 )
 from domain.bounds import ROW_ACTIONS_MAX, first
-from domain.follow import authorization_text
+from domain.follow import authorization_text, session_message
 from domain.limits import kept_until
 from domain.outcome import Outcome, compose_outcome_text, summarize
 from domain.rows import HelperRow, RowState
@@ -66,8 +66,7 @@ class WholeSession:
 
     @property
     def message(self) -> str:
-        outcome = self.snapshot.outcome
-        return outcome.text if outcome and outcome.text else self.snapshot.last_message
+        return session_message(self.snapshot)
 
     @property
     def actions(self) -> list[Action]:

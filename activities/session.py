@@ -52,6 +52,7 @@ from domain.follow import (
     long_poll_wait_ms,
     next_read_waits,
     result_from,
+    session_message,
 )
 from domain.limits import Limits
 from domain.rows import HelperRow
@@ -214,7 +215,7 @@ class SessionActivities:
         cursor.status = snapshot.status.value
         cursor.version = snapshot.version
         usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
-        message = snapshot.outcome.text if snapshot.outcome and snapshot.outcome.text else snapshot.last_message
+        message = session_message(snapshot)
         message_hash = zlib.crc32(message.encode("utf-8"))
         changed = (usage.steps, usage.work_tokens) != (cursor.steps, cursor.work_tokens) or (
             len(message),

@@ -153,6 +153,21 @@ def _cut_action(action: Action) -> Action:
     )
 
 
+# Turns whose outcome text only renders what the runtime renders itself from the snapshot's fields (the question and
+# its options, the authorization needed) or says that the runtime cancelled it (its cleanup of a pause, a close).
+_RENDERED_BY_THE_RUNTIME = frozenset({SessionStatus.QUESTION, SessionStatus.AUTHORIZATION, SessionStatus.CANCELLED})
+
+
+def session_message(snapshot: Snapshot) -> str:
+    """The core's own words for the owner: the outcome's text of a turn that ended by itself (completed, partial,
+    failed, interrupted), else the last completed message. Taking a pause's text as well would repeat the question's
+    options, and a cleanup's cancel would read "The turn was cancelled." for a helper waiting for authorization."""
+    outcome = snapshot.outcome
+    if outcome is not None and outcome.text and outcome.kind not in _RENDERED_BY_THE_RUNTIME:
+        return outcome.text
+    return snapshot.last_message
+
+
 def authorization_text(snapshot: Snapshot) -> str | None:
     if snapshot.authorization is None:
         return None

@@ -93,6 +93,9 @@ class HelperView(BaseModel):
     actions: list[Action] = Field(default_factory=list)
     last_message: str | None = None
     full_text: str | None = None
+    session_id: str | None = Field(
+        default=None, description="`show` only: the helper's session in the core (GET /v1/sessions/{id} there)."
+    )
     follow_up_of: str | None = Field(default=None, description="The earlier helper whose outcome this one continues.")
     followed_up_by: str | None = Field(default=None, description="The helper that continues this one's outcome.")
 

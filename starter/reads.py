@@ -136,6 +136,7 @@ class StoreReader:
         view = self._view(row, ahead=ahead)
         view.last_message = row.last_message or None
         view.full_text = self.results.read_text(Path(row.result_dir))
+        view.session_id = row.session_id
         return view
 
     async def unreported(self, owner: str) -> list[HelperView]:

@@ -329,6 +329,7 @@ class HelperWorkflow:
             task = self._jobs.pop(job, None)
             if task is not None and not task.done():
                 task.cancel()
+                task.add_done_callback(_outcome_taken)
         explanation = explain(ending.explanation, start.language, start.limits, start.follow.silence_ms)
         finished_at = workflow.now()
         kind = await self._write_outcome(finalize(record, ending.kind, explanation, result, finished_at))
@@ -459,6 +460,13 @@ class HelperWorkflow:
         # Stable across retries and worker restarts, distinct for a helper id reused after retention (R9).
         info = workflow.info()
         return f"{info.workflow_id}/{info.first_execution_run_id}"
+
+
+def _outcome_taken(task: asyncio.Future[Any]) -> None:
+    """A job cancelled at the ending ends with its activity's cancellation, which nothing awaits: taken here, so that
+    asyncio does not report it as an exception never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _timer(at: datetime, summary: str) -> asyncio.Future[None]:

@@ -209,9 +209,10 @@ def _describe(problem: Any) -> tuple[str, str]:
     return field, message
 
 
-# A plain task asks for a mail with one of these words (English, Russian stems); whom it names: an address written in
+# A plain task asks for a mail with one of these words (English, Russian stems) or names the tool itself, as a grant's
+# follow-up names the boundary item granted (`send_mail to carol@example.com`); whom it names: an address written in
 # it, or after "to" the name before the "@" of a recipient its boundary lets it mail.
-_ASKS_FOR_MAIL = re.compile(r"\b(?:e-?mail|mail|send|forward)\b|\b(?:отправ|перешл|пошл)", re.IGNORECASE)
+_ASKS_FOR_MAIL = re.compile(r"\b(?:e-?mail|mail|send|forward|send_mail)\b|\b(?:отправ|перешл|пошл)", re.IGNORECASE)
 _ADDRESS_IN_TEXT = re.compile(r"[\w.%+-]+@[\w-]+(?:\.[\w-]+)+")
 _TO_NAME = re.compile(r"\bto\s+([\w.+-]+)", re.IGNORECASE)
 PLAIN_MAIL_STEP = 2

@@ -69,6 +69,7 @@ async def test_two_answers_at_once_start_one_follow_up_that_continues_the_sessio
     # show links both ways; the question's outcome counts as delivered.
     shown = await stack.client.show(stack.owner, "pick-venue")
     assert shown.followed_up_by == "pick-venue.answer" and shown.state is RowState.DELIVERED
+    assert shown.session_id is not None and shown.session_id == question.session_id  # its session in the core
     assert (await stack.client.show(stack.owner, "pick-venue.answer")).follow_up_of == "pick-venue"
 
     third = await stack.client.answer(stack.owner, "pick-venue", "venue", option_id=first.option_id)
@@ -101,12 +102,30 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
         follow_up = await finished_row(stack, "offer.answer")
         assert follow_up.boundary == ["send_mail to anna@example.com", ACTION]
         assert follow_up.outcome_kind is OutcomeKind.COMPLETED
+        # The granted action is performed, and the outcome says so.
+        assert [(a.tool, a.whom) for a in follow_up.actions] == [("send_mail", "bob@example.com")]
+        assert "No actions were performed" not in (follow_up.summary or "")
         [continued] = core_sessions(core_db, "offer.answer")
         assert continued["continue_from"] == waiting.session_id
     else:
         assert await stack.store.get(stack.owner, "offer.answer") is None
     row = await stack.store.get(stack.owner, "offer")
     assert row is not None and row.state is RowState.DELIVERED
+
+
+async def test_an_outcome_says_its_question_or_its_authorization_once_and_not_the_cleanups_cancel(
+    stack: Stack,
+) -> None:
+    """R16, R17: a question's options are listed once (the runtime's list, not also the core's), and a helper that
+    waits for authorization says what it waits for, not that its turn was cancelled (the runtime's cleanup cancels
+    the paused turn)."""
+    question = await _ask(stack, "pick", end="question", question="Where?", options=OPTIONS, question_id="venue")
+    summary = question.summary or ""
+    assert summary.count("Walking distance") == 1 and summary.count("Taxi") == 1, summary
+    waiting = await _ask(stack, "pay", end="authorization", authorization=ACTION)
+    summary = waiting.summary or ""
+    assert "needs authorization" in summary and ACTION in summary, summary
+    assert "cancelled" not in summary.lower(), summary
 
 
 async def test_a_deny_starts_nothing_and_delivers_the_outcome(stack: Stack, tmp_path: Path) -> None:

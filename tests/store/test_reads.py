@@ -157,7 +157,7 @@ def _views_of(rows: list[HelperRow]) -> list[HelperView]:
     return [
         HelperView.model_validate(
             {
-                **row.model_dump(exclude={"last_message"}),
+                **row.model_dump(exclude={"last_message", "session_id"}),
                 "ahead": sum(1 for s in waiting if s < row.seq) if row.state is RowState.WAITING else None,
             }
         )
@@ -193,8 +193,8 @@ def test_the_bare_columns_are_the_tables() -> None:
     assert list(HELPER_ROW_COLUMNS) == mapped
     assert list(USAGE_COLUMNS) == [column.name for column in cast(Table, UsageRecord.__table__).columns]
     assert set(HELPER_ROW_COLUMNS) == set(HelperRow.model_fields)
-    # A listing reads what a view shows, and seq for the places in the queue.
-    shown = set(HelperView.model_fields) - {"ahead", "last_message", "full_text"}
+    # A listing reads what a view shows, and seq for the places in the queue; `show` adds the rest of the row's.
+    shown = set(HelperView.model_fields) - {"ahead", "last_message", "full_text", "session_id"}
     assert set(VIEW_COLUMNS) == shown | {"seq"} and set(VIEW_COLUMNS) <= set(mapped)
 
 
