@@ -168,6 +168,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         super().__init__()
         self.book = OwnerBook(owner="anna")
         self.now = T0
+        self.authorizations_answered = 0
         self.next_id = 0
         self.granted_seqs: list[int] = []
         self.close_requested: set[str] = set()
@@ -651,8 +652,16 @@ class OwnerBookMachine(RuleBasedStateMachine):
         """R49: the owner answers a question it sees with what it offers (grant or deny, an option, free text)."""
         self._step()
         waiting = sorted(e.helper_id for e in self.book.entries.values() if _answerable(e))
-        helper_id = waiting[which % len(waiting)]
-        self._take_owner_answer(helper_id, self._fitting_answer(self.book.entries[helper_id], second % 2))
+        entry = self.book.entries[waiting[which % len(waiting)]]
+        assert entry.asked is not None
+        if entry.asked.question_id == AUTHORIZATION_QUESTION_ID:
+            # Denied and granted in turn, so that both are reached however rarely a wait is answered here.
+            self.authorizations_answered += 1
+            denied = self.authorizations_answered % 2 == 1
+            answer = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY if denied else GRANT)
+        else:
+            answer = self._fitting_answer(entry, second % 2)
+        self._take_owner_answer(entry.helper_id, answer)
 
     def _take_owner_answer(self, helper_id: str, answer: OwnerAnswer) -> None:
         entry = self.book.entries[helper_id]

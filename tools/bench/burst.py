@@ -27,8 +27,13 @@ minutes away). Then the answers are checked against the store: every owner answe
 row; no owner was answered `unavailable` or `busy` for work that was taken (a refused request writes nothing, so
 its row exists only if a later try took it).
 
-Then every coordinator's history is read: its length and its updates against the coordinator's own
-continue-as-new thresholds (workflows/coordinator.py) and the server's limits.
+Then where an admission waits, from the histories of a sample of each round's owners, the project's beside the
+floor's: each of the coordinator's first workflow tasks and its first activity, waiting to be dispatched and running;
+the helper's start to its first task, that task running, its first activity; and the events an admission writes.
+And every coordinator's history is read: its length and its updates against the coordinator's own continue-as-new
+thresholds (workflows/coordinator.py) and the server's limits.
+
+`--one-round` runs only the all-at-once round.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from config.settings import Settings
-from protocol.names import coordinator_id
+from protocol.names import coordinator_id, helper_workflow_id
 from reference.core.script import scripted_task
 from tools.bench.admission import EchoWorkflow
 from tools.bench.api import serving
@@ -335,7 +340,83 @@ async def coordinator_limits(stack: ProcessStack, owners: list[str]) -> None:
     )
 
 
-async def run(owner_count: int, postgres: str) -> None:
+# How many of a round's owners the hop breakdown reads (two histories each).
+HOP_SAMPLE = 200
+_WAITS = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED: ("task", "scheduled"),
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED: ("task", "started"),
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: ("task", "completed"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: ("activity", "scheduled"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: ("activity", "started"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ("activity", "completed"),
+}
+
+
+STEPS = ("scheduled", "started", "completed")
+
+
+def _at(event: Any) -> float:
+    return float(event.event_time.ToMicroseconds()) / 1e6
+
+
+def hops_of(events: Sequence[Any], who: str, tasks: int) -> dict[str, float]:
+    """Seconds spent in each hop of a history's first `tasks` workflow tasks and its first activity: waiting to be
+    dispatched (scheduled -> started) and running (started -> completed); and from the start to the first task."""
+    seen: dict[tuple[str, int, str], float] = {}
+    counts: Counter[tuple[str, str]] = Counter()
+    for event in events:
+        kind = _WAITS.get(event.event_type)
+        if kind is None:
+            continue
+        counts[kind] += 1
+        seen.setdefault((kind[0], counts[kind], kind[1]), _at(event))
+    hops: dict[str, float] = {}
+    for what, number in [("task", n) for n in range(1, tasks + 1)] + [("activity", 1)]:
+        scheduled, started, completed = (
+            seen.get((what, number, step)) for step in ("scheduled", "started", "completed")
+        )
+        name = f"{who}'s {what} {number}" if what == "task" else f"{who}'s first activity"
+        if scheduled is not None and started is not None:
+            hops[f"{name}: dispatch"] = started - scheduled
+        if started is not None and completed is not None:
+            hops[f"{name}: run"] = completed - started
+    first = seen.get(("task", 1, "started"))
+    if events and first is not None:
+        hops[f"{who}'s start -> its first task started"] = first - _at(events[0])
+    return hops
+
+
+async def hops(temporal: Any, label: str, pairs: list[tuple[str, str]]) -> None:
+    """Where an admission waits, from the histories of (coordinator id, helper id) pairs, and the events it writes."""
+    lanes = asyncio.Semaphore(READING_LANES)
+    waits: dict[str, list[float]] = {}
+    events: Counter[str] = Counter()
+    read = 0
+
+    async def one(coordinator: str, helper: str) -> None:
+        nonlocal read
+        async with lanes:
+            try:
+                theirs = [e async for e in temporal.get_workflow_handle(coordinator).fetch_history_events()]
+                its = [e async for e in temporal.get_workflow_handle(helper).fetch_history_events()]
+            except RPCError:
+                return
+        read += 1
+        for event in (*theirs, *its):
+            events[EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()] += 1
+        for hop, seconds in {**hops_of(theirs, "coordinator", 2), **hops_of(its, "helper", 1)}.items():
+            waits.setdefault(hop, []).append(seconds * 1000)
+
+    await asyncio.gather(*(one(coordinator, helper) for coordinator, helper in pairs))
+    print(f"{label}: where an admission waits ({read} sampled; p50 / p90 / p99 ms)", flush=True)
+    for hop, values in sorted(waits.items()):
+        quantiles = " / ".join(f"{percentile(values, q):.0f}" for q in (0.5, 0.9, 0.99))
+        print(f"  {hop}: {quantiles}", flush=True)
+    written = ", ".join(f"{name} {n / max(read, 1):.1f}" for name, n in events.most_common())
+    print(f"  events per admission (coordinator and helper): {written}", flush=True)
+
+
+async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
     follows = 2 * owner_count + 100  # two rounds of helpers stay running
     default_follows = Settings.model_fields["max_concurrent_follows"].default
     env = {"HELPER_MAX_CONCURRENT_FOLLOWS": str(follows)} if follows > default_follows else {}
@@ -385,7 +466,8 @@ async def run(owner_count: int, postgres: str) -> None:
                 theirs = {"echo worker": echo.pid, "this process": os.getpid()}
                 server = stack.server.pid
                 rounds = []
-                for at_once, label in ((owner_count, "all at once"), (100, "100 at a time")):
+                plans = ((owner_count, "all at once"), (100, "100 at a time"))
+                for at_once, label in plans[:1] if one_round else plans:
                     owners = [f"o-{tag}-{label[:3]}-{n}" for n in range(owner_count)]
                     name = f"{owner_count} new owners, {label}"
                     print(f"== {name}", flush=True)
@@ -401,6 +483,11 @@ async def run(owner_count: int, postgres: str) -> None:
                     report(floor_round, owner_count)
                     compare(name, ours_round, theirs_round)
                     compare(f"{name}, the floor of its shape", floor_round, theirs_round)
+                    sample = owners[:HOP_SAMPLE]
+                    project_pairs = [(coordinator_id(o), helper_workflow_id(o, "first")) for o in sample]
+                    await hops(temporal, f"{name}, the project", project_pairs)
+                    floor_pairs = [(f"bare-coordinator/{o}", f"bare-helper/{o}") for o in sample]
+                    await hops(temporal, f"{name}, the floor", floor_pairs)
                     rounds.append(owners)
                 await coordinator_limits(stack, [owner for owners in rounds for owner in owners])
         finally:
@@ -436,12 +523,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.burst", description=__doc__)
     parser.add_argument("--owners", type=int, default=1000)
     parser.add_argument("--postgres", default=POSTGRES_URL, metavar="URL", help="a PostgreSQL server (fresh database)")
+    parser.add_argument("--one-round", action="store_true", help="only the all-at-once round")
     parser.add_argument("--echo-worker", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.echo_worker:
         asyncio.run(serve_echo_worker())
     else:
-        asyncio.run(run(arguments.owners, arguments.postgres))
+        asyncio.run(run(arguments.owners, arguments.postgres, arguments.one_round))
     sys.stdout.flush()
     os._exit(0)  # sdk-python#300
 
