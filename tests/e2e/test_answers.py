@@ -165,7 +165,7 @@ async def test_answers_the_question_did_not_ask_for_are_refused_and_write_nothin
 
 
 async def test_an_answer_sent_before_the_question_is_not_answerable_whatever_the_timing(stack: Stack) -> None:
-    """R49: the owner guesses the answer while the helper still works and asks exactly that question a moment later
+    """R49, R53: the owner guesses the answer while the helper still works and asks exactly that question a moment later
     (within the coordinator's wait for its finished notice): nobody could have seen it, so it is `not_answerable`,
     nothing starts, and the question, once asked, takes its answer."""
     task = scripted_task(

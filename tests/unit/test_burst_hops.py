@@ -1,4 +1,4 @@
-"""The burst bench's breakdown of where an admission waits (tools/bench/burst.py): each hop read from a history's
+"""R51: the burst bench's breakdown of where an admission waits (tools/bench/burst.py): each hop read from a history's
 event times, as a real history orders them."""
 
 from __future__ import annotations

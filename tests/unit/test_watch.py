@@ -339,7 +339,7 @@ def test_a_watch_of_one_helper_ends_by_itself_once_the_helper_has_its_outcome(
 
 
 def test_a_watch_of_no_such_helper_says_so_and_ends(watched_store: dict[str, str]) -> None:
-    """R47: `watch --id` of an id with no row ends at once with `unknown_helper`, as `--once` does, instead of
+    """R47, R53: `watch --id` of an id with no row ends at once with `unknown_helper`, as `--once` does, instead of
     printing nothing until interrupted."""
     for once in ([], ["--once"]):
         done = subprocess.run(

@@ -433,7 +433,7 @@ def _ended(stream: str) -> dict[str, Any]:
 async def test_a_watch_of_one_helper_ends_once_its_row_is_gone_also_when_resumed(
     settings: Settings, first: httpx.AsyncClient, second: httpx.AsyncClient
 ) -> None:
-    """R47: a helper watch (not `once`) of a row that left the store says `removed` and ends with `reason: removed`
+    """R47, R53: a helper watch (not `once`) of a row that left the store says `removed` and ends with `reason: removed`
     within one poll; resumed after that line, it ends at once; a fresh watch of no row is a 404 before the stream,
     whether the row never was or is gone."""
     path = "/v1/owners/anna/helpers/venue/watch"
