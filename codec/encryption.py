@@ -106,11 +106,6 @@ class EncryptionCodec(PayloadCodec):
         """The same keys, turning what it cannot read into the UNREADABLE marker: a worker's codec."""
         return EncryptionCodec(self._keys, self._current, allow_plaintext=self._allow_plaintext, in_place=True)
 
-    @property
-    def current(self) -> str:
-        """The current key's id and check, as an error message names them."""
-        return f"{self._current!r} (check {self._checks[self._current].decode()})"
-
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         cipher = self._ciphers[self._current]
         metadata = {"encoding": ENCODING, KEY_ID: self._current.encode(), KEY_CHECK: self._checks[self._current]}

@@ -29,7 +29,6 @@ class ErrorType(StrEnum):
     UNAVAILABLE = "Unavailable"  # a Goal check could not reach its coordinator
     HELPER_FAILED = "HelperFailed"  # a helper's outcome is failed: its workflow ends failed, with the reason
     UNREADABLE_REQUEST = "UnreadableRequest"  # a run's start input cannot be read (codec keys): the run ends
-    UNREADABLE_PAYLOAD = "UnreadablePayload"  # an update's input cannot be read: it is refused (the class's name)
 
 
 class StarterError(Exception):

@@ -17,6 +17,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from codec.encryption import UnreadablePayload
 from protocol.errors import (
     ENCODED_FAILURE,
     INVALID_REQUEST,
@@ -89,10 +90,11 @@ def refusal_of(error: WorkflowUpdateFailedError) -> StarterError:
 
 def _unreadable_cause(error: BaseException) -> str | None:
     """Why the runtime could not read the update's input (codec.encryption), if that is why it was refused: the SDK
-    wraps the converter's error as the cause of its own "Failed decoding arguments"."""
+    wraps the converter's error, a failure typed with its class's name, as the cause of its own "Failed decoding
+    arguments"."""
     cause = error.__cause__ or getattr(error, "cause", None)
     while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type == ErrorType.UNREADABLE_PAYLOAD:
+        if isinstance(cause, ApplicationError) and cause.type == UnreadablePayload.__name__:
             return cause.message
         cause = cause.__cause__ or getattr(cause, "cause", None)
     return None
