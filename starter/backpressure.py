@@ -18,7 +18,7 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from protocol.deadlines import AnswerBy
 from protocol.errors import NOT_TAKEN, Busy
@@ -33,11 +33,16 @@ RETRY_AFTER_MIN_S = 1
 RETRY_AFTER_MAX_S = 120
 
 
+# Told, for each write that went through, how long it waited for its place and how long it was then in flight.
+WriteObserver = Callable[[float, float], None]
+
+
 class WriteGate:
     """The writes of one process: `limit` in flight at most, the rest waiting in order."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, observe: WriteObserver | None = None) -> None:
         self.limit = limit
+        self.observe = observe
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._in_flight_s: float | None = None  # the running mean of a write's time in flight
@@ -82,6 +87,7 @@ class WriteGate:
     @contextlib.asynccontextmanager
     async def turn(self, by: AnswerBy) -> AsyncIterator[None]:
         """Hold one of the `limit` places while the write runs; Busy if none comes in time."""
+        came = time.monotonic()
         if self.in_flight < self.limit and not self._waiting:
             self.in_flight += 1
         else:
@@ -93,6 +99,8 @@ class WriteGate:
             self._answered(sent)
             self.in_flight -= 1
             self._hand_on()
+            if self.observe is not None:
+                self.observe(sent - came, time.monotonic() - sent)
 
     def _answered(self, sent: float) -> None:
         now = time.monotonic()

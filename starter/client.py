@@ -34,7 +34,7 @@ from protocol.connection import connect_for
 from protocol.deadlines import AnswerBy, answer_by
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
 from protocol.temporal_errors import refusal_of_rpc
-from starter.backpressure import WriteGate
+from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
     answer_request,
     check_goal_ids,
@@ -63,10 +63,12 @@ NO_COORDINATOR = "no_coordinator"
 class HelperClient(StoreReader):
     """Everything Iva does: the reads of `StoreReader`, and the writes through the owner's coordinator."""
 
-    def __init__(self, settings: Settings, store: RowReader, temporal: Client | None) -> None:
+    def __init__(
+        self, settings: Settings, store: RowReader, temporal: Client | None, observe_writes: WriteObserver | None = None
+    ) -> None:
         super().__init__(settings, store)
         self._temporal = temporal
-        self.gate = WriteGate(settings.starter_max_in_flight)
+        self.gate = WriteGate(settings.starter_max_in_flight, observe_writes)
 
     @classmethod
     async def connect(cls, settings: Settings, *, temporal: bool = True, by: AnswerBy | None = None) -> HelperClient:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from config.settings import Settings
 from starter.reads import StoreReader, open_store
+from starter.service import metrics
 from store.reads import RowReader
 
 if TYPE_CHECKING:  # loaded with the first write
@@ -60,7 +61,7 @@ class Connections:
 
                     if self._temporal is None:
                         self._temporal = await connect_temporal_client(self.settings)
-                    self._writer = HelperClient(self.settings, reader.store, self._temporal)
+                    self._writer = HelperClient(self.settings, reader.store, self._temporal, metrics.observe_write)
         return self._writer
 
     async def aclose(self) -> None:

@@ -130,3 +130,19 @@ async def test_the_callers_of_a_burst_are_told_to_come_back_one_after_the_other(
     assert told == sorted(told) and told[-1] >= told[0] + 4, told  # before a measure: a write a second a place
     hold.set()
     await asyncio.gather(*tasks)
+
+
+async def test_each_write_that_went_through_reports_its_wait_and_its_time_in_flight() -> None:
+    """R51: the gate tells its observer (the service's /metrics) how long each write waited for its place and how
+    long it was then in flight, so a burst's time in the service is told from its time in Temporal."""
+    reported: list[tuple[float, float]] = []
+    gate = WriteGate(1, observe=lambda waited, sent: reported.append((waited, sent)))
+    hold = asyncio.Event()
+    first = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], 0))
+    second = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], 1))
+    await asyncio.sleep(0.2)
+    hold.set()
+    await asyncio.gather(first, second)
+    (first_waited, first_sent), (second_waited, second_sent) = reported
+    assert first_waited < 0.05 and first_sent >= 0.19, "the first went at once and was in flight while held"
+    assert second_waited >= 0.19 and second_sent < 0.05, "the second waited for the first's place"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from tools.bench.burst import hops_of
+from tools.bench.burst import bucket_quantile, buckets_of, hops_of
 
 E = EventType
 
@@ -50,3 +50,19 @@ def test_each_task_and_the_first_activity_have_their_dispatch_and_run() -> None:
 def test_a_task_not_yet_done_has_only_what_happened() -> None:
     events = _history((E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 1.0), (E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, 1.0))
     assert hops_of(events, "helper", 1) == {}
+
+
+def test_a_quantile_of_the_services_histogram_interpolates_inside_its_bucket() -> None:
+    """R51: the service's write hops are read from its cumulative buckets as Prometheus reads them."""
+    page = {
+        'helper_api_write_wait_seconds_bucket{le="0.1"}': 10.0,
+        'helper_api_write_wait_seconds_bucket{le="1.0"}': 30.0,
+        'helper_api_write_wait_seconds_bucket{le="+Inf"}': 40.0,
+        "helper_api_write_wait_seconds_count": 40.0,
+    }
+    buckets = buckets_of(page, "helper_api_write_wait_seconds")
+    assert buckets == [(0.1, 10.0), (1.0, 30.0), (float("inf"), 40.0)]
+    assert bucket_quantile(buckets, 0.25) == 0.1
+    assert abs(bucket_quantile(buckets, 0.5) - 0.55) < 1e-9  # halfway through the 0.1-1 s bucket
+    assert bucket_quantile(buckets, 0.99) == 1.0  # past the last finite bound: its bound, as Prometheus says
+    assert bucket_quantile([], 0.5) != bucket_quantile([], 0.5)  # no writes: NaN

@@ -67,9 +67,11 @@ from tools.bench.admission import EchoWorkflow
 from tools.bench.api import serving
 from tools.bench.common import (
     ProcessStack,
+    machine_busy_seconds,
     process_cpu_seconds,
     process_stack,
     repository_root,
+    scrape_metrics,
     settled_cpu,
     stop_process,
 )
@@ -153,6 +155,8 @@ class Round:
     seconds: float = 0.0  # until every owner's helper was taken
     server_cpu_s: float = 0.0  # the server's CPU from the first call until it was idle again, less its background
     cpu_s: dict[str, float] = field(default_factory=dict)  # the same for the round's other processes
+    busy_share: float = 0.0  # the machine's CPU busy while the callers waited (all cores)
+    callers_lag_s: float = 0.0  # the callers' own event loop's longest lateness: a late caller sends late
 
     @property
     def taken(self) -> int:
@@ -187,6 +191,7 @@ async def run_round(
     began_at = time.monotonic()
     gate = asyncio.Event()
     started_at = time.perf_counter()
+    busy_before, total_before = machine_busy_seconds()
 
     async def one(owner: str) -> None:
         await gate.wait()
@@ -220,16 +225,29 @@ async def run_round(
                 await asyncio.sleep(wait * (1 + random.uniform(0, RETRY_SPREAD)))
 
     tasks = [asyncio.create_task(one(owner)) for owner in owners]
+    lag = asyncio.create_task(loop_lag(result))
     await asyncio.sleep(0)
     gate.set()
     await asyncio.gather(*tasks)
+    lag.cancel()
     result.seconds = time.perf_counter() - started_at
+    busy_after, total_after = machine_busy_seconds()
+    result.busy_share = (busy_after - busy_before) / max(total_after - total_before, 1e-9)
     await back_to_background(pids, background)
     elapsed = time.monotonic() - began_at
     used = {name: process_cpu_seconds(pid) - before[name] - background[name] * elapsed for name, pid in pids.items()}
     result.server_cpu_s = used.pop("server")
     result.cpu_s = used
     return result
+
+
+async def loop_lag(result: Round, every_s: float = 0.05) -> None:
+    """The longest time the callers' event loop was late to wake a sleeper: their requests go out that late."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + every_s
+        await asyncio.sleep(every_s)
+        result.callers_lag_s = max(result.callers_lag_s, loop.time() - due)
 
 
 async def back_to_background(pids: dict[str, int], background: dict[str, float], most_s: float = 60) -> None:
@@ -268,9 +286,53 @@ def report(side: Round, owners: int) -> None:
         f"  {side.taken} of {owners} taken in {side.seconds:.1f} s ({rate:.1f} a second; each owner's time to taken "
         f"p50={percentile(side.taken_ms, 0.5) / 1000:.1f} s p99={percentile(side.taken_ms, 0.99) / 1000:.1f} s); "
         f"server CPU {side.server_cpu_s * 1000 / max(side.taken, 1):.1f} ms per admission; "
-        + ", ".join(f"{name} {seconds * 1000 / max(side.taken, 1):.1f} ms" for name, seconds in side.cpu_s.items()),
+        + ", ".join(f"{name} {seconds * 1000 / max(side.taken, 1):.1f} ms" for name, seconds in side.cpu_s.items())
+        + f"; the machine {side.busy_share:.0%} busy while callers waited; the callers' loop late by at most "
+        f"{side.callers_lag_s * 1000:.0f} ms",
         flush=True,
     )
+
+
+# The service's histograms of a write's wait for its place in the gate and its time in Temporal (starter.backpressure).
+SERVICE_WRITE_HOPS = {
+    "waited for its place in the service's gate": "helper_api_write_wait_seconds",
+    "sent to Temporal until answered": "helper_api_write_send_seconds",
+}
+
+
+def buckets_of(page: dict[str, float], name: str) -> list[tuple[float, float]]:
+    """A histogram's cumulative buckets from a scraped page, as (upper bound, count), in order."""
+    found = []
+    for key, value in page.items():
+        if key.startswith(f"{name}_bucket{{") and 'le="' in key:
+            bound = key.split('le="', 1)[1].split('"', 1)[0]
+            found.append((float("inf") if bound == "+Inf" else float(bound), value))
+    return sorted(found)
+
+
+def bucket_quantile(buckets: list[tuple[float, float]], fraction: float) -> float:
+    """A quantile from cumulative buckets, by linear interpolation inside its bucket (as Prometheus does)."""
+    total = buckets[-1][1] if buckets else 0.0
+    if not total:
+        return float("nan")
+    rank, lower, below = fraction * total, 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = bound, count
+    return lower
+
+
+def report_service_hops(label: str, before: dict[str, float], after: dict[str, float]) -> None:
+    """Where the round's writes that went through spent their time in the service, from its /metrics."""
+    print(f"{label}: in the starter API, each write that went through (p50 / p90 / p99 ms, bucketed)", flush=True)
+    for hop, name in SERVICE_WRITE_HOPS.items():
+        earlier = dict(buckets_of(before, name))
+        buckets = [(bound, count - earlier.get(bound, 0.0)) for bound, count in buckets_of(after, name)]
+        quantiles = " / ".join(f"{bucket_quantile(buckets, q) * 1000:.0f}" for q in (0.5, 0.9, 0.99))
+        print(f"  {hop}: {quantiles} ({buckets[-1][1] if buckets else 0:.0f} writes)", flush=True)
 
 
 def compare(label: str, project: Round, baseline: Round) -> None:
@@ -462,7 +524,12 @@ async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
                 await project(f"warm-{tag}")
                 await raw(f"warm-{tag}")
                 await floor(f"warm-{tag}")
-                ours = {"worker": stack.worker.pid, "starter API": api_pid, "reference core": stack.core.pid}
+                ours = {
+                    "worker": stack.worker.pid,
+                    "starter API": api_pid,
+                    "reference core": stack.core.pid,
+                    "callers (this process)": os.getpid(),
+                }
                 theirs = {"echo worker": echo.pid, "this process": os.getpid()}
                 server = stack.server.pid
                 rounds = []
@@ -471,8 +538,10 @@ async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
                     owners = [f"o-{tag}-{label[:3]}-{n}" for n in range(owner_count)]
                     name = f"{owner_count} new owners, {label}"
                     print(f"== {name}", flush=True)
+                    service_before = await scrape_metrics(f"{api}/metrics")
                     ours_round = await run_round(f"starter API, {label}", owners, project, at_once, server, ours)
                     report(ours_round, owner_count)
+                    report_service_hops(f"starter API, {label}", service_before, await scrape_metrics(f"{api}/metrics"))
                     await check_truth(stack, ours_round)
                     theirs_round = await run_round(
                         f"raw update-with-start, {label}", owners, raw, at_once, server, theirs
