@@ -245,9 +245,10 @@ class Settings(Section):
     # Every starter write is answered within this (R48): done, accepted by Temporal but not yet answered, or not
     # taken (protocol.deadlines). It covers connecting to Temporal too.
     starter_timeout_ms: Whole = Field(10_000, ge=1_000, validation_alias="HELPER_STARTER_TIMEOUT_MS")
-    # Writes one starter process (the HTTP service, a HelperClient) has in flight; more wait their turn while their
-    # bound allows, else are refused `busy` before anything is sent (starter.backpressure).
-    starter_max_in_flight: Whole = Field(32, gt=0, validation_alias="HELPER_STARTER_MAX_IN_FLIGHT")
+    # The most writes one starter process (the HTTP service, a HelperClient) has in flight; within it the number
+    # follows what the runtime answers in time, more wait their turn while their bound allows, else are refused
+    # `busy` before anything is sent (starter.backpressure).
+    starter_max_in_flight: Whole = Field(256, gt=0, validation_alias="HELPER_STARTER_MAX_IN_FLIGHT")
     # Whether writes carry an accept-by time for the coordinator to check: off only for a Temporal server whose
     # clock does not follow the wall clock (the time-skipping test server).
     starter_accept_by: Flag = Field(True, validation_alias="HELPER_STARTER_ACCEPT_BY")

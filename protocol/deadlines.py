@@ -27,6 +27,14 @@ MOST_WAITING = 0.5
 _MARK = "by-"
 
 
+def send_target_s(bound_s: float) -> float:
+    """The time a write may take in Temporal and still be accepted within its bound after the longest wait for its
+    turn (`MOST_WAITING` of the bound), halved for the update's completion after its acceptance: the starter's
+    gate keeps its writes in flight to what the runtime answers in this (starter.backpressure)."""
+    accept_grace = min(ACCEPT_GRACE.total_seconds(), bound_s / 3)
+    return (bound_s * (1 - MOST_WAITING) - accept_grace) / 2
+
+
 @dataclass(frozen=True)
 class AnswerBy:
     """When the caller of one write is answered: a monotonic moment for this process's waits and the same moment on

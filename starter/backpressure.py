@@ -1,12 +1,20 @@
 """How many writes one starter process has in flight, and the refusal of those it cannot answer in time (R48).
 
-At most `limit` writes of a process are sent to Temporal at once. The next ones wait their turn, in the order they
-came, for as long as their bound allows (`AnswerBy.left_to_wait`); one that cannot expect its turn within that is
-refused at once with `Busy`, before anything is sent, and one whose wait runs out is refused the same way. The
-pace is measured while the gate is full (the time between answers; before that, the time in flight over the
-places), so an idle spell does not slow it. The refusal says when to ask again: after what this process holds is
-worked off at that pace, and after every caller refused before it, about one answer's time apart, so the retries
-of a burst come back spread over the time the process needs for them instead of together.
+The writes of a process are sent to Temporal a limited number at a time; the next ones wait their turn, in the
+order they came, for as long as their bound allows (`AnswerBy.left_to_wait`); one that cannot expect its turn
+within that is refused at once with `Busy`, before anything is sent, and one whose wait runs out is refused the
+same way.
+
+The number in flight follows the runtime: the pace is the answers a second while the gate is full (over the last
+few seconds), and the limit is what that pace answers within `send_target_s`, the time a write may spend in
+Temporal and still be accepted in its bound (Little's law). While Temporal answers faster than that, the limit
+grows, so a runtime with room is given more; when its answers slow down, the limit shrinks, so writes wait here,
+where they can still be refused cleanly, rather than inside Temporal, where they would run out of time.
+`ceiling` (HELPER_STARTER_MAX_IN_FLIGHT) bounds it.
+
+A refusal says when to ask again: a little before what this process holds, and every caller refused before it, is
+worked off at the pace, so that returning callers find their turn within what they may wait and the gate never
+idles while they are away.
 
 A write past the gate is never dropped: what Temporal accepted is carried out (the worker sheds nothing).
 """
@@ -15,49 +23,67 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from protocol.deadlines import AnswerBy
+from protocol.deadlines import MOST_WAITING, AnswerBy
 from protocol.errors import NOT_TAKEN, Busy
 
-# How much each answer moves the running means of the pace (exponential moving averages).
-PACE_WEIGHT = 0.2
-# Refused callers are told to come back a little faster than the measured pace: the gate never idles while they wait,
-# and those that come early wait their turn in it.
-RETRY_SPACING = 0.8
+# The pace is measured over the answers of the last this many seconds the gate was full (time not full does not
+# count, so a pause does not dilute it), once there are this many.
+PACE_WINDOW_S = 5.0
+PACE_MIN_ANSWERS = 5
+# The limit before there is a pace, and the least it falls to: a runtime answering slowly still gets this many.
+LIMIT_START = 32
+LIMIT_LEAST = 4
+# How far each answer while full moves the limit toward what the pace answers in time (a running mean).
+LIMIT_WEIGHT = 0.1
+# How much each answer moves the running mean of a write's time in flight (the pace before answers while full).
+IN_FLIGHT_WEIGHT = 0.2
 # Retry-After stays within these (whole seconds: HTTP's unit).
 RETRY_AFTER_MIN_S = 1
 RETRY_AFTER_MAX_S = 120
-
 
 # Told, for each write that went through, how long it waited for its place and how long it was then in flight.
 WriteObserver = Callable[[float, float], None]
 
 
 class WriteGate:
-    """The writes of one process: `limit` in flight at most, the rest waiting in order."""
+    """The writes of one process: `limit` in flight at most (moving with the runtime's pace, up to `ceiling`), the
+    rest waiting in order."""
 
-    def __init__(self, limit: int, observe: WriteObserver | None = None) -> None:
-        self.limit = limit
+    def __init__(self, ceiling: int, send_target_s: float = 1.0, observe: WriteObserver | None = None) -> None:
+        self.ceiling = ceiling
+        self.send_target_s = send_target_s
         self.observe = observe
+        self._limit = float(min(ceiling, LIMIT_START))
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._in_flight_s: float | None = None  # the running mean of a write's time in flight
-        self._between_s: float | None = None  # the running mean of the time between answers while the gate is full
-        self._last_answer: float | None = None
+        self._full_answers: deque[float] = deque()  # the full clock when writes were answered while full
+        self._full_clock = 0.0  # seconds the gate has been full, up to `_full_since`
+        self._full_since: float | None = None  # when the gate became full, while it is
         self._promised = 0.0  # when the last caller refused was told to come back (monotonic)
+
+    @property
+    def limit(self) -> int:
+        return max(1, round(self._limit))
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def full(self) -> bool:
+        return self.in_flight >= self.limit or bool(self._waiting)
+
     def pace(self) -> float | None:
-        """Writes this gate answers per second when all its places are busy, or None before any was answered."""
-        if self._between_s is not None:
-            return 1 / max(self._between_s, 0.001)
+        """Writes this gate answers per second when full, or None before any was answered."""
+        answers = self._recent_full_answers()
+        full_s = min(PACE_WINDOW_S, self._full_clock_now())
+        if len(answers) >= PACE_MIN_ANSWERS and full_s > 0:
+            return len(answers) / full_s
         if self._in_flight_s is not None:
             return self.limit / max(self._in_flight_s, 0.001)
         return None
@@ -67,18 +93,21 @@ class WriteGate:
         pace = self.pace()
         return 0.0 if pace is None else (ahead + 1) / pace
 
-    def promise_retry_s(self) -> int:
-        """When a caller refused now should ask again: once what this process holds is worked off at its pace (one
-        write a second for each place before there is a measure), and about one answer's time after the caller
-        refused before it. The moment is kept, so the next refusal is told a later one."""
+    def promise_retry_s(self, by: AnswerBy, ahead: int | None = None) -> int:
+        """When a caller refused now should ask again: once the writes that were ahead of it (all this process
+        holds, unless told) and every caller refused before it are worked off at the pace (one write a second for
+        each place before there is a measure), less half of what it may wait for its turn, so it arrives while the
+        writes ahead of it still run. The moment is kept, so the next refusal is told one answer's time later."""
         now = time.monotonic()
         pace = self.pace() or float(self.limit)
-        at = max(now + (self.in_flight + self.waiting) / pace, self._promised)
-        self._promised = at + RETRY_SPACING / pace
-        return min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, math.ceil(at - now)))
+        ahead = self.in_flight + self.waiting if ahead is None else ahead
+        early = by.seconds * MOST_WAITING / 2
+        at = max(now + max(0.0, ahead / pace - early), self._promised)
+        self._promised = at + 1 / pace
+        return min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, round(at - now)))
 
-    def _refusal(self, why: str) -> Busy:
-        after = self.promise_retry_s()
+    def _refusal(self, why: str, by: AnswerBy, ahead: int | None = None) -> Busy:
+        after = self.promise_retry_s(by, ahead)
         return Busy(
             f"{NOT_TAKEN}: {why} ({self.in_flight} writes in flight, {self.waiting} waiting); ask again in {after} s",
             after,
@@ -90,6 +119,7 @@ class WriteGate:
         came = time.monotonic()
         if self.in_flight < self.limit and not self._waiting:
             self.in_flight += 1
+            self._note_fullness()
         else:
             await self._wait(by)
         sent = time.monotonic()
@@ -99,16 +129,39 @@ class WriteGate:
             self._answered(sent)
             self.in_flight -= 1
             self._hand_on()
+            self._note_fullness()
             if self.observe is not None:
                 self.observe(sent - came, time.monotonic() - sent)
 
     def _answered(self, sent: float) -> None:
         now = time.monotonic()
-        self._in_flight_s = _moved(self._in_flight_s, now - sent)
-        full = self.in_flight >= self.limit or bool(self._waiting)
-        if full and self._last_answer is not None:
-            self._between_s = _moved(self._between_s, now - self._last_answer)
-        self._last_answer = now if full else None
+        in_flight_s = now - sent
+        self._in_flight_s = _moved(self._in_flight_s, in_flight_s, IN_FLIGHT_WEIGHT)
+        if self.full:
+            self._full_answers.append(self._full_clock_now())
+            if (pace := self.pace()) is not None and len(self._recent_full_answers()) >= PACE_MIN_ANSWERS:
+                fits = min(float(self.ceiling), max(float(LIMIT_LEAST), pace * self.send_target_s))
+                self._limit = _moved(self._limit, fits, LIMIT_WEIGHT)
+
+    def _recent_full_answers(self) -> deque[float]:
+        since = self._full_clock_now() - PACE_WINDOW_S
+        while self._full_answers and self._full_answers[0] < since:
+            self._full_answers.popleft()
+        return self._full_answers
+
+    def _full_clock_now(self) -> float:
+        """Seconds the gate has been full in all, up to now."""
+        if self._full_since is None:
+            return self._full_clock
+        return self._full_clock + time.monotonic() - self._full_since
+
+    def _note_fullness(self) -> None:
+        """Start or stop the full clock: called after every change of what is in flight or waiting."""
+        if self.full and self._full_since is None:
+            self._full_since = time.monotonic()
+        elif not self.full and self._full_since is not None:
+            self._full_clock = self._full_clock_now()
+            self._full_since = None
 
     def refusal_now(self, by: AnswerBy) -> Busy | None:
         """The refusal of a write that cannot expect its turn within its bound, before anything of it is read or
@@ -116,7 +169,7 @@ class WriteGate:
         if self.in_flight < self.limit and not self._waiting:
             return None
         if self.expected_wait_s(self.waiting) > by.left_to_wait():
-            return self._refusal("this process cannot send it in time")
+            return self._refusal("this process cannot send it in time", by)
         return None
 
     async def _wait(self, by: AnswerBy) -> None:
@@ -124,7 +177,9 @@ class WriteGate:
         if (refused := self.refusal_now(by)) is not None:
             raise refused
         place: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ahead: int | None = None
         self._waiting.append(place)
+        self._note_fullness()
         try:
             async with asyncio.timeout(allowed):
                 await asyncio.shield(place)
@@ -136,9 +191,11 @@ class WriteGate:
             else:
                 place.cancel()
                 with contextlib.suppress(ValueError):
+                    ahead = self.in_flight + self._waiting.index(place)  # those behind it are refused in turn
                     self._waiting.remove(place)
+            self._note_fullness()
             if isinstance(error, TimeoutError):
-                raise self._refusal("its turn did not come in time") from None
+                raise self._refusal("its turn did not come in time", by, ahead) from None
             raise
 
     def _hand_on(self) -> None:
@@ -149,5 +206,5 @@ class WriteGate:
                 place.set_result(None)
 
 
-def _moved(mean: float | None, value: float) -> float:
-    return value if mean is None else mean + PACE_WEIGHT * (value - mean)
+def _moved(mean: float | None, value: float, weight: float) -> float:
+    return value if mean is None else mean + weight * (value - mean)

@@ -31,7 +31,7 @@ from domain.rows import (
 )
 from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
-from protocol.deadlines import AnswerBy, answer_by
+from protocol.deadlines import AnswerBy, answer_by, send_target_s
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
 from protocol.temporal_errors import refusal_of_rpc
 from starter.backpressure import WriteGate, WriteObserver
@@ -68,7 +68,9 @@ class HelperClient(StoreReader):
     ) -> None:
         super().__init__(settings, store)
         self._temporal = temporal
-        self.gate = WriteGate(settings.starter_max_in_flight, observe_writes)
+        self.gate = WriteGate(
+            settings.starter_max_in_flight, send_target_s(settings.starter_timeout_ms / 1000), observe_writes
+        )
 
     @classmethod
     async def connect(cls, settings: Settings, *, temporal: bool = True, by: AnswerBy | None = None) -> HelperClient:
@@ -149,13 +151,13 @@ class HelperClient(StoreReader):
             raise
 
     async def _write(self, send: Callable[[], Awaitable[Answer]], by: AnswerBy, missing_helper: str = "") -> Answer:
-        """One write through this process's gate (at most HELPER_STARTER_MAX_IN_FLIGHT at once, R48)."""
+        """One write through this process's gate (as many in flight as the runtime answers in time, R48)."""
         try:
             async with self.gate.turn(by):
                 return await send()
         except Unavailable as error:
             if error.retry_after_s is None:  # not taken in time: ask again once this process has worked off its own
-                raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s()) from None
+                raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s(by)) from None
             raise
         except RPCError as error:
             if error.status is not RPCStatusCode.NOT_FOUND:  # one the send raised before Temporal answered it

@@ -28,7 +28,7 @@ REQUEST_SECONDS: Final = Histogram(
 WRITE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30)
 WRITE_WAIT_SECONDS: Final = Histogram(
     "helper_api_write_wait_seconds",
-    "Time a write that went through waited for its place among HELPER_STARTER_MAX_IN_FLIGHT before it was sent.",
+    "Time a write that went through waited for its place among the writes in flight before it was sent.",
     buckets=WRITE_BUCKETS,
     registry=REGISTRY,
 )

@@ -4,7 +4,9 @@ are refused before anything is sent, with a time to ask again that grows with th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections import Counter
 
 import pytest
 
@@ -80,7 +82,7 @@ async def test_the_time_to_ask_again_grows_with_the_backlog() -> None:
     for _ in range(4):
         tasks += [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(20)]
         await asyncio.sleep(0.01)
-        seen.append(gate.promise_retry_s())
+        seen.append(gate.promise_retry_s(AnswerBy.within(60)))
     assert seen == sorted(seen) and seen[-1] > seen[0], seen
     assert all(1 <= after <= RETRY_AFTER_MAX_S for after in seen)
     hold.set()
@@ -126,8 +128,9 @@ async def test_the_callers_of_a_burst_are_told_to_come_back_one_after_the_other(
     hold = asyncio.Event()
     tasks = [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(2)]
     await asyncio.sleep(0.01)
-    told = [gate.promise_retry_s() for _ in range(10)]
-    assert told == sorted(told) and told[-1] >= told[0] + 4, told  # before a measure: a write a second a place
+    told = [gate.promise_retry_s(AnswerBy.within(4)) for _ in range(12)]
+    # Before a measure: a write a second a place, so half a second apart: some 5 s from the first to the last.
+    assert told == sorted(told) and told[-1] >= told[0] + 4, told
     hold.set()
     await asyncio.gather(*tasks)
 
@@ -146,3 +149,58 @@ async def test_each_write_that_went_through_reports_its_wait_and_its_time_in_fli
     (first_waited, first_sent), (second_waited, second_sent) = reported
     assert first_waited < 0.05 and first_sent >= 0.19, "the first went at once and was in flight while held"
     assert second_waited >= 0.19 and second_sent < 0.05, "the second waited for the first's place"
+
+
+async def _runtime(gate: WriteGate, writes: int, takes_s: float, by_s: float = 10) -> None:
+    """`writes` writes at once through the gate to a runtime that answers each in `takes_s`."""
+
+    async def write() -> None:
+        with contextlib.suppress(Busy):  # more than the runtime answers within the bound
+            async with gate.turn(AnswerBy.within(by_s)):
+                await asyncio.sleep(takes_s)
+
+    await asyncio.gather(*(write() for _ in range(writes)))
+
+
+async def test_a_runtime_that_answers_quickly_is_given_more_writes_at_once() -> None:
+    """R51: while the gate is full and Temporal answers well within the target, the limit grows past its start,
+    up to the ceiling, so a runtime with room is not held to a fixed number."""
+    gate = WriteGate(64, send_target_s=0.5)
+    assert gate.limit == 32
+    await _runtime(gate, 600, takes_s=0.02)
+    assert 32 < gate.limit <= 64, gate.limit
+
+
+async def test_a_runtime_that_answers_slowly_is_given_fewer_writes_at_once() -> None:
+    """R51: when Temporal's answers take longer than the target, the limit falls toward what the pace answers in
+    the target's time (here about 100 writes a second for 0.05 s: about 5), so writes wait in the gate, where
+    they can still be refused cleanly, instead of running out of time inside Temporal."""
+    gate = WriteGate(256, send_target_s=0.05)
+    await _runtime(gate, 300, takes_s=0.3)
+    assert gate.limit < 16, gate.limit
+
+
+async def test_callers_told_to_come_back_are_taken_when_they_do_and_the_gate_does_not_idle() -> None:
+    """R51: a burst larger than the bound allows: the refused callers come back when told (Retry-After) and are
+    taken then, not refused again, and the whole burst is worked off at about the runtime's pace."""
+    gate = WriteGate(8, send_target_s=1.0)  # at most 8 at a time, 0.4 s each: 20 writes a second
+    tries: list[int] = []
+    told: list[int] = []
+
+    async def caller() -> None:
+        for attempt in range(1, 4):
+            try:
+                async with gate.turn(AnswerBy.within(4)):  # 2 s to wait for its turn
+                    await asyncio.sleep(0.4)
+                tries.append(attempt)
+                return
+            except Busy as busy:
+                told.append(busy.retry_after_s)
+                await asyncio.sleep(busy.retry_after_s)
+        tries.append(0)
+
+    started = time.monotonic()
+    await asyncio.gather(*(caller() for _ in range(100)))
+    took = time.monotonic() - started
+    assert tries.count(0) == 0 and max(tries) == 2, Counter(tries)
+    assert took < 100 / 20 + 3, f"the burst took {took:.1f} s at 20 writes a second; told {Counter(told)}"
