@@ -282,6 +282,8 @@ def report(side: Round, owners: int) -> None:
             f"  Retry-After given: min {min(side.retry_after_s)} s, median {percentile(side.retry_after_s, 0.5):.0f} s,"
             f" max {max(side.retry_after_s)} s ({len(side.retry_after_s)} in all)"
         )
+    cut = sum(n for kind, n in side.kinds.items() if kind.startswith(("transport", "http 408")))
+    print(f"  answered 408 or cut mid-request: {cut} of {sum(side.kinds.values())} requests (target 0)", flush=True)
     rate = side.taken / side.seconds if side.seconds else float("nan")
     print(
         f"  {side.taken} of {owners} taken in {side.seconds:.1f} s ({rate:.1f} a second; each owner's time to taken "
