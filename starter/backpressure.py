@@ -5,12 +5,13 @@ order they came, for as long as their bound allows (`AnswerBy.left_to_wait`); on
 within that is refused at once with `Busy`, before anything is sent, and one whose wait runs out is refused the
 same way.
 
-The number in flight follows the runtime: the pace is the answers a second while the gate is full (over the last
-few seconds), and the limit is what that pace answers within `send_target_s`, the time a write may spend in
-Temporal and still be accepted in its bound (Little's law). While Temporal answers faster than that, the limit
-grows, so a runtime with room is given more; when its answers slow down, the limit shrinks, so writes wait here,
-where they can still be refused cleanly, rather than inside Temporal, where they would run out of time.
-`ceiling` (HELPER_STARTER_MAX_IN_FLIGHT) bounds it.
+The number in flight follows the runtime, as TCP's window follows a network (additive increase, multiplicative
+decrease): while the gate is full and Temporal answers a write within `send_target_s` (the time a sent write may
+take and still be accepted in its bound, halved), the limit grows by one every `limit` answers, so a runtime with
+room is given more; an answer slower than twice that takes a tenth off it, at most once per `limit` answers, so a
+runtime falling behind is given fewer and the writes wait here, where they can still be refused cleanly, rather
+than inside Temporal, where they would run out of their bound. `ceiling` (HELPER_STARTER_MAX_IN_FLIGHT) bounds it.
+The pace is the answers a second while the gate is full, over the last few seconds it was.
 
 A refusal says when to ask again: a little before what this process holds, and every caller refused before it, is
 worked off at the pace, so that returning callers find their turn within what they may wait and the gate never
@@ -37,8 +38,9 @@ PACE_MIN_ANSWERS = 5
 # The limit before there is a pace, and the least it falls to: a runtime answering slowly still gets this many.
 LIMIT_START = 32
 LIMIT_LEAST = 4
-# How far each answer while full moves the limit toward what the pace answers in time (a running mean).
-LIMIT_WEIGHT = 0.1
+# An answer slower than this many times the target takes this share off the limit.
+TOO_SLOW = 2.0
+BACK_OFF = 0.9
 # How much each answer moves the running mean of a write's time in flight (the pace before answers while full).
 IN_FLIGHT_WEIGHT = 0.2
 # Retry-After stays within these (whole seconds: HTTP's unit).
@@ -64,6 +66,7 @@ class WriteGate:
         self._full_answers: deque[float] = deque()  # the full clock when writes were answered while full
         self._full_clock = 0.0  # seconds the gate has been full, up to `_full_since`
         self._full_since: float | None = None  # when the gate became full, while it is
+        self._answers_since_back_off = ceiling  # the first slow answer backs off at once
         self._promised = 0.0  # when the last caller refused was told to come back (monotonic)
 
     @property
@@ -137,11 +140,15 @@ class WriteGate:
         now = time.monotonic()
         in_flight_s = now - sent
         self._in_flight_s = _moved(self._in_flight_s, in_flight_s, IN_FLIGHT_WEIGHT)
+        self._answers_since_back_off += 1
+        if in_flight_s > TOO_SLOW * self.send_target_s:
+            if self._answers_since_back_off >= self.limit:
+                self._limit = max(float(LIMIT_LEAST), self._limit * BACK_OFF)
+                self._answers_since_back_off = 0
+        elif self.full:
+            self._limit = min(float(self.ceiling), self._limit + 1 / self._limit)
         if self.full:
             self._full_answers.append(self._full_clock_now())
-            if (pace := self.pace()) is not None and len(self._recent_full_answers()) >= PACE_MIN_ANSWERS:
-                fits = min(float(self.ceiling), max(float(LIMIT_LEAST), pace * self.send_target_s))
-                self._limit = _moved(self._limit, fits, LIMIT_WEIGHT)
 
     def _recent_full_answers(self) -> deque[float]:
         since = self._full_clock_now() - PACE_WINDOW_S

@@ -163,8 +163,8 @@ async def _runtime(gate: WriteGate, writes: int, takes_s: float, by_s: float = 1
 
 
 async def test_a_runtime_that_answers_quickly_is_given_more_writes_at_once() -> None:
-    """R51: while the gate is full and Temporal answers well within the target, the limit grows past its start,
-    up to the ceiling, so a runtime with room is not held to a fixed number."""
+    """R51: while the gate is full and Temporal answers within the target, the limit grows past its start (one
+    place for every `limit` answers), up to the ceiling, so a runtime with room is not held to a fixed number."""
     gate = WriteGate(64, send_target_s=0.5)
     assert gate.limit == 32
     await _runtime(gate, 600, takes_s=0.02)
@@ -172,9 +172,9 @@ async def test_a_runtime_that_answers_quickly_is_given_more_writes_at_once() -> 
 
 
 async def test_a_runtime_that_answers_slowly_is_given_fewer_writes_at_once() -> None:
-    """R51: when Temporal's answers take longer than the target, the limit falls toward what the pace answers in
-    the target's time (here about 100 writes a second for 0.05 s: about 5), so writes wait in the gate, where
-    they can still be refused cleanly, instead of running out of time inside Temporal."""
+    """R51: when Temporal's answers take more than twice the target, the limit falls by a tenth for every `limit`
+    answers, so writes wait in the gate, where they can still be refused cleanly, instead of running out of time
+    inside Temporal."""
     gate = WriteGate(256, send_target_s=0.05)
     await _runtime(gate, 300, takes_s=0.3)
     assert gate.limit < 16, gate.limit

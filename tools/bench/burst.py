@@ -67,6 +67,7 @@ from reference.core.script import scripted_task
 from tools.bench.admission import EchoWorkflow
 from tools.bench.api import serving
 from tools.bench.common import (
+    MAIN_THREAD,
     ProcessStack,
     machine_busy_seconds,
     process_cpu_seconds,
@@ -75,6 +76,7 @@ from tools.bench.common import (
     scrape_metrics,
     settled_cpu,
     stop_process,
+    thread_cpu_seconds,
 )
 from workflows.coordinator import MAX_EVENTS_PER_RUN, MAX_MESSAGES_PER_RUN
 
@@ -158,6 +160,7 @@ class Round:
     cpu_s: dict[str, float] = field(default_factory=dict)  # the same for the round's other processes
     busy_share: float = 0.0  # the machine's CPU busy while the callers waited (all cores)
     callers_lag_s: float = 0.0  # the callers' own event loop's longest lateness: a late caller sends late
+    worker_threads_s: dict[str, float] = field(default_factory=dict)  # the project worker's CPU by thread
 
     @property
     def taken(self) -> int:
@@ -179,8 +182,10 @@ async def run_round(
     at_once: int,
     server_pid: int,
     processes: dict[str, int],
+    threads_of: int | None = None,
 ) -> Round:
-    """Every owner's call, `at_once` at a time (all of them: together), each owner asking again after a refusal."""
+    """Every owner's call, `at_once` at a time (all of them: together), each owner asking again after a refusal;
+    `threads_of`: a process whose CPU is also split by thread (the project's worker)."""
     result = Round(name)
     lanes = asyncio.Semaphore(at_once)
     pids = {"server": server_pid, **processes}
@@ -193,6 +198,7 @@ async def run_round(
     gate = asyncio.Event()
     started_at = time.perf_counter()
     busy_before, total_before = machine_busy_seconds()
+    threads_before = thread_cpu_seconds(threads_of) if threads_of else {}
 
     async def one(owner: str) -> None:
         await gate.wait()
@@ -235,6 +241,9 @@ async def run_round(
     busy_after, total_after = machine_busy_seconds()
     result.busy_share = (busy_after - busy_before) / max(total_after - total_before, 1e-9)
     await back_to_background(pids, background)
+    if threads_of:
+        after = thread_cpu_seconds(threads_of)
+        result.worker_threads_s = {name: after[name] - threads_before.get(name, 0.0) for name in after}
     elapsed = time.monotonic() - began_at
     used = {name: process_cpu_seconds(pid) - before[name] - background[name] * elapsed for name, pid in pids.items()}
     result.server_cpu_s = used.pop("server")
@@ -294,6 +303,22 @@ def report(side: Round, owners: int) -> None:
         f"{side.callers_lag_s * 1000:.0f} ms",
         flush=True,
     )
+    if side.worker_threads_s:
+        taken = max(side.taken, 1)
+        split = ", ".join(
+            f"{THREAD_ROLES.get(name, name)} {seconds * 1000 / taken:.1f} ms"
+            for name, seconds in sorted(side.worker_threads_s.items(), key=lambda item: -item[1])
+            if seconds * 1000 / taken >= 0.05
+        )
+        print(f"  the worker's CPU per admission by thread (round and its aftermath, background in): {split}")
+
+
+# What each of the worker's threads runs.
+THREAD_ROLES = {
+    MAIN_THREAD: "event loop (activities, HTTP, store, the SDK's Python side)",
+    "python": "workflow tasks (the sandbox and the workflows)",
+    "tokio-rt-worker": "SDK core (Rust: gRPC, history)",
+}
 
 
 # The service's histograms of a write's wait for its place in the gate and its time in Temporal (starter.backpressure).
@@ -553,7 +578,9 @@ async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
                     name = f"{owner_count} new owners, {label}"
                     print(f"== {name}", flush=True)
                     service_before = await scrape_metrics(f"{api}/metrics")
-                    ours_round = await run_round(f"starter API, {label}", owners, project, at_once, server, ours)
+                    ours_round = await run_round(
+                        f"starter API, {label}", owners, project, at_once, server, ours, threads_of=stack.worker.pid
+                    )
                     report(ours_round, owner_count)
                     report_service_hops(f"starter API, {label}", service_before, await scrape_metrics(f"{api}/metrics"))
                     await check_truth(stack, ours_round)
@@ -562,7 +589,9 @@ async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
                     )
                     report(theirs_round, owner_count)
                     floor_name = f"the floor of an admission's shape (bare SDK calls), {label}"
-                    floor_round = await run_round(floor_name, owners, floor, at_once, server, theirs)
+                    floor_round = await run_round(
+                        floor_name, owners, floor, at_once, server, theirs, threads_of=echo.pid
+                    )
                     report(floor_round, owner_count)
                     compare(name, ours_round, theirs_round)
                     compare(f"{name}, the floor of its shape", floor_round, theirs_round)

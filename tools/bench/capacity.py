@@ -56,6 +56,7 @@ from protocol.names import helper_workflow_id
 from reference.core.script import scripted_task
 from store.database import STORE_POOL_SIZE
 from tools.bench.common import (
+    MAIN_THREAD,
     ProcessStack,
     machine_busy_seconds,
     metric,
@@ -143,7 +144,7 @@ class Bench:
         return Reading(
             at=time.monotonic(),
             worker_cpu=process_cpu_seconds(stack.worker.pid),
-            worker_loop_cpu=threads.get("python", 0.0),
+            worker_loop_cpu=threads.get(MAIN_THREAD, 0.0),
             server_cpu=process_cpu_seconds(stack.server.pid),
             core_cpu=process_cpu_seconds(stack.core.pid),
             machine_busy=busy,

@@ -102,13 +102,18 @@ def process_cpu_seconds(pid: int) -> float:
     return process_cpu_seconds_of(Path(f"/proc/{pid}/stat"))
 
 
+# The name thread_cpu_seconds gives a process's first thread: in the worker and the service, the event loop.
+MAIN_THREAD = "main"
+
+
 def thread_cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU time so far of a process's threads, summed by thread name (Python threads are all `python`; the
-    SDK core's Rust threads are `tokio-runtime-w`): what runs Python and what runs native code."""
+    """CPU time so far of a process's threads, summed by thread name: the first thread as MAIN_THREAD (the event
+    loop), the other Python threads as `python` (the worker's workflow tasks), the SDK core's Rust threads as
+    `tokio-rt-worker`: what runs Python and what runs native code."""
     by_name: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError):  # a thread that just ended
-            name = (task / "comm").read_text().strip()
+            name = MAIN_THREAD if task.name == str(pid) else (task / "comm").read_text().strip()
             by_name[name] = by_name.get(name, 0.0) + process_cpu_seconds_of(task / "stat")
     return by_name
 
