@@ -204,3 +204,14 @@ async def test_callers_told_to_come_back_are_taken_when_they_do_and_the_gate_doe
     took = time.monotonic() - started
     assert tries.count(0) == 0 and max(tries) == 2, Counter(tries)
     assert took < 100 / 20 + 3, f"the burst took {took:.1f} s at 20 writes a second; told {Counter(told)}"
+
+
+async def test_a_slow_start_does_not_hold_the_rest_of_the_burst_back() -> None:
+    """R51: a cold runtime answers the first writes slowly and the limit falls; once it answers within the target
+    again the limit climbs back, so the burst is not held to what its first seconds could take."""
+    gate = WriteGate(64, send_target_s=0.1)
+    await _runtime(gate, 100, takes_s=0.3)  # cold: three times the target
+    fallen = gate.limit
+    assert fallen < 32, fallen
+    await _runtime(gate, 800, takes_s=0.02)  # warm
+    assert gate.limit > fallen + 5, (fallen, gate.limit)
