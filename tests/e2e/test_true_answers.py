@@ -95,12 +95,21 @@ async def _final(store: HelperStore, owner: str, helper_id: str) -> bool:
     return row is not None and row.outcome_kind is not None
 
 
+def _sample(page: httpx.Response, name: str) -> float:
+    """One unlabelled sample of a Prometheus text page."""
+    for line in page.text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return 0.0
+
+
 async def test_the_service_refuses_what_it_cannot_answer_in_time_before_sending_it(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    """R48, R47: one write in flight at most, no worker: the first start is answered 503 `unavailable` at its bound,
-    the ones behind it 429 `busy` with a Retry-After once they waited half their bound, none sent to Temporal; with
-    a worker back, none of them was taken."""
+    """R48, R47, R51: one write in flight at most, no worker: the first start is answered 503 `unavailable` at its
+    bound, the ones behind it 429 `busy` with a Retry-After once they waited half their bound, none sent to
+    Temporal; the service's metrics count the one write sent, its wait and its time in Temporal; with a worker
+    back, none of them was taken."""
     async with running_core(tmp_path / "core.sqlite3") as core_url, running_chat() as chat_url:
         settings = settings_for(tmp_path, core_url, chat_url, follow=E2E_FOLLOW)
         settings = settings.model_copy(update={"starter_timeout_ms": 2_000, "starter_max_in_flight": 1})
@@ -115,6 +124,7 @@ async def test_the_service_refuses_what_it_cannot_answer_in_time_before_sending_
                     answer = await http.post(f"/v1/owners/{owner}/helpers", json={**body, "helper_id": helper_id})
                     return answer, time.monotonic() - started
 
+                before = await http.get("/metrics")
                 answers = await asyncio.gather(*(start(f"h{n}") for n in range(4)))
                 statuses = sorted(answer.status_code for answer, _ in answers)
                 assert statuses == [429, 429, 429, 503], [answer.text for answer, _ in answers]
@@ -124,6 +134,13 @@ async def test_the_service_refuses_what_it_cannot_answer_in_time_before_sending_
                     error = answer.json()["error"]
                     assert error["code"] in ("busy", "unavailable") and error["retry_after_s"] >= 1
                     assert "nothing was taken" in error["message"]
+                page = await http.get("/metrics")
+                sent, in_temporal = (
+                    _sample(page, name) - _sample(before, name)
+                    for name in ("helper_api_write_send_seconds_count", "helper_api_write_send_seconds_sum")
+                )
+                assert sent == 1, "one write was sent"
+                assert in_temporal >= 0.9, "and was in Temporal until its bound"
             async with running_worker(dev_env.client, settings):
                 await asyncio.sleep(3)
                 assert await rows_of(store, owner) == [], "nothing refused or unavailable was taken"
