@@ -27,12 +27,11 @@ MOST_WAITING = 0.5
 _MARK = "by-"
 
 
-def send_target_s(bound_s: float) -> float:
-    """The time a write may take in Temporal and still be accepted within its bound after the longest wait for its
-    turn (`MOST_WAITING` of the bound), halved for the update's completion after its acceptance: the starter's
-    gate keeps its writes in flight to what the runtime answers in this (starter.backpressure)."""
-    accept_grace = min(ACCEPT_GRACE.total_seconds(), bound_s / 3)
-    return (bound_s * (1 - MOST_WAITING) - accept_grace) / 2
+def accept_within_s(bound_s: float) -> float:
+    """The time a sent write has to be accepted by Temporal after the longest wait for its turn (`MOST_WAITING` of
+    its bound) and before its accept-by time: the starter's gate keeps in flight what Temporal answers within
+    this (starter.backpressure)."""
+    return bound_s * (1 - MOST_WAITING) - min(ACCEPT_GRACE.total_seconds(), bound_s / 3)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ within that is refused at once with `Busy`, before anything is sent, and one who
 same way.
 
 The number in flight follows the runtime, as TCP's window follows a network (additive increase, multiplicative
-decrease): while the gate is full and Temporal answers a write within `send_target_s` (the time a sent write may
-take and still be accepted in its bound, halved), the limit grows by one every `limit` answers, so a runtime with
-room is given more; an answer slower than twice that takes a tenth off it, at most once per `limit` answers, so a
-runtime falling behind is given fewer and the writes wait here, where they can still be refused cleanly, rather
-than inside Temporal, where they would run out of their bound. `ceiling` (HELPER_STARTER_MAX_IN_FLIGHT) bounds it.
-The pace is the answers a second while the gate is full, over the last few seconds it was.
+decrease): while the gate is full and Temporal answers a write within `answer_within_s` (the time a sent write has
+to be accepted in its bound), the limit grows by one every `limit` answers, so a runtime with room is given more;
+an answer slower than that takes a tenth off it, at most once per `limit` answers, so a runtime falling behind is
+given fewer and the writes wait here, where they can still be refused cleanly, rather than inside Temporal, where
+they would run out of their bound. `ceiling` (HELPER_STARTER_MAX_IN_FLIGHT) bounds it. The pace is the answers a
+second while the gate is full, over the last few seconds it was.
 
 A refusal says when to ask again: a little before what this process holds, and every caller refused before it, is
 worked off at the pace, so that returning callers find their turn within what they may wait and the gate never
@@ -38,8 +38,7 @@ PACE_MIN_ANSWERS = 5
 # The limit before there is a pace, and the least it falls to: a runtime answering slowly still gets this many.
 LIMIT_START = 32
 LIMIT_LEAST = 4
-# An answer slower than this many times the target takes this share off the limit.
-TOO_SLOW = 2.0
+# An answer slower than `answer_within_s` takes this share off the limit.
 BACK_OFF = 0.9
 # How much each answer moves the running mean of a write's time in flight (the pace before answers while full).
 IN_FLIGHT_WEIGHT = 0.2
@@ -55,9 +54,9 @@ class WriteGate:
     """The writes of one process: `limit` in flight at most (moving with the runtime's pace, up to `ceiling`), the
     rest waiting in order."""
 
-    def __init__(self, ceiling: int, send_target_s: float = 1.0, observe: WriteObserver | None = None) -> None:
+    def __init__(self, ceiling: int, answer_within_s: float = 2.0, observe: WriteObserver | None = None) -> None:
         self.ceiling = ceiling
-        self.send_target_s = send_target_s
+        self.answer_within_s = answer_within_s
         self.observe = observe
         self._limit = float(min(ceiling, LIMIT_START))
         self.in_flight = 0
@@ -141,7 +140,7 @@ class WriteGate:
         in_flight_s = now - sent
         self._in_flight_s = _moved(self._in_flight_s, in_flight_s, IN_FLIGHT_WEIGHT)
         self._answers_since_back_off += 1
-        if in_flight_s > TOO_SLOW * self.send_target_s:
+        if in_flight_s > self.answer_within_s:
             if self._answers_since_back_off >= self.limit:
                 self._limit = max(float(LIMIT_LEAST), self._limit * BACK_OFF)
                 self._answers_since_back_off = 0

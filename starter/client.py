@@ -31,7 +31,7 @@ from domain.rows import (
 )
 from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
-from protocol.deadlines import AnswerBy, answer_by, send_target_s
+from protocol.deadlines import AnswerBy, accept_within_s, answer_by
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
 from protocol.temporal_errors import refusal_of_rpc
 from starter.backpressure import WriteGate, WriteObserver
@@ -69,7 +69,7 @@ class HelperClient(StoreReader):
         super().__init__(settings, store)
         self._temporal = temporal
         self.gate = WriteGate(
-            settings.starter_max_in_flight, send_target_s(settings.starter_timeout_ms / 1000), observe_writes
+            settings.starter_max_in_flight, accept_within_s(settings.starter_timeout_ms / 1000), observe_writes
         )
 
     @classmethod

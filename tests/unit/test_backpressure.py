@@ -163,19 +163,19 @@ async def _runtime(gate: WriteGate, writes: int, takes_s: float, by_s: float = 1
 
 
 async def test_a_runtime_that_answers_quickly_is_given_more_writes_at_once() -> None:
-    """R51: while the gate is full and Temporal answers within the target, the limit grows past its start (one
+    """R51: while the gate is full and Temporal answers in time, the limit grows past its start (one
     place for every `limit` answers), up to the ceiling, so a runtime with room is not held to a fixed number."""
-    gate = WriteGate(64, send_target_s=0.5)
+    gate = WriteGate(64, answer_within_s=1.0)
     assert gate.limit == 32
     await _runtime(gate, 600, takes_s=0.02)
     assert 32 < gate.limit <= 64, gate.limit
 
 
 async def test_a_runtime_that_answers_slowly_is_given_fewer_writes_at_once() -> None:
-    """R51: when Temporal's answers take more than twice the target, the limit falls by a tenth for every `limit`
+    """R51: when Temporal's answers take longer than a sent write has, the limit falls by a tenth for every `limit`
     answers, so writes wait in the gate, where they can still be refused cleanly, instead of running out of time
     inside Temporal."""
-    gate = WriteGate(256, send_target_s=0.05)
+    gate = WriteGate(256, answer_within_s=0.1)
     await _runtime(gate, 300, takes_s=0.3)
     assert gate.limit < 16, gate.limit
 
@@ -183,7 +183,7 @@ async def test_a_runtime_that_answers_slowly_is_given_fewer_writes_at_once() -> 
 async def test_callers_told_to_come_back_are_taken_when_they_do_and_the_gate_does_not_idle() -> None:
     """R51: a burst larger than the bound allows: the refused callers come back when told (Retry-After) and are
     taken then, not refused again, and the whole burst is worked off at about the runtime's pace."""
-    gate = WriteGate(8, send_target_s=1.0)  # at most 8 at a time, 0.4 s each: 20 writes a second
+    gate = WriteGate(8, answer_within_s=2.0)  # at most 8 at a time, 0.4 s each: 20 writes a second
     tries: list[int] = []
     told: list[int] = []
 
@@ -207,10 +207,10 @@ async def test_callers_told_to_come_back_are_taken_when_they_do_and_the_gate_doe
 
 
 async def test_a_slow_start_does_not_hold_the_rest_of_the_burst_back() -> None:
-    """R51: a cold runtime answers the first writes slowly and the limit falls; once it answers within the target
-    again the limit climbs back, so the burst is not held to what its first seconds could take."""
-    gate = WriteGate(64, send_target_s=0.1)
-    await _runtime(gate, 100, takes_s=0.3)  # cold: three times the target
+    """R51: a cold runtime answers the first writes slowly and the limit falls; once it answers in time again the
+    limit climbs back, so the burst is not held to what its first seconds could take."""
+    gate = WriteGate(64, answer_within_s=0.2)
+    await _runtime(gate, 100, takes_s=0.3)  # cold: slower than a sent write has
     fallen = gate.limit
     assert fallen < 32, fallen
     await _runtime(gate, 800, takes_s=0.02)  # warm
