@@ -30,7 +30,10 @@ from tools.demo.stack import BIN, HOST, Stack, StackError
 from tools.demo.stack import wait_for_http as stack_wait_for_http
 
 STARTER = BIN / "helper-starter"
-DONE, REFUSED, INVALID, UNAVAILABLE = 0, 1, 2, 3
+# The starter's exit codes (its contract, docs/api.md): 4 is a write Temporal accepted whose answer did not come
+# within the bound, 5 a write refused before anything was sent; both are answers, and asking again is safe.
+DONE, REFUSED, INVALID, UNAVAILABLE, ACCEPTED, BUSY = 0, 1, 2, 3, 4, 5
+ASK_AGAIN = (UNAVAILABLE, ACCEPTED, BUSY)
 # Core session statuses the owner has going: sampled and reported. Only `running` is limited (R38): a
 # question or authorization session is paused, and its reset (R20) follows the slot hand-off.
 ACTIVE_STATUSES = ("running", "question", "authorization")
@@ -82,8 +85,9 @@ class Answer:
 
     @property
     def error_code(self) -> str | None:
-        if isinstance(self.output, dict) and isinstance(self.output.get("error"), dict):
-            return str(self.output["error"].get("code"))
+        for key in ("error", "pending"):
+            if isinstance(self.output, dict) and isinstance(self.output.get(key), dict):
+                return str(self.output[key].get("code"))
         return None
 
     @property
@@ -92,8 +96,15 @@ class Answer:
 
     @property
     def abnormal(self) -> bool:
-        """No JSON object on stdout, or an exit code outside 0-3: a crash, not an answer."""
-        return self.code not in (DONE, REFUSED, INVALID, UNAVAILABLE) or not isinstance(self.output, dict | list)
+        """No JSON object on stdout, or an exit code outside the contract: a crash, not an answer."""
+        return self.code not in (DONE, REFUSED, INVALID, *ASK_AGAIN) or not isinstance(self.output, dict | list)
+
+    @property
+    def retry_after_s(self) -> float | None:
+        if self.code in ASK_AGAIN and isinstance(self.output, dict) and isinstance(self.output.get("error"), dict):
+            value = self.output["error"].get("retry_after_s")
+            return float(value) if isinstance(value, int | float) else None
+        return None
 
 
 def _parse(stdout: str) -> tuple[Any, list[str]]:
@@ -302,16 +313,17 @@ class Owner:
             await self._close_one()
 
     async def call(self, answers_until: float, *arguments: str, tries: list[str] | None = None) -> Answer:
-        """One starter command, asked again (up to 40 times) while the runtime is unavailable or the command
-        gave no answer; every answer's "exit/error code" is appended to `tries`."""
+        """One starter command, asked again (up to 40 times) while the runtime is unavailable, busy or has not
+        answered an accepted write yet, or the command gave no answer; every answer's "exit/error code" is
+        appended to `tries`."""
         pause = 0.5
         answer = await self.starter.run(*arguments)
         for _ in range(40):
             if tries is not None:
                 tries.append(f"{answer.code}/{'abnormal' if answer.abnormal else answer.error_code or '-'}")
-            if not (answer.code == UNAVAILABLE or answer.abnormal) or self.clock() > answers_until:
+            if not (answer.code in ASK_AGAIN or answer.abnormal) or self.clock() > answers_until:
                 break
-            await asyncio.sleep(pause)
+            await asyncio.sleep(answer.retry_after_s if answer.retry_after_s is not None else pause)
             pause = min(pause * 1.5, 3.0)
             answer = await self.starter.run(*arguments)
         return answer
