@@ -31,14 +31,16 @@ async def test_three_run_a_fourth_is_refused_and_each_reaches_its_outcome(stack:
     mail = scripted_task(
         "Mail the Q3 summary to Bob.",
         steps=3,
-        step_ms=200,
+        step_ms=2_000,
         tool_calls=[
             {"step": 2, "tool": "send_mail", "args": {"to": "bob@example.com", "subject": "Q3", "body": "+12%"}}
         ],
     )
     question = scripted_task(
-        "Pick a venue.", steps=2, step_ms=200, end="question", question="Walking distance or taxi?"
+        "Pick a venue.", steps=2, step_ms=2_000, end="question", question="Walking distance or taxi?"
     )
+    # The mail and the venue take seconds, so both are still open when the fourth start comes on a busy machine;
+    # the scan's 80 steps take longer still.
     heavy = scripted_task(
         "Scan competitors.",
         end="run",
