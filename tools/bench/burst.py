@@ -70,6 +70,7 @@ from tools.bench.common import (
     MAIN_THREAD,
     ProcessStack,
     machine_busy_seconds,
+    metric,
     process_cpu_seconds,
     process_stack,
     repository_root,
@@ -369,6 +370,26 @@ def report_service_hops(label: str, before: dict[str, float], after: dict[str, f
         print(f"  {hop}: {quantiles} ({buckets[-1][1] if buckets else 0:.0f} requests)", flush=True)
 
 
+# The SDK's worker metrics (HELPER_METRICS_BIND) that say whether a round's workflows stayed in the worker's cache:
+# a run evicted before its next task replays its whole history on a fresh sandboxed instance.
+WORKER_CACHE_COUNTERS = {
+    "workflow tasks": "temporal_workflow_task_execution_latency_count",
+    "of them replayed": "temporal_workflow_task_replay_latency_count",
+    "cache hits": "temporal_sticky_cache_hit",
+    "cache misses": "temporal_sticky_cache_miss",
+    "forced evictions": "temporal_sticky_cache_total_forced_eviction",
+}
+
+
+def report_worker_cache(label: str, before: dict[str, float], after: dict[str, float]) -> None:
+    """The round's workflow tasks and how its workflows fared in the worker's cache, from the SDK's metrics."""
+    counts = ", ".join(
+        f"{what} {(metric(after, name) or 0.0) - (metric(before, name) or 0.0):.0f}"
+        for what, name in WORKER_CACHE_COUNTERS.items()
+    )
+    print(f"{label}: in the worker: {counts}", flush=True)
+
+
 def compare(label: str, project: Round, baseline: Round) -> None:
     rate = project.taken / project.seconds
     base_rate = baseline.taken / baseline.seconds
@@ -578,11 +599,13 @@ async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
                     name = f"{owner_count} new owners, {label}"
                     print(f"== {name}", flush=True)
                     service_before = await scrape_metrics(f"{api}/metrics")
+                    worker_before = await scrape_metrics(stack.metrics_url)
                     ours_round = await run_round(
                         f"starter API, {label}", owners, project, at_once, server, ours, threads_of=stack.worker.pid
                     )
                     report(ours_round, owner_count)
                     report_service_hops(f"starter API, {label}", service_before, await scrape_metrics(f"{api}/metrics"))
+                    report_worker_cache(f"starter API, {label}", worker_before, await scrape_metrics(stack.metrics_url))
                     await check_truth(stack, ours_round)
                     theirs_round = await run_round(
                         f"raw update-with-start, {label}", owners, raw, at_once, server, theirs
