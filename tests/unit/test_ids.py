@@ -66,6 +66,8 @@ def test_result_paths_never_leave_the_root(tmp_path: Path) -> None:
     outside it (a crafted row, another store) and touches nothing."""
     results = ResultDirectories(tmp_path / "results")
     assert results.path_for("anna", "h1", 3) == tmp_path / "results" / "anna" / "h1.3"
+    for tricky in ("a..", "a..b", "a.", "a-..-", "A..", "a" + "." * 63):  # valid ids full of dots
+        assert results.inside(results.path_for(tricky, tricky, 1)).parent.parent == tmp_path / "results"
     for bad in BAD_IDS:
         with pytest.raises(ValueError):
             results.path_for(bad, "h1", 1)
