@@ -45,6 +45,16 @@ ADMISSION_WRITE: LocalActivityOptions = {
 }
 
 
+# What an attempt that makes a core call is given beyond HELPER_CHECK_MS, which bounds the HTTP call itself: the
+# attempt's other work (its store writes) ends inside it, so the call's own timeout is what cuts a slow core.
+CORE_CALL_MARGIN = timedelta(seconds=5)
+
+
+def core_call_bound(check_ms: int) -> timedelta:
+    """The time one attempt of one core call may take."""
+    return timedelta(milliseconds=check_ms) + CORE_CALL_MARGIN
+
+
 def core_call(
     check_ms: int,
     *,
@@ -57,7 +67,7 @@ def core_call(
     for their end before it completes, so no late result meets a completing workflow task.
     """
     options: ActivityOptions = {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "start_to_close_timeout": core_call_bound(check_ms),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
@@ -87,7 +97,7 @@ def first_open(check_ms: int) -> LocalActivityOptions:
     """The open's first attempt, as a local activity: one attempt, bounded like a core call; the helper's task
     waits for it (the task heartbeats while it runs), and a failure goes on as the open activity."""
     options: LocalActivityOptions = {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "start_to_close_timeout": core_call_bound(check_ms),
         "retry_policy": RetryPolicy(maximum_attempts=1),
         "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     }
@@ -102,7 +112,7 @@ RESET_BUDGET = timedelta(minutes=5)
 
 def reset(check_ms: int) -> ActivityOptions:
     return {
-        "start_to_close_timeout": timedelta(milliseconds=check_ms) + timedelta(seconds=5),
+        "start_to_close_timeout": core_call_bound(check_ms),
         "schedule_to_close_timeout": RESET_BUDGET,
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=30)
@@ -135,7 +145,7 @@ def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) ->
         # A dead worker shows after this; heartbeats go out at most every 80 % of it (the SDK's throttle), so
         # it sets the heartbeats a helper costs too (R44). A read is shortened to fit inside it
         # (domain.follow.long_poll_wait_ms); a core call alone may take HELPER_CHECK_MS.
-        "heartbeat_timeout": timedelta(milliseconds=max(tuning.liveness_ms, check_ms + 5_000)),
+        "heartbeat_timeout": max(timedelta(milliseconds=tuning.liveness_ms), core_call_bound(check_ms)),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(milliseconds=tuning.resume_ms),
             backoff_coefficient=1.0,
