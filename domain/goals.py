@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from domain.ids import check_id
 from domain.limits import LimitOverrides
-from domain.requests import HelperRequest, RequestError, check_id
+from domain.requests import HelperRequest, RequestError
 
 # Short enough that `<goal id>.<timestamp>` stays a valid 64-character helper id.
 GOAL_ID_MAX = 40

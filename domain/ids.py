@@ -13,22 +13,27 @@ from typing import Annotated, Final
 
 from pydantic import AfterValidator
 
+# Ids end up in workflow ids, directory names and URLs: a safe alphabet, and short.
 ID_MAX_CHARS: Final = 64
-ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-ID_RULE: Final = "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-# How much of a bad id an error message repeats: enough to recognise it, never a 10,000-character echo.
+ID_PATTERN: Final = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{ID_MAX_CHARS - 1}}}$")
+ID_RULE: Final = f"1-{ID_MAX_CHARS} letters, digits, '.', '_' or '-', starting with a letter or digit"
+# How much of a bad input an error message repeats: enough to recognise it, never a 10,000-character echo.
 ECHO_MAX_CHARS: Final = 40
+
+
+def clip(value: str, limit: int = ECHO_MAX_CHARS) -> str:
+    """A short prefix of an input for a message: at most `limit` characters in all."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def echo(value: object) -> str:
     """A short, printable prefix of a value for an error message."""
-    text = repr(value)
-    return text if len(text) <= ECHO_MAX_CHARS else text[: ECHO_MAX_CHARS - 1] + "…"
+    return clip(repr(value))
 
 
 def check_id(kind: str, value: str) -> str:
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-        raise ValueError(f"{kind} {echo(value)} is not valid: {ID_RULE}")
+        raise ValueError(f"{kind} {echo(value)} is not valid: use {ID_RULE}")
     return value
 
 

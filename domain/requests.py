@@ -13,12 +13,12 @@ before a check was added still replays and a Goal saved before it still loads.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from domain.boundary import BoundaryError, BoundaryItem, control_character_problem, parse_boundary
+from domain.ids import check_id
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
@@ -29,9 +29,6 @@ from domain.limits import (
 )
 from domain.texts import SUPPORTED_LANGUAGES
 
-# Ids end up in workflow ids, directory names and URLs: keep them to a safe alphabet.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
 
 class RequestError(ValueError):
     """A request is malformed; `problems` names each wrong field and why."""
@@ -39,14 +36,6 @@ class RequestError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
-
-
-def check_id(kind: str, value: str) -> str:
-    if not ID_PATTERN.fullmatch(value):
-        raise ValueError(
-            f"{kind} {value!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
-    return value
 
 
 def check_utf8(field: str, value: str) -> str:

@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from domain.ids import ECHO_MAX_CHARS, clip
 from protocol.errors import StarterError
-from starter.inputs import ECHO_MAX_CHARS, clip, redact
+from starter.inputs import redact
 
 MESSAGE_MAX_CHARS = 1_000  # a message is cut here whatever it says
 PROBLEMS_MAX = 20

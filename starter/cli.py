@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from config.settings import Settings, SettingsError
+from domain.ids import clip
 from domain.limits import LimitOverrides
 from protocol.deadlines import AnswerBy, answer_by
 from protocol.errors import InvalidConfiguration, InvalidRequest, StarterError, Unavailable
@@ -29,7 +30,6 @@ from starter import commands
 from starter.answers import answer_json, error_json, safe_text
 from starter.arguments import build_parser
 from starter.commands import Command
-from starter.inputs import clip
 from starter.reads import StoreReader, open_sqlite_reader
 
 STDERR_MAX_CHARS = 300

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from codec.encryption import CodecError
 from config.settings import Settings
 from domain.goals import Goal
+from domain.ids import clip
 from domain.requests import HelperRequest
 from domain.rows import (
     Admission,
@@ -39,7 +40,6 @@ from starter.inputs import (
     answer_request,
     check_goal_ids,
     check_ids,
-    clip,
     delivered_request,
     parse_goal,
     parse_request,

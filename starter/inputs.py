@@ -13,23 +13,17 @@ from pydantic import ValidationError
 
 from config.settings import Settings
 from config.store_address import StoreAddress
+from domain.ids import check_id, clip
 from domain.limits import ANSWER_CHARS_MAX, READ_MAX_HELPERS, TURN_MAX_CHARS
-from domain.requests import HelperRequest, RequestError, check_id
+from domain.requests import HelperRequest, RequestError
 from protocol.errors import InvalidRequest
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal
     from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
 
-ECHO_MAX_CHARS = 40
-
 # A Schedule's interval must stay far from what Temporal (and timedelta) can hold: at most a year and a day.
 MAX_EVERY = timedelta(days=366)
-
-
-def clip(value: str, limit: int = ECHO_MAX_CHARS) -> str:
-    """A short prefix of an input for a message: an error never echoes a whole 10,000-character input."""
-    return value if len(value) <= limit else value[: limit - 1] + "…"  # at most `limit` characters in all
 
 
 def parse_request(request: HelperRequest | dict[str, Any], settings: Settings) -> HelperRequest:
@@ -139,7 +133,7 @@ def every_ms(text: str) -> int:
     """`--every` ('30m', '1h', '1d') in milliseconds, from one minute to MAX_EVERY; InvalidRequest otherwise (R42)."""
     from domain.goals import parse_every
 
-    shown = text if len(text) <= 40 else text[:40] + "…"
+    shown = clip(text)
     try:
         every = parse_every(text)
     except RequestError as error:

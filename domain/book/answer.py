@@ -27,9 +27,10 @@ from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
 from domain.book.follow_up import deliver_answered
 from domain.book.state import Asked, Entry, OwnerAnswer, OwnerBook, Refusal, RefusalCode
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
+from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
 from domain.outcome import OutcomeKind
-from domain.requests import HelperRequest, check_id, check_utf8
+from domain.requests import HelperRequest, check_utf8
 from domain.rows import RowState
 from domain.texts import text
 
@@ -40,7 +41,6 @@ GRANT: Final = "grant"
 DENY: Final = "deny"
 # The suffix of a follow-up's helper id (`answer_helper_id`).
 ANSWER_SUFFIX: Final = ".answer"
-_HELPER_ID_MAX_CHARS = 64
 _DIGEST_CHARS = 8
 
 
@@ -103,9 +103,9 @@ def answer_helper_id(helper_id: str) -> str:
     """The follow-up's helper id: the question's id with `.answer` appended; an id too long for that keeps its first
     characters and a digest of the whole, so two long ids never share a follow-up."""
     derived = helper_id + ANSWER_SUFFIX
-    if len(derived) > _HELPER_ID_MAX_CHARS:
+    if len(derived) > ID_MAX_CHARS:
         digest = hashlib.sha256(helper_id.encode()).hexdigest()[:_DIGEST_CHARS]
-        keep = _HELPER_ID_MAX_CHARS - len(ANSWER_SUFFIX) - 1 - _DIGEST_CHARS
+        keep = ID_MAX_CHARS - len(ANSWER_SUFFIX) - 1 - _DIGEST_CHARS
         derived = f"{helper_id[:keep]}{ANSWER_SUFFIX}.{digest}"
     return check_id("helper id", derived)
 

@@ -14,6 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
 from domain.goals import GOAL_ID_MAX
+from domain.ids import ID_MAX_CHARS, ID_PATTERN, ID_RULE
 from domain.limits import (
     ANSWER_CHARS_MAX,
     ANSWER_TEXT_MAX_CHARS,
@@ -25,14 +26,13 @@ from domain.limits import (
     LimitOverrides,
 )
 from domain.outcome import OutcomeKind
-from domain.requests import ID_PATTERN
 from domain.rows import RowState
 from domain.texts import SUPPORTED_LANGUAGES
 
 # What the document says of each field. The checks themselves are the console script's (`starter.commands`), so
 # a refusal reads the same from both; these only describe them. Beyond them, a request is checked against the
 # runtime's state: the core's model catalog, the boundary's grammar, the configured limits (docs/api.md).
-ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": 64}
+ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": ID_MAX_CHARS}
 GOAL_ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": GOAL_ID_MAX}
 TURN_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": TURN_MAX_CHARS, "pattern": r"\S"}
 TASK_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": HELPER_TASK_MAX_CHARS, "pattern": r"\S"}
@@ -52,7 +52,7 @@ class StartBody(_Body):
     """`start`: the owner is the path's."""
 
     helper_id: str = Field(
-        description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        description=ID_RULE,
         json_schema_extra=ID_SCHEMA,
     )
     task: str = Field(description="the task text (1-20,000 characters)", json_schema_extra=TASK_SCHEMA)
