@@ -32,10 +32,12 @@ class ErrorType(StrEnum):
 
 
 class StarterError(Exception):
-    """A starter operation did not happen; `code` is machine-readable, the message says why."""
+    """A starter operation did not happen; `code` is machine-readable, the message says why. Each kind is one row
+    of the contract (docs/api.md): its exit code for the console script and its HTTP status for the service."""
 
     code = "error"
     exit_code = 1
+    http_status = 409
 
     def __init__(self, message: str, details: dict[str, Any] | None = None, *, shown: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -52,11 +54,13 @@ class StarterError(Exception):
 # book (a test keeps them equal).
 INVALID_REQUEST = "invalid_request"
 UNKNOWN_HELPER = "unknown_helper"
+UNKNOWN_GOAL = "unknown_goal"
 
 
 class InvalidRequest(StarterError):
     code = INVALID_REQUEST
     exit_code = 2
+    http_status = 422
 
 
 class InvalidConfiguration(StarterError):
@@ -65,14 +69,16 @@ class InvalidConfiguration(StarterError):
 
     code = "invalid_configuration"
     exit_code = 2
+    http_status = 500
 
 
 class HelperRefused(StarterError):
-    """The coordinator refused: too many open, rows full, unknown helper, ..."""
+    """The coordinator refused: too many open, rows full, unknown helper, ...; what is not there is 404."""
 
     def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message, details)
         self.code = code
+        self.http_status = 404 if code in (UNKNOWN_HELPER, UNKNOWN_GOAL) else 409
 
 
 class Unavailable(StarterError):
@@ -81,6 +87,7 @@ class Unavailable(StarterError):
 
     code = "unavailable"
     exit_code = 3
+    http_status = 503
 
     def __init__(
         self,
@@ -101,6 +108,7 @@ class Accepted(StarterError):
 
     code = "accepted"
     exit_code = 4
+    http_status = 202
 
     def as_json(self) -> dict[str, Any]:
         return {"pending": {"code": self.code, "message": self.message, **self.details}}
@@ -112,6 +120,7 @@ class Busy(StarterError):
 
     code = "busy"
     exit_code = 5
+    http_status = 429
 
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message, {"retry_after_s": retry_after_s})

@@ -29,7 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from domain.goals import Goal
-from protocol.errors import HelperRefused
+from protocol.errors import UNKNOWN_GOAL, HelperRefused
 from protocol.messages import GOAL_CHECK_WORKFLOW
 from protocol.names import HELPER_OWNER, owner_priority
 from protocol.temporal_errors import refusal_of_rpc
@@ -92,7 +92,7 @@ async def describe_goal(temporal: Client, owner: str, goal_id: str) -> GoalView:
         description = await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).describe()
     except RPCError as error:
         if error.status is RPCStatusCode.NOT_FOUND:
-            raise HelperRefused("unknown_goal", f"There is no Goal {goal_id}.") from None
+            raise HelperRefused(UNKNOWN_GOAL, f"There is no Goal {goal_id}.") from None
         raise refusal_of_rpc(error, "the Goal's description") from None
     action = description.schedule.action
     assert isinstance(action, ScheduleActionStartWorkflow)

@@ -1,14 +1,6 @@
 """The service's HTTP app: every starter command as a route, with the console script's checks, JSON bodies and
-refusals (`starter.commands`, `starter.answers`), and its exit codes as HTTP statuses (R42, R47):
-
-| exit | meaning | status |
-| --- | --- | --- |
-| 0 | done | 200; 201 when `start` admitted a new helper or `goal add` created a Goal |
-| 1 | refused | 404 for an unknown helper or Goal, 409 for any other refusal (limits, not followable, …) |
-| 2 | invalid | 422 (400 when the body is not JSON); 500 `invalid_configuration` for the service's own settings |
-| 3 | unavailable | 503 with Retry-After: nothing was taken, asking again is safe |
-| 4 | accepted | 202: Temporal accepted the write, which will be carried out; its answer did not come in time |
-| 5 | busy | 429 with Retry-After: refused before anything was sent, the service has more writes than it can answer |
+refusals (`starter.commands`, `starter.answers`), and its exit codes as HTTP statuses: each kind of error carries
+both (`protocol.errors`; the table is in docs/api.md) (R42, R47).
 
 Beyond the console script: 401 `unauthorized` without the service token, 413 `too_large` for a body over the
 cap, 408 `request_timeout` for a body that did not arrive in time (`starter.service.read_timeout`). Live lines are
@@ -43,10 +35,7 @@ from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, H
 from protocol.deadlines import answer_by
 from protocol.errors import (
     UNKNOWN_HELPER,
-    Accepted,
-    Busy,
     HelperRefused,
-    InvalidConfiguration,
     InvalidRequest,
     StarterError,
     Unavailable,
@@ -88,7 +77,6 @@ WRITE_BACKSTOP_S = 2.0
 ARRIVED = "helper_arrived"
 # The writes that go through the gate: start, close, answer, read, delivered.
 WRITES = re.compile(r"^/v1/owners/[^/]+/(helpers|helpers/[^/]+/(close|answer)|read|delivered)$")
-NOT_FOUND_CODES = {"unknown_helper", "unknown_goal"}
 
 
 # Path parameters, described as the console script checks them (the checks are `starter.commands`').
@@ -97,25 +85,8 @@ HelperId = Annotated[str, Path(description="the helper's id", json_schema_extra=
 GoalId = Annotated[str, Path(description="the Goal's id", json_schema_extra=GOAL_ID_SCHEMA)]
 
 
-def status_of(error: StarterError) -> int:
-    """The HTTP status of a starter error: its exit code, in HTTP's words."""
-    if isinstance(error, InvalidConfiguration):
-        return 500
-    if isinstance(error, InvalidRequest):
-        return 422
-    if isinstance(error, Unavailable):
-        return 503
-    if isinstance(error, Accepted):
-        return 202
-    if isinstance(error, Busy):
-        return 429
-    if isinstance(error, HelperRefused) and error.code in NOT_FOUND_CODES:
-        return 404
-    return 409
-
-
 def error_response(error: StarterError, inputs: Iterable[str] = (), status: int | None = None) -> JSONResponse:
-    status = status or status_of(error)
+    status = status or error.http_status
     headers = None
     if status in (429, 503):
         headers = {"Retry-After": str(getattr(error, "retry_after_s", None) or RETRY_AFTER_S)}
