@@ -64,8 +64,9 @@ from contracts.core_api import Authorization, QuestionChoices, QuestionOption, S
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX, ROW_MESSAGE_MAX
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
-from domain.rows import HelperRow
+from domain.rows import CloseAnswer, HelperRow
 from domain.work import work_tokens
+from protocol.errors import Unavailable
 from protocol.messages import HelperResult
 from protocol.names import coordinator_id, helper_workflow_id
 from starter.client import HelperClient
@@ -94,6 +95,8 @@ VERBOSE = bool(os.environ.get("HELPER_PROPERTY_VERBOSE"))
 DRAIN_S = 480.0
 # Real seconds one example may take before it is abandoned as hung.
 EXAMPLE_TIMEOUT_S = 150.0
+# How often the driver asks for a close before it takes `unavailable` as the answer.
+CLOSE_TRIES = 3
 
 # Exceptions that must never escape a store write or an activity: a malformed answer reached the store,
 # or a write broke.
@@ -701,7 +704,7 @@ class Driver:
                     if session is not None:
                         end_session(session, value)
                 case "close":
-                    answer = await rig.client.close(self.owner, self.first)
+                    answer = await self._close_as_iva_does()
                     self.seen.log.append(f"close answered: {answer.model_dump(mode='json')}")
         # Past the hard ceiling the first helper is final whatever the core does; then let it complete.
         await self.skip_to(HARD_S + 2, stop_when=lambda: self.completed(self.first))
@@ -719,6 +722,17 @@ class Driver:
 
             await self.skip_to(limit, stop_when=second_done)
             self.seen.log.append(f"{await self.now_s():6.1f} s: {self.second} ended")
+
+    async def _close_as_iva_does(self) -> CloseAnswer:
+        """The close, asked again when it is answered `unavailable` (nothing was taken; asking again is safe). The
+        time-skipping test server now and then turns back the task that accepts the update ("invalid history
+        builder state for action", then "Already accepted update"), and the close's bound passes meanwhile."""
+        for _ in range(CLOSE_TRIES - 1):
+            try:
+                return await self.rig.client.close(self.owner, self.first)
+            except Unavailable as error:
+                self.seen.log.append(f"close unavailable, asked again: {error}")
+        return await self.rig.client.close(self.owner, self.first)
 
     async def _collect(self) -> None:
         rig, seen, core = self.rig, self.seen, self.rig.core
