@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
         OwnerBook,
         Refusal,
         RefusalCode,
-        Repeated,
+        TakeAnswer,
         answer_problems,
         apply_admission,
         apply_closed_by_coordinator,
@@ -65,16 +65,15 @@ with workflow.unsafe.imports_passed_through():
         apply_read,
         close_to_remove,
         decide_admission,
-        decide_answer,
         decide_close,
         decide_read,
         event_due,
         expire_leases,
         expired_rows,
         finishing,
-        follow_up_request,
         forget_gone_helper,
         grant_slots,
+        judge_answer,
         next_event,
         next_wakeup,
         record_answer,
@@ -358,42 +357,34 @@ class CoordinatorWorkflow:
                     timeout_summary="wait for the helper's finished notice",
                 )
         while True:
-            decision = decide_answer(self.book, request.helper_id, request.answer, arrived_at=arrived_at)
-            if isinstance(decision, Refusal):
-                raise refused(decision)
-            if not isinstance(decision, Repeated):
-                return await self._take_answer(request)
-            follow_up_id = decision.entry.followed_up_by
+            judged = judge_answer(self.book, request.helper_id, request.answer, arrived_at=arrived_at)
+            if isinstance(judged, Refusal):
+                raise refused(judged)
+            if isinstance(judged, TakeAnswer):
+                return await self._take_answer(request, judged)
+            follow_up_id = judged.entry.followed_up_by
             if follow_up_id is None or follow_up_id not in self.writing:
-                return self._answer_of(request, repeated=True, same=decision.same)
+                return self._answer_of(request, repeated=True, same=judged.same)
             # The first answer's follow-up is still being written: answer once it is taken (or withdrawn).
             await workflow.wait_condition(partial(self._written, follow_up_id))
 
     def _written(self, helper_id: str) -> bool:
         return helper_id not in self.writing
 
-    async def _take_answer(self, request: AnswerRequest) -> AnswerResult:
+    async def _take_answer(self, request: AnswerRequest, judged: TakeAnswer) -> AnswerResult:
         """Record a first valid answer and admit its follow-up, or, for `deny`, deliver the outcome. An answer whose
-        follow-up is refused is not recorded: the owner can answer again."""
-        entry = self.book.entries[request.helper_id]
-        follow = follow_up_request(self.book, entry, request.answer)
-        if follow is None:
-            record_answer(self.book, request.helper_id, request.answer)
+        follow-up fails to be admitted is withdrawn: the owner can answer again."""
+        entry = record_answer(self.book, request.helper_id, request.answer)
+        if judged.follow_up is None or judged.admission is None:
             if apply_deny(self.book, entry, workflow.now()):
                 await self._write_row(entry, RowState.DELIVERED)
             return self._answer_of(request)
-        decision = decide_admission(self.book, follow)
-        if isinstance(decision, Refusal):
-            raise refused(decision)
-        if isinstance(decision, AlreadyAdmitted):  # excluded by decide_answer; never admits over another helper
-            raise refused(Refusal(code=RefusalCode.NOT_ANSWERABLE, message=f"{follow.helper_id} exists already"))
-        record_answer(self.book, request.helper_id, request.answer)
         try:
-            await self._admit_decided(follow, decision)
+            admitted = await self._admit_decided(judged.follow_up, judged.admission)
         except ApplicationError:
             withdraw_answer(self.book, request.helper_id)
             raise
-        return self._answer_of(request)
+        return self._answer_of(request, follow_up=admitted)
 
     @answer.validator
     def _validate_answer(self, request: AnswerRequest) -> None:
@@ -405,21 +396,25 @@ class CoordinatorWorkflow:
         if problems:
             raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems)))
         if still_working(self.book, request.helper_id):
-            return  # the handler waits (bounded) for the helper's finished notice, then decides
-        decision = decide_answer(self.book, request.helper_id, request.answer, arrived_at=workflow.now())
-        if isinstance(decision, Refusal):
-            raise refused(decision)
-        if decision is None:
-            follow = follow_up_request(self.book, self.book.entries[request.helper_id], request.answer)
-            admission = decide_admission(self.book, follow) if follow is not None else None
-            if isinstance(admission, Refusal):
-                raise refused(admission)
+            return  # the handler waits (bounded) for the helper's finished notice, then judges
+        judged = judge_answer(self.book, request.helper_id, request.answer, arrived_at=workflow.now())
+        if isinstance(judged, Refusal):
+            raise refused(judged)
 
-    def _answer_of(self, request: AnswerRequest, *, repeated: bool = False, same: bool = True) -> AnswerResult:
-        """The recorded answer, with the follow-up it started as it is now."""
+    def _answer_of(
+        self,
+        request: AnswerRequest,
+        *,
+        repeated: bool = False,
+        same: bool = True,
+        follow_up: Admission | None = None,
+    ) -> AnswerResult:
+        """The recorded answer, with the follow-up it started: as its admission answered (with the rows it evicted),
+        or as it is now for a repeated answer."""
         entry = self.book.entries[request.helper_id]
         answer = entry.answer or request.answer
-        follow_up = self.book.entries.get(entry.followed_up_by) if entry.followed_up_by else None
+        if follow_up is None and entry.followed_up_by is not None and entry.followed_up_by in self.book.entries:
+            follow_up = self._admission_of(self.book.entries[entry.followed_up_by], existing=repeated)
         return AnswerResult(
             owner=self.book.owner,
             helper_id=entry.helper_id,
@@ -428,7 +423,7 @@ class CoordinatorWorkflow:
             text=answer.text,
             repeated=repeated,
             same=same,
-            follow_up=self._admission_of(follow_up, existing=repeated) if follow_up is not None else None,
+            follow_up=follow_up,
         )
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------

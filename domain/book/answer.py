@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Final
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
+from domain.book.admission import Admit, AlreadyAdmitted, decide_admission
 from domain.book.follow_up import deliver_answered
 from domain.book.state import Asked, Entry, OwnerAnswer, OwnerBook, Refusal, RefusalCode
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
@@ -53,6 +54,14 @@ class Repeated:
 
 
 AnswerDecision = Repeated | Refusal | None  # None: a first, valid answer
+
+
+@dataclass(frozen=True)
+class TakeAnswer:
+    """A first, valid answer: record it, then admit its follow-up as decided (None: a denial, nothing starts)."""
+
+    follow_up: HelperRequest | None
+    admission: Admit | None
 
 
 def asked_of(
@@ -108,6 +117,26 @@ def answer_helper_id(helper_id: str) -> str:
         keep = ID_MAX_CHARS - len(ANSWER_SUFFIX) - 1 - _DIGEST_CHARS
         derived = f"{helper_id[:keep]}{ANSWER_SUFFIX}.{digest}"
     return check_id("helper id", derived)
+
+
+def judge_answer(
+    book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime
+) -> Refusal | Repeated | TakeAnswer:
+    """The whole judgement of an owner's answer, as the coordinator's validator and its handler both make it: the
+    answer's own rules (`decide_answer`), then its follow-up's admission by the admission rules. A follow-up that
+    would be refused refuses the answer, which is then not recorded: the owner can answer again."""
+    decision = decide_answer(book, helper_id, answer, arrived_at=arrived_at)
+    if decision is not None:
+        return decision
+    follow_up = follow_up_request(book, book.entries[helper_id], answer)
+    if follow_up is None:
+        return TakeAnswer(None, None)
+    admission = decide_admission(book, follow_up)
+    if isinstance(admission, AlreadyAdmitted):  # excluded by decide_answer: never admits over another helper
+        return Refusal(code=RefusalCode.NOT_ANSWERABLE, message=f"{follow_up.helper_id} exists already")
+    if isinstance(admission, Refusal):
+        return admission
+    return TakeAnswer(follow_up, admission)
 
 
 def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime) -> AnswerDecision:

@@ -25,6 +25,7 @@ from domain.book import (
     Refusal,
     RefusalCode,
     Repeated,
+    TakeAnswer,
     answer_helper_id,
     answer_problems,
     apply_admission,
@@ -45,6 +46,7 @@ from domain.book import (
     expired_rows,
     follow_up_request,
     grant_slots,
+    judge_answer,
     next_event,
     next_wakeup,
     record_answer,
@@ -883,15 +885,38 @@ def asked_book(
 
 
 def take(book: OwnerBook, answer: OwnerAnswer, helper_id: str = "h1") -> HelperRequest | None:
-    """A first valid answer as the coordinator takes it: recorded, and its follow-up admitted."""
-    assert decide_answer(book, helper_id, answer, arrived_at=ANSWERED_AT) is None
-    follow = follow_up_request(book, book.entries[helper_id], answer)
+    """A first valid answer as the coordinator takes it: judged, recorded, and its follow-up admitted."""
+    judged = judge_answer(book, helper_id, answer, arrived_at=ANSWERED_AT)
+    assert isinstance(judged, TakeAnswer), judged
     record_answer(book, helper_id, answer)
-    if follow is not None:
-        decision = decide_admission(book, follow)
-        assert isinstance(decision, Admit), decision
-        apply_admission(book, follow, decision, T0, HARD_MS)
-    return follow
+    if judged.follow_up is not None and judged.admission is not None:
+        apply_admission(book, judged.follow_up, judged.admission, T0, HARD_MS)
+    return judged.follow_up
+
+
+def test_an_answer_whose_follow_up_needs_room_names_the_rows_it_evicts() -> None:
+    """R3, R49: the follow-up is admitted by the admission rules: with every row taken, it evicts the oldest
+    delivered one, and the judgement says which, for the answer's reply."""
+    book = asked_book(max_rows=2)
+    admit(book, "old")
+    finish(book, "old")
+    deliver(book, "old")
+    judged = judge_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    assert isinstance(judged, TakeAnswer) and judged.admission is not None
+    assert judged.admission.evict == ["old"]
+
+
+def test_an_answer_whose_follow_up_would_be_refused_is_refused_and_not_recorded() -> None:
+    """R2, R49: with the owner's open places taken, the follow-up is refused, so the answer is, and the owner
+    can answer again once a place is free."""
+    book = asked_book(max_open=2)
+    admit(book, "busy-1")
+    admit(book, "busy-2")
+    judged = judge_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    assert isinstance(judged, Refusal) and judged.code is RefusalCode.TOO_MANY_OPEN
+    assert book.entries["h1"].answer is None
+    finish(book, "busy-1")
+    assert isinstance(judge_answer(book, "h1", WALK, arrived_at=ANSWERED_AT), TakeAnswer)
 
 
 def test_a_question_with_choices_takes_one_of_its_options_and_its_follow_up_carries_the_choice() -> None:
