@@ -33,7 +33,14 @@ from domain.rows import (
 from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.deadlines import AnswerBy, accept_within_s, answer_by
-from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidConfiguration, InvalidRequest, Unavailable
+from protocol.errors import (
+    NO_COORDINATOR,
+    UNKNOWN_HELPER,
+    HelperRefused,
+    InvalidConfiguration,
+    InvalidRequest,
+    Unavailable,
+)
 from protocol.temporal_errors import refusal_of_rpc
 from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
@@ -56,8 +63,6 @@ if TYPE_CHECKING:
 # catalog's check (starter.catalog) for `start` and `goal add`, the Goal Schedules (starter.goals) for `goal` (R43).
 
 Answer = TypeVar("Answer", bound=BaseModel)
-# The owner has no coordinator yet, so nothing was ever read (internal to this module).
-NO_COORDINATOR = "no_coordinator"
 
 
 class HelperClient(StoreReader):

@@ -29,7 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from domain.goals import Goal
-from protocol.errors import UNKNOWN_GOAL, HelperRefused
+from protocol.errors import GOAL_EXISTS, UNKNOWN_GOAL, HelperRefused
 from protocol.messages import GOAL_CHECK_WORKFLOW
 from protocol.names import HELPER_OWNER, owner_priority
 from protocol.temporal_errors import refusal_of_rpc
@@ -81,7 +81,7 @@ async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView
             search_attributes=TypedSearchAttributes([SearchAttributePair(HELPER_OWNER, goal.owner)]),
         )
     except ScheduleAlreadyRunningError:
-        raise HelperRefused("goal_exists", f"Goal {goal.goal_id} already exists; remove it first") from None
+        raise HelperRefused(GOAL_EXISTS, f"Goal {goal.goal_id} already exists; remove it first") from None
     except RPCError as error:
         raise refusal_of_rpc(error, "the Goal's schedule") from None
     return await describe_goal(temporal, goal.owner, goal.goal_id)
