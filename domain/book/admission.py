@@ -16,7 +16,6 @@ from domain.texts import text
 class Admit:
     seq: int
     evict: list[str]
-    starts_now: bool
     ahead: int
 
 
@@ -63,8 +62,7 @@ def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecisi
             code=code,
             message=text(f"refused.{code.value}", language, helper_id=request.helper_id, max_rows=policy.max_rows),
         )
-    starts_now = not book.queue and len(book.slot_holders()) < policy.max_running
-    return Admit(seq=book.next_seq, evict=evict, starts_now=starts_now, ahead=len(book.queue))
+    return Admit(seq=book.next_seq, evict=evict, ahead=len(book.queue))
 
 
 def rows_to_evict(book: OwnerBook, room_needed: int, keep: str | None = None) -> list[str] | None:

@@ -323,11 +323,12 @@ def test_admit_says_whether_it_runs_now_and_how_many_are_ahead() -> None:
     """R4, R6: the answer says runs-now or waits, and how many are ahead."""
     book = book_of(max_running=1, max_open=5)
     first = decide_admission(book, request("h1"))
-    assert isinstance(first, Admit) and first.starts_now and first.ahead == 0 and first.seq == 1
-    admit(book, "h1")
-    admit(book, "h2")
+    assert isinstance(first, Admit) and first.ahead == 0 and first.seq == 1
+    assert admit(book, "h1") == ["h1"]  # it runs now
+    assert admit(book, "h2") == []
     third = decide_admission(book, request("h3"))
-    assert isinstance(third, Admit) and not third.starts_now and third.ahead == 1 and third.seq == 3
+    assert isinstance(third, Admit) and third.ahead == 1 and third.seq == 3
+    assert admit(book, "h3") == [] and book.queue == ["h2", "h3"]
 
 
 def test_undo_admission_forgets_the_helper() -> None:
@@ -398,7 +399,7 @@ def test_closed_running_helper_is_not_open_but_keeps_its_slot() -> None:
     assert book.open_ids() == ["h2", "h3"]
     assert book.slot_holders() == ["h1", "h2", "h3"]
     decision = decide_admission(book, request("h4"))
-    assert isinstance(decision, Admit) and not decision.starts_now and decision.ahead == 0
+    assert isinstance(decision, Admit) and decision.ahead == 0
     assert admit(book, "h4") == []  # it waits: the closed helper still holds its slot
     assert finish(book, "h1", OutcomeKind.CLOSED) == ["h4"]
     assert book.entries["h1"].state is RowState.CLOSED and not book.entries["h1"].holds_slot
@@ -463,8 +464,8 @@ def test_an_outcome_the_owner_can_read_is_not_open_while_its_helper_keeps_its_sl
     assert e is not None and e.state is RowState.UNREPORTED and e.finding_lost_session
     assert book.open_ids() == ["h2", "h3"] and book.slot_holders() == ["h1", "h2", "h3"]
     decision = decide_admission(book, request("h4"))
-    assert isinstance(decision, Admit) and not decision.starts_now, "admitted, and it waits for the slot"
-    assert admit(book, "h4") == []
+    assert isinstance(decision, Admit), "admitted"
+    assert admit(book, "h4") == [], "and it waits for the slot"
     assert decide_read(book, ["h1"]) is None, "the outcome can be read"
     assert apply_finished(book, held) is None, "a repeat of the first notice changes nothing"
     assert grant_slots(book, T0) == []
