@@ -37,6 +37,15 @@ ANSWER_CHARS_MAX = 1_000_000
 READ_MAX_HELPERS = 100
 
 
+def delivered_problem(answer_chars: int) -> str | None:
+    """What is wrong with a delivery's `answer_chars`, or None: only a turn that sent an answer delivers (R28)."""
+    if answer_chars <= 0:
+        return "nothing is delivered: the turn sent no answer (answer_chars must be > 0)"
+    if answer_chars > ANSWER_CHARS_MAX:
+        return f"answer_chars {answer_chars:,} is more than a chat answer has (at most {ANSWER_CHARS_MAX:,})"
+    return None
+
+
 class Limits(BaseModel):
     """The per-helper limits: deadline, grace, work ceiling and the core's own ceilings."""
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from config.settings import Settings
 from config.store_address import StoreAddress
 from domain.ids import check_id, clip
-from domain.limits import ANSWER_CHARS_MAX, READ_MAX_HELPERS, TURN_MAX_CHARS
+from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS, delivered_problem
 from domain.requests import HelperRequest, RequestError
 from protocol.errors import InvalidRequest
 
@@ -76,10 +76,9 @@ def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
     """`delivered`'s input, checked as `protocol.messages.DeliveredRequest` is and more."""
     check_ids(owner, [])
     check_turn(turn)
-    if answer_chars <= 0:
-        raise _invalid("nothing is delivered: the turn sent no answer (answer_chars must be > 0)")
-    if answer_chars > ANSWER_CHARS_MAX:
-        raise _invalid(f"answer_chars {answer_chars:,} is more than a chat answer has (at most {ANSWER_CHARS_MAX:,})")
+    problem = delivered_problem(answer_chars)
+    if problem is not None:
+        raise _invalid(problem)
 
 
 def answer_request(

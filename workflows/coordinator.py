@@ -88,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
         withdraw_answer,
     )
     from domain.ids import check_id
-    from domain.limits import Limits, effective_limits
+    from domain.limits import Limits, delivered_problem, effective_limits
     from domain.requests import HelperRequest, RequestError
     from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
     from protocol.deadlines import too_late
@@ -593,10 +593,9 @@ class CoordinatorWorkflow:
     @mark_delivered.validator
     def _validate_delivered(self, request: DeliveredRequest) -> None:
         self._refuse_late_or_draining()
-        if request.answer_chars <= 0:
-            raise ApplicationError(
-                "nothing is delivered: the turn sent no answer", type=ErrorType.HELPER_REFUSED, non_retryable=True
-            )
+        problem = delivered_problem(request.answer_chars)
+        if problem is not None:
+            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=problem))
 
     async def _outbox(self) -> None:
         """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26). An

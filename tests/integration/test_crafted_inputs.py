@@ -9,7 +9,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from protocol.messages import CLOSE_HELPER, COORDINATOR_WORKFLOW
+from protocol.messages import CLOSE_HELPER, COORDINATOR_WORKFLOW, MARK_DELIVERED
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import helper_request, history_events
 from tests.integration.stack import time_stack
@@ -71,3 +71,21 @@ async def test_a_crafted_close_with_a_bad_id_is_refused(time_env: WorkflowEnviro
         else:
             raise AssertionError("a path-like helper id was accepted")
     assert "is not valid" in message and len(message) < 300
+
+
+async def test_a_crafted_delivery_of_no_answer_is_refused(time_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """R28: only a turn that sent an answer delivers what it read; a raw client's delivery of an empty answer is
+    refused by the validator with the starter's own words, and nothing is recorded."""
+    async with time_stack(time_env, tmp_path, FakeCore()) as stack:
+        await stack.client.start(helper_request("anna", "h1"))
+        handle = time_env.client.get_workflow_handle("helpers/anna/coordinator")
+        try:
+            await handle.execute_update(MARK_DELIVERED, {"turn": "t-1", "answer_chars": 0})
+        except Exception as error:
+            message = str(getattr(error, "cause", error))
+        else:
+            raise AssertionError("a delivery of no answer was accepted")
+        events = await history_events(time_env.client, "helpers/anna/coordinator")
+    assert "the turn sent no answer" in message
+    accepted = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
+    assert len(accepted) == 1, "only the admission's update is in the history"
