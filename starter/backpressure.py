@@ -119,7 +119,7 @@ class WriteGate:
     async def turn(self, by: AnswerBy) -> AsyncIterator[None]:
         """Hold one of the `limit` places while the write runs; Busy if none comes in time."""
         came = time.monotonic()
-        if self.in_flight < self.limit and not self._waiting:
+        if not self.full:
             self.in_flight += 1
             self._note_fullness()
         else:
@@ -172,7 +172,7 @@ class WriteGate:
     def refusal_now(self, by: AnswerBy) -> Busy | None:
         """The refusal of a write that cannot expect its turn within its bound, before anything of it is read or
         sent; None when it may wait (or go at once)."""
-        if self.in_flight < self.limit and not self._waiting:
+        if not self.full:
             return None
         if self.expected_wait_s(self.waiting) > by.left_to_wait():
             return self._refusal("this process cannot send it in time", by)
