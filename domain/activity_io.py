@@ -14,7 +14,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action, QuestionChoices
-from domain.book import EventState
+from domain.book import Entry, EventState, OwnerBook
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
 from domain.outcome import OutcomeKind
@@ -292,3 +292,28 @@ class OfferResult(BaseModel):
 class WithdrawnEvent(BaseModel):
     owner: OwnerId
     key: str
+
+
+def entry_row(owner: str, entry: Entry) -> RowKey:
+    """The row of a book entry, at the generation the coordinator writes it with."""
+    return RowKey(owner=owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
+
+
+def rows_to_remove(owner: str, entries: list[Entry]) -> RemoveRows:
+    return RemoveRows(owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
+
+
+def new_row(book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limits, now: datetime) -> NewRow:
+    """The admission's row write; a follow-up's carries the earlier row as the admission left it."""
+    earlier = book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
+    followed_up = None
+    if earlier is not None:
+        followed_up = FollowedUp(
+            helper_id=earlier.helper_id,
+            seq=earlier.seq,
+            generation=earlier.generation,
+            state=earlier.state,
+            delivered_at=earlier.delivered_at,
+            keep_until=earlier.keep_until,
+        )
+    return NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, followed_up=followed_up)

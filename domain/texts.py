@@ -40,6 +40,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Проверка цели {helper_id} не запущена: она заняла бы последнее место для строки, "
         "которое оставлено для ваших помощников.",
     },
+    "refused.wrong_owner": {
+        "en": "This request is for {asked}, but it reached the helpers of {owner}; nothing was taken.",
+        "ru": "Этот запрос для {asked}, но он попал к помощникам {owner}; ничего не принято.",
+    },
     "refused.unknown_helper": {
         "en": "There is no helper {helper_id}.",
         "ru": "Помощника {helper_id} нет.",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 
 from temporalio import workflow
@@ -28,22 +28,21 @@ with workflow.unsafe.imports_passed_through():
     from domain.activity_io import (
         AdmitHelper,
         CoordinatorWrite,
-        FollowedUp,
-        NewRow,
         OfferEvent,
         OfferResult,
         Regranted,
         RegrantHelper,
-        RemoveRows,
-        RowKey,
-        RowToRemove,
         WithdrawnEvent,
+        entry_row,
         helper_start,
+        new_row,
+        rows_to_remove,
     )
     from domain.book import (
         OFFER_GIVE_UP,
         Admit,
         AlreadyAdmitted,
+        AwaitEarlier,
         ChatEventRecord,
         CloseAction,
         Entry,
@@ -54,7 +53,6 @@ with workflow.unsafe.imports_passed_through():
         Refusal,
         RefusalCode,
         TakeAnswer,
-        answer_problems,
         apply_admission,
         apply_closed_by_coordinator,
         apply_closed_by_helper,
@@ -64,22 +62,25 @@ with workflow.unsafe.imports_passed_through():
         apply_offer_result,
         apply_read,
         close_to_remove,
-        decide_admission,
         decide_close,
         decide_read,
         event_due,
+        event_language,
         expire_leases,
         expired_rows,
         finishing,
         forget_gone_helper,
         grant_slots,
+        judge_admission,
         judge_answer,
+        judge_close,
         next_event,
         next_wakeup,
         record_answer,
         remove_entries,
         request_close,
         start_offer,
+        still_working,
         summarize_book,
         take_early_notice,
         take_withdrawn,
@@ -87,9 +88,8 @@ with workflow.unsafe.imports_passed_through():
         undo_admission,
         withdraw_answer,
     )
-    from domain.ids import check_id
-    from domain.limits import Limits, delivered_problem, effective_limits
-    from domain.requests import HelperRequest, RequestError
+    from domain.limits import delivered_problem, effective_limits
+    from domain.requests import HelperRequest
     from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
     from protocol.deadlines import too_late
     from protocol.errors import ErrorType
@@ -229,21 +229,26 @@ class CoordinatorWorkflow:
     @workflow.update(name=ADMIT)
     async def admit(self, request: HelperRequest) -> Admission:
         self.messages_this_run += 1
-        if request.follow_up is not None and still_working(self.book, request.follow_up):
-            # The earlier helper writes its outcome to the row a moment before its notice arrives here, and Iva
-            # may have read it already: an answer that follows a visible outcome is not "still working".
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: not still_working(self.book, request.follow_up or ""),
-                    timeout=EARLIER_OUTCOME_WAIT,
-                    timeout_summary="wait for the earlier helper's finished notice",
-                )
-        decision = decide_admission(self.book, request)
+        waited = False
+        while isinstance(decision := judge_admission(self.book, request, waited=waited), AwaitEarlier):
+            # Iva may have read the earlier outcome already: a follow-up of a visible outcome is not refused as
+            # "still working".
+            await self._await_finished(request.follow_up or "")
+            waited = True
         if isinstance(decision, Refusal):
             raise refused(decision)
         if isinstance(decision, AlreadyAdmitted):
             return self._admission_of(decision.entry, existing=True)
         return await self._admit_decided(request, decision)
+
+    async def _await_finished(self, helper_id: str) -> None:
+        """Wait (bounded) for the finished notice of a helper whose outcome the row may show already."""
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: not still_working(self.book, helper_id),
+                timeout=EARLIER_OUTCOME_WAIT,
+                timeout_summary="wait for the earlier helper's finished notice",
+            )
 
     async def _admit_decided(self, request: HelperRequest, decision: Admit) -> Admission:
         """Carry out an admission decided in this task: the book first, then the row and the workflow."""
@@ -260,7 +265,7 @@ class CoordinatorWorkflow:
             start=helper_start(
                 policy, request, seq=entry.seq, limits=limits, slot_granted=request.helper_id in granted
             ),
-            evict=removal(self.book.owner, evicted) if evicted else None,
+            evict=rows_to_remove(self.book.owner, evicted) if evicted else None,
         )
         # The decision is committed with this task before the row is written and the helper started: the write is
         # an activity scheduled in the task that accepts the update, so a worker killed during the write leaves a
@@ -279,7 +284,7 @@ class CoordinatorWorkflow:
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(*CALL_FAILED):
                 await workflow.execute_local_activity_method(
-                    RowActivities.remove_rows, removal(self.book.owner, [entry]), **options.ADMISSION_WRITE
+                    RowActivities.remove_rows, rows_to_remove(self.book.owner, [entry]), **options.ADMISSION_WRITE
                 )
             undo_admission(self.book, request.helper_id, evicted, earlier_before)
             await self._hand_out_slots()
@@ -322,15 +327,7 @@ class CoordinatorWorkflow:
     def _validate_admit(self, request: HelperRequest) -> None:
         # Rejected here, the request leaves no trace in the history and writes nothing (R5).
         self._refuse_late_or_draining()
-        if request.owner != self.book.owner:
-            raise refused(Refusal(code=RefusalCode.WRONG_OWNER, message=f"this coordinator serves {self.book.owner}"))
-        try:
-            request.check_against(self.book.policy.limits)
-        except RequestError as error:
-            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))) from None
-        if request.follow_up is not None and still_working(self.book, request.follow_up):
-            return  # the handler waits (bounded) for the earlier outcome, then decides
-        decision = decide_admission(self.book, request)
+        decision = judge_admission(self.book, request)
         if isinstance(decision, Refusal):
             raise refused(decision)
 
@@ -348,16 +345,15 @@ class CoordinatorWorkflow:
     async def answer(self, request: AnswerRequest) -> AnswerResult:
         self.messages_this_run += 1
         arrived_at = workflow.now()
-        if still_working(self.book, request.helper_id):
-            # The row can show the question a moment before the helper's finished notice reaches the book.
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: not still_working(self.book, request.helper_id),
-                    timeout=EARLIER_OUTCOME_WAIT,
-                    timeout_summary="wait for the helper's finished notice",
-                )
+        waited = False
         while True:
-            judged = judge_answer(self.book, request.helper_id, request.answer, arrived_at=arrived_at)
+            judged = judge_answer(
+                self.book, request.owner, request.helper_id, request.answer, arrived_at=arrived_at, waited=waited
+            )
+            if isinstance(judged, AwaitEarlier):
+                await self._await_finished(request.helper_id)
+                waited = True
+                continue
             if isinstance(judged, Refusal):
                 raise refused(judged)
             if isinstance(judged, TakeAnswer):
@@ -390,14 +386,7 @@ class CoordinatorWorkflow:
     def _validate_answer(self, request: AnswerRequest) -> None:
         # Rejected here, the answer leaves no trace in the history and writes nothing.
         self._refuse_late_or_draining()
-        if request.owner != self.book.owner:
-            raise refused(Refusal(code=RefusalCode.WRONG_OWNER, message=f"this coordinator serves {self.book.owner}"))
-        problems = answer_problems(request.answer)
-        if problems:
-            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems)))
-        if still_working(self.book, request.helper_id):
-            return  # the handler waits (bounded) for the helper's finished notice, then judges
-        judged = judge_answer(self.book, request.helper_id, request.answer, arrived_at=workflow.now())
+        judged = judge_answer(self.book, request.owner, request.helper_id, request.answer, arrived_at=workflow.now())
         if isinstance(judged, Refusal):
             raise refused(judged)
 
@@ -506,7 +495,7 @@ class CoordinatorWorkflow:
         # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded by the
         # admission's own writes (options.ADMISSION_WRITE).
         await workflow.wait_condition(lambda: helper_id not in self.writing)
-        action = decide_close(self.book, helper_id)
+        action = judge_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
         if action is CloseAction.ALREADY_REMOVED:
@@ -547,11 +536,7 @@ class CoordinatorWorkflow:
     @close.validator
     def _validate_close(self, helper_id: str) -> None:
         self._refuse_late_or_draining()
-        try:
-            check_id("helper id", helper_id)  # a raw client sends whatever it likes (R40)
-        except ValueError as error:
-            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))) from None
-        action = decide_close(self.book, helper_id)
+        action = judge_close(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
 
@@ -627,7 +612,7 @@ class CoordinatorWorkflow:
                 owner=self.book.owner,
                 key=event.key,
                 helper_ids=event.helper_ids,
-                language=language_of(self.book, event.helper_ids),
+                language=event_language(self.book, event.helper_ids),
                 attempts=event.attempts,
             )
             result = await self._offer(offer)
@@ -664,7 +649,7 @@ class CoordinatorWorkflow:
         await workflow.execute_local_activity_method(
             RowActivities.coordinator_write,
             CoordinatorWrite(
-                row=row_key(self.book.owner, entry),
+                row=entry_row(self.book.owner, entry),
                 state=state,
                 delivered_at=entry.delivered_at if state is RowState.DELIVERED else None,
                 keep_until=entry.keep_until,
@@ -674,7 +659,7 @@ class CoordinatorWorkflow:
 
     async def _remove_rows(self, entries: list[Entry], *, closed_by_owner: bool = False) -> None:
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows, removal(self.book.owner, entries), **options.STORE_WRITE
+            RowActivities.remove_rows, rows_to_remove(self.book.owner, entries), **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
@@ -705,42 +690,3 @@ def refused(refusal: Refusal) -> ApplicationError:
     return ApplicationError(
         refusal.message, refusal.model_dump(mode="json"), type=ErrorType.HELPER_REFUSED, non_retryable=True
     )
-
-
-def row_key(owner: str, entry: Entry) -> RowKey:
-    return RowKey(owner=owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
-
-
-def removal(owner: str, entries: list[Entry]) -> RemoveRows:
-    return RemoveRows(owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
-
-
-def still_working(book: OwnerBook, helper_id: str) -> bool:
-    """Whether the helper a follow-up continues has yet to finish (as the book knows it)."""
-    earlier = book.entries.get(helper_id)
-    return earlier is not None and earlier.state.is_open and not earlier.close_requested
-
-
-def new_row(book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limits, now: datetime) -> NewRow:
-    """The admission's row write; a follow-up's carries the earlier row as the admission left it."""
-    earlier = book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
-    followed_up = None
-    if earlier is not None:
-        followed_up = FollowedUp(
-            helper_id=earlier.helper_id,
-            seq=earlier.seq,
-            generation=earlier.generation,
-            state=earlier.state,
-            delivered_at=earlier.delivered_at,
-            keep_until=earlier.keep_until,
-        )
-    return NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, followed_up=followed_up)
-
-
-def language_of(book: OwnerBook, helper_ids: list[str]) -> str:
-    """The language of a system event: its first helper's (they are one owner's)."""
-    for helper_id in helper_ids:
-        entry = book.entries.get(helper_id)
-        if entry is not None:
-            return entry.language
-    return "en"

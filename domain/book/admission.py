@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from domain.book.follow_up import decide_follow_up, keeps_context_for, link_follow_up
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, note_removed
-from domain.requests import HelperRequest
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, note_removed, other_owner, still_working
+from domain.requests import HelperRequest, RequestError
 from domain.rows import RowState
 from domain.texts import text
 
@@ -25,6 +25,30 @@ class AlreadyAdmitted:
 
 
 AdmissionDecision = Admit | AlreadyAdmitted | Refusal
+
+
+@dataclass(frozen=True)
+class AwaitEarlier:
+    """A follow-up of a helper still working: its outcome can reach the row a moment before its finished notice
+    reaches the book, so the coordinator waits (bounded) for the notice, then judges again."""
+
+
+def judge_admission(
+    book: OwnerBook, request: HelperRequest, *, waited: bool = False
+) -> AdmissionDecision | AwaitEarlier:
+    """The whole judgement of an admission, as the coordinator's validator and its handler both make it: the owner,
+    the request's own checks against the owner's limits, then the admission rules (`decide_admission`) once the
+    helper a follow-up continues has finished or was `waited` for."""
+    refusal = other_owner(book, request.owner, request.language)
+    if refusal is not None:
+        return refusal
+    try:
+        request.check_against(book.policy.limits)
+    except RequestError as error:
+        return Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))
+    if not waited and request.follow_up is not None and still_working(book, request.follow_up):
+        return AwaitEarlier()
+    return decide_admission(book, request)
 
 
 def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecision:

@@ -24,9 +24,18 @@ from datetime import datetime
 from typing import Final
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
-from domain.book.admission import Admit, AlreadyAdmitted, decide_admission
+from domain.book.admission import Admit, AlreadyAdmitted, AwaitEarlier, decide_admission
 from domain.book.follow_up import deliver_answered
-from domain.book.state import Asked, Entry, OwnerAnswer, OwnerBook, Refusal, RefusalCode
+from domain.book.state import (
+    Asked,
+    Entry,
+    OwnerAnswer,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    other_owner,
+    still_working,
+)
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
@@ -120,11 +129,20 @@ def answer_helper_id(helper_id: str) -> str:
 
 
 def judge_answer(
-    book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime
-) -> Refusal | Repeated | TakeAnswer:
+    book: OwnerBook, owner: str, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime, waited: bool = False
+) -> Refusal | Repeated | TakeAnswer | AwaitEarlier:
     """The whole judgement of an owner's answer, as the coordinator's validator and its handler both make it: the
-    answer's own rules (`decide_answer`), then its follow-up's admission by the admission rules. A follow-up that
-    would be refused refuses the answer, which is then not recorded: the owner can answer again."""
+    owner, the answer's own bounds (`answer_problems`), then, once the helper's finished notice is in the book or was
+    `waited` for, the answer's rules (`decide_answer`) and its follow-up's admission by the admission rules. A
+    follow-up that would be refused refuses the answer, which is then not recorded: the owner can answer again."""
+    refusal = other_owner(book, owner, book.language)
+    if refusal is not None:
+        return refusal
+    problems = answer_problems(answer)
+    if problems:
+        return Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems))
+    if not waited and still_working(book, helper_id):
+        return AwaitEarlier()
     decision = decide_answer(book, helper_id, answer, arrived_at=arrived_at)
     if decision is not None:
         return decision
@@ -133,7 +151,13 @@ def judge_answer(
         return TakeAnswer(None, None)
     admission = decide_admission(book, follow_up)
     if isinstance(admission, AlreadyAdmitted):  # excluded by decide_answer: never admits over another helper
-        return Refusal(code=RefusalCode.NOT_ANSWERABLE, message=f"{follow_up.helper_id} exists already")
+        return _refusal(
+            RefusalCode.NOT_ANSWERABLE,
+            "refused.answer_id_taken",
+            follow_up.language,
+            helper_id=helper_id,
+            follow_up=follow_up.helper_id,
+        )
     if isinstance(admission, Refusal):
         return admission
     return TakeAnswer(follow_up, admission)

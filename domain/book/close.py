@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from domain.book.outbox import withdraw_settled
 from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads
+from domain.ids import check_id
 from domain.limits import kept_until
 from domain.rows import RowState
 from domain.texts import text
@@ -18,6 +19,16 @@ class CloseAction(StrEnum):
     REMOVE = "remove"  # delivered without a Goal: remove row and directory at once (R23)
     NOTHING = "nothing"  # already closed: closing twice is harmless
     ALREADY_REMOVED = "already_removed"  # closed and since removed (retention, eviction): harmless too
+
+
+def judge_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
+    """The whole judgement of a close, as the coordinator's validator and its handler both make it: the helper id
+    as any input is checked (a raw client sends whatever it likes, R40), then `decide_close`."""
+    try:
+        check_id("helper id", helper_id)
+    except ValueError as error:
+        return Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))
+    return decide_close(book, helper_id)
 
 
 def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:

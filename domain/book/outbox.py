@@ -125,3 +125,12 @@ def apply_offer_result(
         abandon_event(book)
         return OfferOutcome.GIVEN_UP
     return OfferOutcome.RETRY
+
+
+def event_language(book: OwnerBook, helper_ids: list[str]) -> str:
+    """The language of a system event: its first helper's (they are one owner's)."""
+    for helper_id in helper_ids:
+        entry = book.entries.get(helper_id)
+        if entry is not None:
+            return entry.language
+    return "en"

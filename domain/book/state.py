@@ -20,6 +20,7 @@ from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import Policy
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.texts import text
 
 # A slot is a lease: a helper that never reports back (terminated by hand, say) loses its slot this
 # long after its own hard ceiling, so a lost signal cannot hold a slot forever.
@@ -198,6 +199,22 @@ def note_removed(book: OwnerBook, removed: list[Entry]) -> None:
     closed = [entry.helper_id for entry in removed if entry.state is RowState.CLOSED]
     book.recently_removed = [h for h in book.recently_removed if h not in closed] + closed
     del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
+
+
+def other_owner(book: OwnerBook, owner: str, language: str) -> Refusal | None:
+    """A request for another owner than this book's: a raw client sent it to the wrong coordinator."""
+    if owner == book.owner:
+        return None
+    return Refusal(
+        code=RefusalCode.WRONG_OWNER, message=text("refused.wrong_owner", language, owner=book.owner, asked=owner)
+    )
+
+
+def still_working(book: OwnerBook, helper_id: str) -> bool:
+    """Whether the helper has yet to finish as the book knows it: its outcome can reach the row a moment before its
+    finished notice reaches the book."""
+    entry = book.entries.get(helper_id)
+    return entry is not None and entry.state.is_open and not entry.close_requested
 
 
 def forget_reads(book: OwnerBook, helper_ids: list[str]) -> None:

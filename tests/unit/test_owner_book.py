@@ -15,6 +15,7 @@ from domain.book import (
     PLAIN_QUESTION_ID,
     Admit,
     AlreadyAdmitted,
+    AwaitEarlier,
     CloseAction,
     Entry,
     EventState,
@@ -46,7 +47,9 @@ from domain.book import (
     expired_rows,
     follow_up_request,
     grant_slots,
+    judge_admission,
     judge_answer,
+    judge_close,
     next_event,
     next_wakeup,
     record_answer,
@@ -87,8 +90,8 @@ def book_of(**policy: int) -> OwnerBook:
 
 
 def admit(book: OwnerBook, helper_id: str, goal_id: str | None = None, now: datetime = T0) -> list[str]:
-    """Admit as the coordinator does: decide, apply, then hand out free slots; returns the grants."""
-    decision = decide_admission(book, request(helper_id, goal_id))
+    """Admit as the coordinator does: judge, apply, then hand out free slots; returns the grants."""
+    decision = judge_admission(book, request(helper_id, goal_id))
     assert isinstance(decision, Admit), decision
     apply_admission(book, request(helper_id, goal_id), decision, now, HARD_MS)
     return grant_slots(book, now)
@@ -887,7 +890,7 @@ def asked_book(
 
 def take(book: OwnerBook, answer: OwnerAnswer, helper_id: str = "h1") -> HelperRequest | None:
     """A first valid answer as the coordinator takes it: judged, recorded, and its follow-up admitted."""
-    judged = judge_answer(book, helper_id, answer, arrived_at=ANSWERED_AT)
+    judged = judge_answer(book, book.owner, helper_id, answer, arrived_at=ANSWERED_AT)
     assert isinstance(judged, TakeAnswer), judged
     record_answer(book, helper_id, answer)
     if judged.follow_up is not None and judged.admission is not None:
@@ -902,7 +905,7 @@ def test_an_answer_whose_follow_up_needs_room_names_the_rows_it_evicts() -> None
     admit(book, "old")
     finish(book, "old")
     deliver(book, "old")
-    judged = judge_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    judged = judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(judged, TakeAnswer) and judged.admission is not None
     assert judged.admission.evict == ["old"]
 
@@ -913,11 +916,11 @@ def test_an_answer_whose_follow_up_would_be_refused_is_refused_and_not_recorded(
     book = asked_book(max_open=2)
     admit(book, "busy-1")
     admit(book, "busy-2")
-    judged = judge_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    judged = judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(judged, Refusal) and judged.code is RefusalCode.TOO_MANY_OPEN
     assert book.entries["h1"].answer is None
     finish(book, "busy-1")
-    assert isinstance(judge_answer(book, "h1", WALK, arrived_at=ANSWERED_AT), TakeAnswer)
+    assert isinstance(judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT), TakeAnswer)
 
 
 def test_a_question_with_choices_takes_one_of_its_options_and_its_follow_up_carries_the_choice() -> None:
@@ -1188,3 +1191,42 @@ def test_a_book_without_the_answer_fields_still_reads() -> None:
     for entry in data["entries"].values():
         del entry["asked"], entry["answer"]
     assert OwnerBook.model_validate(data).entries["h1"].asked is None
+
+
+def test_a_request_for_another_owner_is_refused_in_its_language_and_changes_nothing() -> None:
+    """R40: a raw client's request that reached another owner's coordinator is refused, whatever it is."""
+    book = asked_book()
+    before = book.model_dump()
+    stray = HelperRequest(owner="boris", helper_id="h9", task="task", model="m", language="ru")
+    judged = judge_admission(book, stray)
+    assert isinstance(judged, Refusal) and judged.code is RefusalCode.WRONG_OWNER
+    assert judged.message == text("refused.wrong_owner", "ru", owner="anna", asked="boris")
+    answered = judge_answer(book, "boris", "h1", WALK, arrived_at=ANSWERED_AT)
+    assert isinstance(answered, Refusal) and answered.code is RefusalCode.WRONG_OWNER
+    assert book.model_dump() == before
+
+
+def test_the_judgements_check_what_a_raw_client_sends() -> None:
+    """R40: an answer out of its bounds and a close of a malformed id are invalid requests, judged before the book."""
+    book = asked_book()
+    both = OwnerAnswer(question_id="venue", option_id="walk", text="walk")
+    judged = judge_answer(book, book.owner, "h1", both, arrived_at=ANSWERED_AT)
+    assert isinstance(judged, Refusal) and judged.code is RefusalCode.INVALID_REQUEST
+    assert "exactly one of option_id and text" in judged.message
+    closing = judge_close(book, "../h1")
+    assert isinstance(closing, Refusal) and closing.code is RefusalCode.INVALID_REQUEST
+    assert book.entries["h1"].state is RowState.UNREPORTED
+
+
+def test_a_follow_up_or_an_answer_of_a_helper_still_working_waits_for_its_notice_once() -> None:
+    """R49: the row can show an outcome before the helper's notice reaches the book, so the judgement first says
+    to wait; judged again after the wait, a helper still working is refused as such."""
+    book = book_of()
+    admit(book, "h1")
+    follow = HelperRequest(owner="anna", helper_id="h2", task="go on", model="m", follow_up="h1")
+    assert isinstance(judge_admission(book, follow), AwaitEarlier)
+    assert isinstance(judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT), AwaitEarlier)
+    refused = judge_admission(book, follow, waited=True)
+    assert isinstance(refused, Refusal) and refused.code is RefusalCode.NOT_FOLLOWABLE
+    answered = judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT, waited=True)
+    assert isinstance(answered, Refusal) and answered.code is RefusalCode.NOT_ANSWERABLE

@@ -112,6 +112,7 @@ FIELDS: dict[str, set[str]] = {
     "refused.goal_needs_open_place": {"helper_id", "open_ids"},
     "refused.rows_full": {"helper_id", "max_rows"},
     "refused.goal_needs_row_place": {"helper_id"},
+    "refused.wrong_owner": {"owner", "asked"},
     "refused.unknown_helper": {"helper_id"},
     "refused.not_unreported": {"helper_id"},
     "refused.follow_up_still_open": {"earlier"},
