@@ -277,7 +277,7 @@ async def service_client(
         async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as client:
             yield client
     finally:
-        await app.state.connections.aclose()
+        await app.state.service.connections.aclose()
 
 
 async def rows_of(store: HelperStore, owner: str, states: Iterable[RowState] | None = None) -> list[HelperRow]:

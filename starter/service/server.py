@@ -14,7 +14,8 @@ import uvicorn
 
 from config.settings import Settings
 from protocol.errors import InvalidConfiguration
-from starter.service.app import ServiceState, create_app, with_guards
+from starter.service.app import create_app, with_guards
+from starter.service.context import ServiceState
 from starter.service.read_timeout import ReadTimeoutConfig
 
 log = logging.getLogger("helper_api")

@@ -1021,7 +1021,7 @@ def generated_service(settings_down: Settings) -> Iterator[Served]:
             yield Served(runner, client, temporal)
         finally:
             runner.run(client.aclose())
-            runner.run(app.state.connections.aclose())
+            runner.run(app.state.service.connections.aclose())
 
 
 READ_BODIES = st.one_of(
