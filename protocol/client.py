@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from functools import partial
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -32,8 +33,17 @@ from codec.encryption import CodecError
 from config.settings import Settings
 from domain.requests import HelperRequest
 from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
+from domain.texts import text
 from protocol.deadlines import AnswerBy
-from protocol.errors import NOT_TAKEN, Accepted, InvalidConfiguration, Unavailable
+from protocol.errors import (
+    NOT_TAKEN,
+    UNKNOWN_HELPER,
+    Accepted,
+    HelperRefused,
+    InvalidConfiguration,
+    InvalidRequest,
+    Unavailable,
+)
 from protocol.messages import (
     ADMIT,
     ANSWER,
@@ -109,26 +119,50 @@ async def _settled(operation: WithStartWorkflowOperation[None, None]) -> None:
         await asyncio.wait_for(operation.workflow_handle(), SETTLE_S)
 
 
+# An owner without a coordinator was never admitted a helper: a close, an answer or a read names none of its
+# helpers, and a delivery has nothing that was read.
+
+
 async def close_helper(temporal: Client, settings: Settings, owner: str, helper_id: str, by: AnswerBy) -> CloseAnswer:
     what = f"the close of {helper_id}"
-    return await _update(temporal, settings, owner, CLOSE_HELPER, helper_id, CloseAnswer, by, what)
+    absent = partial(_no_helper, helper_id)
+    return await _update(temporal, settings, owner, CLOSE_HELPER, helper_id, CloseAnswer, by, what, absent)
 
 
-async def mark_read(temporal: Client, settings: Settings, owner: str, request: ReadRequest, by: AnswerBy) -> ReadAnswer:
-    return await _update(temporal, settings, owner, MARK_READ, request, ReadAnswer, by, "the read")
+async def mark_read(temporal: Client, settings: Settings, request: ReadRequest, by: AnswerBy) -> ReadAnswer:
+    absent = partial(_no_helper, request.helper_ids[0])
+    owner = _addressed(request.owner)
+    return await _update(temporal, settings, owner, MARK_READ, request, ReadAnswer, by, "the read", absent)
 
 
 async def mark_delivered(
-    temporal: Client, settings: Settings, owner: str, request: DeliveredRequest, by: AnswerBy
+    temporal: Client, settings: Settings, request: DeliveredRequest, by: AnswerBy
 ) -> DeliveredAnswer:
-    return await _update(temporal, settings, owner, MARK_DELIVERED, request, DeliveredAnswer, by, "the delivery")
+    owner = _addressed(request.owner)
+
+    def absent() -> DeliveredAnswer:
+        return DeliveredAnswer(owner=owner, turn=request.turn, delivered=[])
+
+    what = "the delivery"
+    return await _update(temporal, settings, owner, MARK_DELIVERED, request, DeliveredAnswer, by, what, absent)
 
 
 async def answer_helper(temporal: Client, settings: Settings, request: AnswerRequest, by: AnswerBy) -> AnswerResult:
     """The owner's answer to a question: the update's id names the helper and the question it answers."""
     what = f"the answer to {request.helper_id}"
     subject = f"{request.helper_id}/{request.answer.question_id}"
-    return await _update(temporal, settings, request.owner, ANSWER, request, AnswerResult, by, what, subject)
+    absent = partial(_no_helper, request.helper_id)
+    return await _update(temporal, settings, request.owner, ANSWER, request, AnswerResult, by, what, absent, subject)
+
+
+def _addressed(owner: str | None) -> str:
+    if owner is None:
+        raise InvalidRequest("owner: name the owner whose coordinator the request is for")
+    return owner
+
+
+def _no_helper(helper_id: str) -> NoReturn:
+    raise HelperRefused(UNKNOWN_HELPER, text("refused.unknown_helper", "en", helper_id=helper_id))
 
 
 async def _update(
@@ -140,14 +174,14 @@ async def _update(
     answer: type[Answer],
     by: AnswerBy,
     what: str,
+    absent: Callable[[], Answer],
     subject: str | None = None,
 ) -> Answer:
     """One update to the owner's coordinator, asked again while it continues as new (all are idempotent). Its id
-    names `subject` (the owner unless given)."""
-    handle = temporal.get_workflow_handle(coordinator_id(owner))
+    names `subject` (the owner unless given); `absent` answers when the owner has no coordinator."""
     return await answered(
         settings,
-        lambda: handle.start_update(
+        lambda: temporal.get_workflow_handle(coordinator_id(owner)).start_update(
             name,
             argument,
             result_type=answer,
@@ -156,15 +190,20 @@ async def _update(
         ),
         by,
         what,
+        absent,
     )
 
 
 async def answered(
-    settings: Settings, send: Callable[[], Awaitable[WorkflowUpdateHandle[Answer]]], by: AnswerBy, what: str
+    settings: Settings,
+    send: Callable[[], Awaitable[WorkflowUpdateHandle[Answer]]],
+    by: AnswerBy,
+    what: str,
+    absent: Callable[[], Answer] | None = None,
 ) -> Answer:
     """Send until Temporal accepts, then wait for the result; each wait ends when the answer is due. An update
     turned away while the coordinator continues as new is sent again a moment later (every write is idempotent).
-    RPCError NOT_FOUND (no such workflow) is the caller's to read."""
+    `absent` answers for a coordinator that does not exist (an admission starts its own)."""
     bound = f"{by.left():.0f} s"
     not_accepted = (
         f"{NOT_TAKEN}: the runtime did not accept {what} within {bound}, and it will refuse it from now on; asking "
@@ -199,8 +238,8 @@ async def answered(
             if not is_transient(error):
                 raise refusal_of(error) from None
         except RPCError as error:
-            if error.status is RPCStatusCode.NOT_FOUND and not is_transient(error):
-                raise
+            if error.status is RPCStatusCode.NOT_FOUND and absent is not None and not is_transient(error):
+                return absent()
             if not is_transient(error):
                 raise refusal_of_rpc(error, what) from None
         if by.left() <= pause:

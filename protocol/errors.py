@@ -57,7 +57,6 @@ UNKNOWN_HELPER = "unknown_helper"
 UNKNOWN_GOAL = "unknown_goal"
 # The starter's own refusals, beside the coordinator's (domain.book.RefusalCode).
 GOAL_EXISTS = "goal_exists"
-NO_COORDINATOR = "no_coordinator"  # an owner without helpers: nothing to read or deliver
 
 
 class InvalidRequest(StarterError):

@@ -61,12 +61,18 @@ class CoordinatorStart(BaseModel):
     book: OwnerBook | None = None
 
 
+# A read's and a delivery's owner may be absent from a request recorded in a coordinator's history by an earlier
+# starter, which sent it without; the coordinator then takes it as its own.
+
+
 class ReadRequest(BaseModel):
+    owner: OwnerId | None = None
     turn: str = Field(min_length=1, max_length=TURN_MAX_CHARS)
     helper_ids: list[HelperId] = Field(max_length=READ_MAX_HELPERS)
 
 
 class DeliveredRequest(BaseModel):
+    owner: OwnerId | None = None
     turn: str = Field(min_length=1, max_length=TURN_MAX_CHARS)
     answer_chars: int = Field(le=ANSWER_CHARS_MAX)
 

@@ -4,7 +4,8 @@ A write's caller gets one true answer: its result, `HelperRefused`/`InvalidReque
 `Busy` (Temporal's own rate limits refused it before taking it), or `Unavailable` (nothing was taken). Some
 answers only mean "ask again": the coordinator is continuing as new, and every starter write is idempotent
 (admission by helper id, close, read, delivered), so `protocol.client.answered` sends it again a moment later.
-A NOT_FOUND that is not one of those is the caller's to read: no such coordinator (or schedule).
+A NOT_FOUND that is not one of those means no such coordinator: `protocol.client` says what that answers for each
+write (an owner without a coordinator has no helpers).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def is_transient(error: Exception) -> bool:
 
 
 def refusal_of_rpc(error: RPCError, what: str) -> StarterError:
-    """A refusal Temporal answered before taking the write (not NOT_FOUND, which is the caller's)."""
+    """A refusal Temporal answered before taking the write."""
     if error.status is RPCStatusCode.RESOURCE_EXHAUSTED:
         return Busy(f"{NOT_TAKEN}: Temporal is over its rate limits ({error.message})", SERVER_BUSY_RETRY_S)
     return Unavailable(f"{NOT_TAKEN}: Temporal refused {what} ({error.status.name}): {error.message}")

@@ -16,7 +16,6 @@ from temporalio.client import (
     Client,
 )
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from temporalio.service import RPCError, RPCStatusCode
 
 from codec.encryption import CodecError
 from config.settings import Settings
@@ -34,23 +33,17 @@ from protocol.client import admit, answer_helper, close_helper, mark_delivered, 
 from protocol.connection import connect_for
 from protocol.deadlines import AnswerBy, accept_within_s, answer_by
 from protocol.errors import (
-    NO_COORDINATOR,
-    UNKNOWN_HELPER,
-    HelperRefused,
     InvalidConfiguration,
     InvalidRequest,
     Unavailable,
 )
-from protocol.temporal_errors import refusal_of_rpc
+from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
 from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
-    answer_request,
     check_goal_ids,
     check_ids,
-    delivered_request,
     parse_goal,
     parse_request,
-    read_request,
     scrub,
 )
 from starter.reads import StoreReader, open_store
@@ -103,59 +96,40 @@ class HelperClient(StoreReader):
 
     async def start(self, request: HelperRequest | dict[str, Any], *, by: AnswerBy | None = None) -> Admission:
         """Admit a helper; when this returns, its row exists and its workflow runs (R4). Answered by `by`
-        (HELPER_STARTER_TIMEOUT_MS from now); otherwise Accepted, Busy or Unavailable say what happened (R48)."""
+        (HELPER_STARTER_TIMEOUT_MS from now); otherwise Accepted, Busy or Unavailable say what happened (R48).
+        A dict is checked here (`starter.inputs.parse_request`); the coordinator checks every request again."""
         by = by or answer_by(self.settings)
-        request = parse_request(request, self.settings)
+        if not isinstance(request, HelperRequest):
+            request = parse_request(request, self.settings)
         await check_model(self.settings, request.model)
         return await self._write(lambda: admit(self.temporal, self.settings, request, by), by)
 
     async def close(self, owner: str, helper_id: str, *, by: AnswerBy | None = None) -> CloseAnswer:
         by = by or answer_by(self.settings)
         check_ids(owner, [helper_id])
-        send = lambda: close_helper(self.temporal, self.settings, owner, helper_id, by)  # noqa: E731
-        return await self._write(send, by, missing_helper=helper_id)
+        return await self._write(lambda: close_helper(self.temporal, self.settings, owner, helper_id, by), by)
 
-    async def answer(
-        self,
-        owner: str,
-        helper_id: str,
-        question_id: str,
-        *,
-        option_id: str | None = None,
-        text: str | None = None,
-        by: AnswerBy | None = None,
-    ) -> AnswerResult:
-        """Answer a helper's question or authorization wait with an offered option's id (`grant` or `deny` for an
-        authorization) or free text (R49). The first valid answer is the only one: asking again, with this answer or
-        another, returns that first one (`repeated`) and starts nothing. It admits the follow-up that goes on from
-        it, as `start --follow-up` would."""
+    async def answer(self, request: AnswerRequest, *, by: AnswerBy | None = None) -> AnswerResult:
+        """Answer a helper's question or authorization wait (`starter.inputs.answer_request` builds the request) with
+        an offered option's id (`grant` or `deny` for an authorization) or free text (R49). The first valid answer is
+        the only one: asking again, with this answer or another, returns that first one (`repeated`) and starts
+        nothing. It admits the follow-up that goes on from it, as `start --follow-up` would."""
         by = by or answer_by(self.settings)
-        request = answer_request(owner, helper_id, question_id, option_id, text)
-        send = lambda: answer_helper(self.temporal, self.settings, request, by)  # noqa: E731
-        return await self._write(send, by, missing_helper=helper_id)
+        return await self._write(lambda: answer_helper(self.temporal, self.settings, request, by), by)
 
-    async def read(self, owner: str, turn: str, helper_ids: list[str], *, by: AnswerBy | None = None) -> ReadAnswer:
-        """Record that chat turn `turn` read these outcomes; nothing is delivered yet (R28)."""
+    async def read(self, request: ReadRequest, *, by: AnswerBy | None = None) -> ReadAnswer:
+        """Record that a chat turn read these outcomes (`starter.inputs.read_request` builds the request); nothing
+        is delivered yet (R28)."""
         by = by or answer_by(self.settings)
-        request = read_request(owner, turn, helper_ids)
-        send = lambda: mark_read(self.temporal, self.settings, owner, request, by)  # noqa: E731
-        return await self._write(send, by, missing_helper=helper_ids[0])
+        return await self._write(lambda: mark_read(self.temporal, self.settings, request, by), by)
 
-    async def delivered(
-        self, owner: str, turn: str, answer_chars: int, *, by: AnswerBy | None = None
-    ) -> DeliveredAnswer:
-        """Turn `turn` sent a nonempty answer and completed: what it read is delivered (R28)."""
+    async def delivered(self, request: DeliveredRequest, *, by: AnswerBy | None = None) -> DeliveredAnswer:
+        """The turn that read sent a nonempty answer and completed (`starter.inputs.delivered_request` builds the
+        request): what it read is delivered (R28)."""
         by = by or answer_by(self.settings)
-        request = delivered_request(owner, turn, answer_chars)
-        try:
-            send = lambda: mark_delivered(self.temporal, self.settings, owner, request, by)  # noqa: E731
-            return await self._write(send, by, missing_helper="")
-        except HelperRefused as refusal:
-            if refusal.code == NO_COORDINATOR:
-                return DeliveredAnswer(owner=owner, turn=turn, delivered=[])  # nothing was ever read
-            raise
+        return await self._write(lambda: mark_delivered(self.temporal, self.settings, request, by), by)
 
-    async def _write(self, send: Callable[[], Awaitable[Answer]], by: AnswerBy, missing_helper: str = "") -> Answer:
+    async def _write(self, send: Callable[[], Awaitable[Answer]], by: AnswerBy) -> Answer:
         """One write through this process's gate (as many in flight as the runtime answers in time, R48)."""
         try:
             async with self.gate.turn(by):
@@ -164,13 +138,6 @@ class HelperClient(StoreReader):
             if error.retry_after_s is None:  # not taken in time: ask again once this process has worked off its own
                 raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s(by)) from None
             raise
-        except RPCError as error:
-            if error.status is not RPCStatusCode.NOT_FOUND:  # one the send raised before Temporal answered it
-                raise refusal_of_rpc(error, "the request") from None
-            # The coordinator does not exist (protocol.client.answered leaves this one to the caller).
-            if not missing_helper:
-                raise HelperRefused(NO_COORDINATOR, "this owner has no helpers") from None
-            raise HelperRefused(UNKNOWN_HELPER, f"There is no helper {missing_helper}.") from None
 
     # --- Goals: Temporal Schedules whose checks are helpers (R30) --------------------------------------
 

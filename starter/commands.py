@@ -17,7 +17,7 @@ from config.settings import Settings
 from domain.rows import RowState
 from protocol.deadlines import AnswerBy
 from starter import inputs
-from starter.inputs import answer_request, check_delivered, check_ids, check_read, parse_request
+from starter.inputs import answer_request, check_ids, delivered_request, parse_request, read_request
 
 # A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes), and
 # when its caller is answered: a write is answered by then, whatever happens (R48).
@@ -61,13 +61,7 @@ def close(owner: str, helper_id: str) -> Command:
 def answer(owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None) -> Command:
     """The owner's one authoritative answer to a helper's question or authorization wait (R49)."""
     request = answer_request(owner, helper_id, question_id, option_id, text)
-    return Command(
-        "answer",
-        True,
-        lambda client, by: client.answer(
-            owner, helper_id, question_id, option_id=request.answer.option_id, text=request.answer.text, by=by
-        ),
-    )
+    return Command("answer", True, lambda client, by: client.answer(request, by=by))
 
 
 def unreported(owner: str) -> Command:
@@ -76,13 +70,13 @@ def unreported(owner: str) -> Command:
 
 
 def read(owner: str, turn: str, helper_ids: list[str]) -> Command:
-    check_read(owner, turn, helper_ids)
-    return Command("read", True, lambda client, by: client.read(owner, turn, helper_ids, by=by))
+    request = read_request(owner, turn, helper_ids)
+    return Command("read", True, lambda client, by: client.read(request, by=by))
 
 
 def delivered(owner: str, turn: str, answer_chars: int) -> Command:
-    check_delivered(owner, turn, answer_chars)
-    return Command("delivered", True, lambda client, by: client.delivered(owner, turn, answer_chars, by=by))
+    request = delivered_request(owner, turn, answer_chars)
+    return Command("delivered", True, lambda client, by: client.delivered(request, by=by))
 
 
 def usage(owner: str) -> Command:

@@ -101,7 +101,7 @@ def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:
     from protocol.messages import ReadRequest
 
     check_read(owner, turn, helper_ids)
-    return _built(lambda: ReadRequest(turn=turn, helper_ids=helper_ids))
+    return _built(lambda: ReadRequest(owner=owner, turn=turn, helper_ids=helper_ids))
 
 
 def delivered_request(owner: str, turn: str, answer_chars: int) -> DeliveredRequest:
@@ -109,7 +109,7 @@ def delivered_request(owner: str, turn: str, answer_chars: int) -> DeliveredRequ
     from protocol.messages import DeliveredRequest
 
     check_delivered(owner, turn, answer_chars)
-    return _built(lambda: DeliveredRequest(turn=turn, answer_chars=answer_chars))
+    return _built(lambda: DeliveredRequest(owner=owner, turn=turn, answer_chars=answer_chars))
 
 
 Message = TypeVar("Message")

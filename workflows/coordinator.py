@@ -51,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         OfferOutcome,
         OwnerBook,
         Refusal,
-        RefusalCode,
         TakeAnswer,
         apply_admission,
         apply_closed_by_coordinator,
@@ -63,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
         apply_read,
         close_to_remove,
         decide_close,
-        decide_read,
         event_due,
         event_language,
         expire_leases,
@@ -74,6 +72,8 @@ with workflow.unsafe.imports_passed_through():
         judge_admission,
         judge_answer,
         judge_close,
+        judge_delivered,
+        judge_read,
         next_event,
         next_wakeup,
         record_answer,
@@ -88,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
         undo_admission,
         withdraw_answer,
     )
-    from domain.limits import delivered_problem, effective_limits
+    from domain.limits import effective_limits
     from domain.requests import HelperRequest
     from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
     from protocol.deadlines import too_late
@@ -553,7 +553,7 @@ class CoordinatorWorkflow:
                 timeout=READ_WAIT,
                 timeout_summary="wait for finished notices",
             )
-        refusal = decide_read(self.book, request.helper_ids)
+        refusal = judge_read(self.book, request.owner, request.helper_ids)
         if refusal is not None:
             raise refused(refusal)
         read = apply_read(self.book, request.turn, request.helper_ids)
@@ -562,7 +562,7 @@ class CoordinatorWorkflow:
     @mark_read.validator
     def _validate_read(self, request: ReadRequest) -> None:
         self._refuse_late_or_draining()
-        refusal = decide_read(self.book, request.helper_ids, allow_finishing=True)
+        refusal = judge_read(self.book, request.owner, request.helper_ids, allow_finishing=True)
         if refusal is not None:
             raise refused(refusal)
 
@@ -578,9 +578,9 @@ class CoordinatorWorkflow:
     @mark_delivered.validator
     def _validate_delivered(self, request: DeliveredRequest) -> None:
         self._refuse_late_or_draining()
-        problem = delivered_problem(request.answer_chars)
-        if problem is not None:
-            raise refused(Refusal(code=RefusalCode.INVALID_REQUEST, message=problem))
+        refusal = judge_delivered(self.book, request.owner, request.answer_chars)
+        if refusal is not None:
+            raise refused(refusal)
 
     async def _outbox(self) -> None:
         """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26). An

@@ -37,7 +37,7 @@ from domain.book.close import (
     judge_close,
     request_close,
 )
-from domain.book.delivery import apply_delivered, apply_read, decide_read, finishing
+from domain.book.delivery import apply_delivered, apply_read, decide_read, finishing, judge_delivered, judge_read
 from domain.book.follow_up import FOLLOWABLE_KINDS, decide_follow_up, keeps_context_for, link_follow_up
 from domain.book.outbox import (
     OFFER_GIVE_UP,
@@ -143,6 +143,8 @@ __all__ = [
     "judge_admission",
     "judge_answer",
     "judge_close",
+    "judge_delivered",
+    "judge_read",
     "keeps_context_for",
     "link_follow_up",
     "next_event",

@@ -6,10 +6,29 @@ from __future__ import annotations
 from datetime import datetime
 
 from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads
-from domain.limits import kept_until
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads, other_owner
+from domain.limits import delivered_problem, kept_until
 from domain.rows import RowState
 from domain.texts import text
+
+
+def judge_read(
+    book: OwnerBook, owner: str | None, helper_ids: list[str], *, allow_finishing: bool = False
+) -> Refusal | None:
+    """The whole judgement of a read, as the coordinator's validator and its handler both make it: the owner (when
+    the request names one), then `decide_read`."""
+    return other_owner(book, owner or book.owner, book.language) or decide_read(
+        book, helper_ids, allow_finishing=allow_finishing
+    )
+
+
+def judge_delivered(book: OwnerBook, owner: str | None, answer_chars: int) -> Refusal | None:
+    """The judgement of a delivery: the owner (when the request names one) and the answer's length; what was read
+    is the book's to know."""
+    problem = delivered_problem(answer_chars)
+    if problem is not None:
+        return Refusal(code=RefusalCode.INVALID_REQUEST, message=problem)
+    return other_owner(book, owner or book.owner, book.language)
 
 
 def decide_read(book: OwnerBook, helper_ids: list[str], *, allow_finishing: bool = False) -> Refusal | None:

@@ -58,7 +58,7 @@ NOT_FOUND: Responses = {404: _error_doc("unknown_helper or unknown_goal: not one
 REFUSED: Responses = {
     409: _error_doc(
         "refused, nothing was written: too_many_open (with `open_ids`), rows_full, goal_needs_open_place, "
-        "goal_needs_row_place, not_unreported, not_followable, goal_exists, no_coordinator; for `answer`: "
+        "goal_needs_row_place, not_unreported, not_followable, goal_exists; for `answer`: "
         "not_answerable, stale_question, not_offered, grant_refused"
     )
 }

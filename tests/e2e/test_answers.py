@@ -15,6 +15,7 @@ from domain.rows import AnswerResult, HelperRow, RowState
 from protocol.errors import HelperRefused, InvalidRequest
 from protocol.names import coordinator_id
 from reference.core.script import scripted_task
+from starter.inputs import answer_request
 from tests.e2e.conftest import Stack, core_sessions, finished_row
 from tests.e2e.test_api import serving_api
 from tests.helpers import helper_request
@@ -51,8 +52,8 @@ async def test_two_answers_at_once_start_one_follow_up_that_continues_the_sessio
     assert question.outcome_kind is OutcomeKind.QUESTION and question.choices is not None
 
     answers = await asyncio.gather(
-        stack.client.answer(stack.owner, "pick-venue", "venue", option_id="walk"),
-        stack.client.answer(stack.owner, "pick-venue", "venue", option_id="taxi"),
+        stack.client.answer(answer_request(stack.owner, "pick-venue", "venue", option_id="walk")),
+        stack.client.answer(answer_request(stack.owner, "pick-venue", "venue", option_id="taxi")),
     )
     first, later = _one_first(list(answers))
     assert first.follow_up is not None and later.follow_up is not None
@@ -72,10 +73,10 @@ async def test_two_answers_at_once_start_one_follow_up_that_continues_the_sessio
     assert shown.session_id is not None and shown.session_id == question.session_id  # its session in the core
     assert (await stack.client.show(stack.owner, "pick-venue.answer")).follow_up_of == "pick-venue"
 
-    third = await stack.client.answer(stack.owner, "pick-venue", "venue", option_id=first.option_id)
+    third = await stack.client.answer(answer_request(stack.owner, "pick-venue", "venue", option_id=first.option_id))
     assert third.repeated and third.same and third.option_id == first.option_id
     other = await stack.client.answer(
-        stack.owner, "pick-venue", "venue", option_id="taxi" if label != "Taxi" else "walk"
+        answer_request(stack.owner, "pick-venue", "venue", option_id="taxi" if label != "Taxi" else "walk")
     )
     assert other.repeated and not other.same and other.option_id == first.option_id
     assert [r.helper_id for r in await stack.client.list_helpers(stack.owner)] == ["pick-venue", "pick-venue.answer"]
@@ -90,9 +91,9 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
     assert waiting.outcome_kind is OutcomeKind.AUTHORIZATION
 
     answers = await asyncio.gather(
-        stack.client.answer(stack.owner, "offer", "authorization", option_id="grant"),
-        stack.client.answer(stack.owner, "offer", "authorization", option_id="grant"),
-        stack.client.answer(stack.owner, "offer", "authorization", option_id="deny"),
+        stack.client.answer(answer_request(stack.owner, "offer", "authorization", option_id="grant")),
+        stack.client.answer(answer_request(stack.owner, "offer", "authorization", option_id="grant")),
+        stack.client.answer(answer_request(stack.owner, "offer", "authorization", option_id="deny")),
     )
     firsts = [a for a in answers if not a.repeated]
     assert len(firsts) == 1
@@ -130,11 +131,11 @@ async def test_an_outcome_says_its_question_or_its_authorization_once_and_not_th
 
 async def test_a_deny_starts_nothing_and_delivers_the_outcome(stack: Stack, tmp_path: Path) -> None:
     await _ask(stack, "invite", end="authorization", authorization=ACTION)
-    denied = await stack.client.answer(stack.owner, "invite", "authorization", option_id="deny")
+    denied = await stack.client.answer(answer_request(stack.owner, "invite", "authorization", option_id="deny"))
     assert not denied.repeated and denied.follow_up is None
     row = await stack.store.get(stack.owner, "invite")
     assert row is not None and row.state is RowState.DELIVERED and row.followed_up_by is None
-    granted = await stack.client.answer(stack.owner, "invite", "authorization", option_id="grant")
+    granted = await stack.client.answer(answer_request(stack.owner, "invite", "authorization", option_id="grant"))
     assert granted.repeated and not granted.same and granted.option_id == "deny"
     assert await stack.store.get(stack.owner, "invite.answer") is None
     assert core_sessions(tmp_path / "core.sqlite3", "invite.answer") == []
@@ -144,23 +145,23 @@ async def test_answers_the_question_did_not_ask_for_are_refused_and_write_nothin
     await _ask(stack, "date", end="question", question="When?", options=OPTIONS, question_id="venue")
     for code, question_id, option_id in (("stale_question", "day", "walk"), ("not_offered", "venue", "bike")):
         with pytest.raises(HelperRefused) as refusal:
-            await stack.client.answer(stack.owner, "date", question_id, option_id=option_id)
+            await stack.client.answer(answer_request(stack.owner, "date", question_id, option_id=option_id))
         assert refusal.value.code == code, refusal.value
     with pytest.raises(HelperRefused) as no_text:
-        await stack.client.answer(stack.owner, "date", "venue", text="somewhere quiet")
+        await stack.client.answer(answer_request(stack.owner, "date", "venue", text="somewhere quiet"))
     assert no_text.value.code == "not_offered" and "walk, taxi" in no_text.value.message
     with pytest.raises(HelperRefused) as unknown:
-        await stack.client.answer(stack.owner, "nobody", "venue", option_id="walk")
+        await stack.client.answer(answer_request(stack.owner, "nobody", "venue", option_id="walk"))
     assert unknown.value.code == "unknown_helper"
     with pytest.raises(HelperRefused) as foreign:  # another owner's helper is not in this owner's book
-        await stack.client.answer("someone-else", "date", "venue", option_id="walk")
+        await stack.client.answer(answer_request("someone-else", "date", "venue", option_id="walk"))
     assert foreign.value.code == "unknown_helper"
     with pytest.raises(InvalidRequest):  # refused before anything is sent
-        await stack.client.answer(stack.owner, "date", "venue", text="")
+        await stack.client.answer(answer_request(stack.owner, "date", "venue", text=""))
     # Nothing was written: the question still takes its answer.
     row = await stack.store.get(stack.owner, "date")
     assert row is not None and row.state is RowState.UNREPORTED and row.followed_up_by is None
-    taken = await stack.client.answer(stack.owner, "date", "venue", option_id="taxi")
+    taken = await stack.client.answer(answer_request(stack.owner, "date", "venue", option_id="taxi"))
     assert not taken.repeated and taken.follow_up is not None
 
 
@@ -175,12 +176,12 @@ async def test_an_answer_sent_before_the_question_is_not_answerable_whatever_the
     row = await stack.store.get(stack.owner, "early")
     assert row is not None and row.outcome_kind is None
     with pytest.raises(HelperRefused) as refusal:
-        await stack.client.answer(stack.owner, "early", "day", option_id="walk")
+        await stack.client.answer(answer_request(stack.owner, "early", "day", option_id="walk"))
     assert refusal.value.code == "not_answerable", refusal.value
     asked = await finished_row(stack, "early")
     assert asked.outcome_kind is OutcomeKind.QUESTION and asked.followed_up_by is None
     assert await stack.store.get(stack.owner, "early.answer") is None
-    taken = await stack.client.answer(stack.owner, "early", "day", option_id="walk")
+    taken = await stack.client.answer(answer_request(stack.owner, "early", "day", option_id="walk"))
     assert not taken.repeated and taken.follow_up is not None
 
 
@@ -191,10 +192,10 @@ async def test_an_answer_refused_for_want_of_an_open_place_is_not_recorded(stack
     for helper_id in ("busy-1", "busy-2", "busy-3"):
         await stack.client.start(helper_request(stack.owner, helper_id, holding))
     with pytest.raises(HelperRefused) as refusal:
-        await stack.client.answer(stack.owner, "room", "question", text="Small, please.")
+        await stack.client.answer(answer_request(stack.owner, "room", "question", text="Small, please."))
     assert refusal.value.code == "too_many_open"
     await stack.client.close(stack.owner, "busy-1")
-    taken = await stack.client.answer(stack.owner, "room", "question", text="Small, please.")
+    taken = await stack.client.answer(answer_request(stack.owner, "room", "question", text="Small, please."))
     assert not taken.repeated and taken.text == "Small, please."
     assert taken.follow_up is not None and taken.follow_up.helper_id == "room.answer"
 
@@ -234,10 +235,10 @@ async def test_the_first_answer_stays_the_one_after_the_coordinator_continues_as
     reach a later run get the first back and start nothing."""
     monkeypatch.setattr(coordinator, "MAX_MESSAGES_PER_RUN", 3)  # the worker runs in this process
     await _ask(stack, "trip", end="question", question="Where?", options=OPTIONS, question_id="venue")
-    first = await stack.client.answer(stack.owner, "trip", "venue", option_id="walk")
+    first = await stack.client.answer(answer_request(stack.owner, "trip", "venue", option_id="walk"))
     assert not first.repeated
     for _ in range(4):
-        again = await stack.client.answer(stack.owner, "trip", "venue", option_id="taxi")
+        again = await stack.client.answer(answer_request(stack.owner, "trip", "venue", option_id="taxi"))
         assert again.repeated and not again.same and again.option_id == "walk"
     runs = [run async for run in stack.env.client.list_workflows(f'WorkflowId = "{coordinator_id(stack.owner)}"')]
     assert len(runs) >= 2, f"expected the coordinator to continue as new, got {len(runs)} runs"

@@ -19,6 +19,7 @@ from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
 from starter.client import HelperClient
+from starter.inputs import delivered_request, read_request
 from tests.e2e.conftest import Stack, _stack
 from tests.helpers import chat_events, eventually, helper_request
 
@@ -76,8 +77,8 @@ async def test_an_event_whose_outcome_was_read_and_delivered_is_withdrawn_and_ho
     await eventually(functools.partial(_final, stack, "first"))
     # Four failed offers: the next one would wait a backoff of 16 s.
     offered = await eventually(functools.partial(_offered_at_least, stack, 4), timeout=60)
-    await stack.client.read(owner, "turn-1", ["first"])
-    assert (await stack.client.delivered(owner, "turn-1", answer_chars=40)).delivered == ["first"]
+    await stack.client.read(read_request(owner, "turn-1", ["first"]))
+    assert (await stack.client.delivered(delivered_request(owner, "turn-1", answer_chars=40))).delivered == ["first"]
     withdrawn = await eventually(functools.partial(_event_state, stack, "withdrawn"), timeout=30)
     assert withdrawn[-1].key == offered[-1].key
     await _chat(stack, "PUT", "/v1/control/failing", {"failing": False, "mode": "down"})
@@ -114,14 +115,14 @@ async def test_a_turn_that_never_answered_lets_the_outcome_be_told_again(stack: 
     the next turn reads it again, answers, and only then is it delivered."""
     await stack.client.start(helper_request(stack.owner, "told", scripted_task("Tell.", steps=1, step_ms=20)))
     await eventually(functools.partial(_final, stack, "told"))
-    await stack.client.read(stack.owner, "turn-lost", ["told"])
+    await stack.client.read(read_request(stack.owner, "turn-lost", ["told"]))
     # turn-lost never calls delivered: it died between reading and answering.
     assert [v.helper_id for v in await stack.client.unreported(stack.owner)] == ["told"]
-    await stack.client.read(stack.owner, "turn-next", ["told"])
-    answer = await stack.client.delivered(stack.owner, "turn-next", answer_chars=120)
+    await stack.client.read(read_request(stack.owner, "turn-next", ["told"]))
+    answer = await stack.client.delivered(delivered_request(stack.owner, "turn-next", answer_chars=120))
     assert answer.delivered == ["told"]
     assert await stack.client.unreported(stack.owner) == []
-    late = await stack.client.delivered(stack.owner, "turn-lost", answer_chars=10)
+    late = await stack.client.delivered(delivered_request(stack.owner, "turn-lost", answer_chars=10))
     assert late.delivered == []  # nothing left to deliver for the lost turn
 
 
@@ -139,8 +140,8 @@ async def test_one_owner_cannot_see_close_or_mark_another_owners_helper(stack: S
         await stack.client.close(other, "private")
     assert closing.value.code == "unknown_helper"
     with pytest.raises(HelperRefused):
-        await stack.client.read(other, "t1", ["private"])
-    assert (await stack.client.delivered(other, "t1", answer_chars=5)).delivered == []
+        await stack.client.read(read_request(other, "t1", ["private"]))
+    assert (await stack.client.delivered(delivered_request(other, "t1", answer_chars=5))).delivered == []
     row = await stack.store.get(owner, "private")
     assert row is not None and row.state.value == "unreported"
     assert [v.helper_id for v in await stack.client.unreported(owner)] == ["private"]

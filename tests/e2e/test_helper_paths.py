@@ -18,6 +18,7 @@ from protocol.names import helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
+from starter.inputs import delivered_request, read_request
 from tests.e2e.conftest import Stack, _stack
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import ChatEvent, chat_events, eventually, helper_request, parked_of
@@ -128,8 +129,8 @@ async def test_closing_ready_withdraws_the_report_and_closing_delivered_removes_
     assert told == {"told"}
     assert {v.helper_id for v in await stack.client.unreported(owner)} == {"told"}
 
-    await stack.client.read(owner, "turn-1", ["told"])
-    await stack.client.delivered(owner, "turn-1", answer_chars=10)
+    await stack.client.read(read_request(owner, "turn-1", ["told"]))
+    await stack.client.delivered(delivered_request(owner, "turn-1", answer_chars=10))
     directory = Path((await stack.client.show(owner, "told")).result_dir)
     assert (directory / "outcome.md").exists()
     removed = await stack.client.close(owner, "told")

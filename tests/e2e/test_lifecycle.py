@@ -12,6 +12,7 @@ from domain.rows import RowState
 from protocol.errors import HelperRefused, InvalidRequest
 from protocol.names import helper_workflow_id
 from reference.core.script import scripted_task
+from starter.inputs import delivered_request, read_request
 from tests.e2e.conftest import Stack
 from tests.helpers import eventually, helper_request
 
@@ -178,11 +179,13 @@ async def test_unreported_read_and_delivered_in_a_turn(stack: Stack):
         await eventually(functools.partial(_outcome, stack, helper_id), timeout=20)
     assert {v.helper_id for v in await stack.client.unreported(owner)} == {"r1", "r2"}
 
-    await stack.client.read(owner, "turn-7", ["r1"])
+    await stack.client.read(read_request(owner, "turn-7", ["r1"]))
     assert {v.helper_id for v in await stack.client.unreported(owner)} == {"r1", "r2"}  # read is not delivered
     with pytest.raises(InvalidRequest):
-        await stack.client.delivered(owner, "turn-7", answer_chars=0)  # an empty answer delivers nothing
-    delivered = await stack.client.delivered(owner, "turn-7", answer_chars=42)
+        await stack.client.delivered(
+            delivered_request(owner, "turn-7", answer_chars=0)
+        )  # an empty answer delivers nothing
+    delivered = await stack.client.delivered(delivered_request(owner, "turn-7", answer_chars=42))
     assert delivered.delivered == ["r1"]
     assert {v.helper_id for v in await stack.client.unreported(owner)} == {"r2"}
     row = await stack.store.get(owner, "r1")

@@ -19,6 +19,7 @@ from activities.rows import RowActivities
 from contracts.core_api import SessionStatus
 from domain.activity_io import RemoveRows, RowToRemove
 from domain.rows import RowState
+from starter.inputs import delivered_request, read_request
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from tests.fakes.fake_core import FakeCore
@@ -49,8 +50,8 @@ async def test_delivered_and_closed_rows_expire_with_their_directories(time_env:
             await eventually_skipping(time_env, functools.partial(_finished, store, "una", helper_id))
         await client.close("una", "dropped")  # unreported -> closed: kept a day from its finish
         await skip_time(time_env, timedelta(hours=12), chunk=timedelta(hours=1))
-        await client.read("una", "t1", ["told"])
-        await client.delivered("una", "t1", answer_chars=5)  # kept a day from now
+        await client.read(read_request("una", "t1", ["told"]))
+        await client.delivered(delivered_request("una", "t1", answer_chars=5))  # kept a day from now
         directories = {v.helper_id: Path(v.result_dir) for v in await client.list_helpers("una")}
         assert all([await _exists(d) for d in directories.values()])
 

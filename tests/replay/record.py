@@ -33,6 +33,7 @@ from reference.core.script import scripted_task
 from reference.core.server import running_core
 from starter.client import HelperClient
 from starter.goals import goal_schedule_id
+from starter.inputs import answer_request, delivered_request, read_request
 from store.helper_store import HelperStore
 from tests.conftest import SEARCH_KEYS, TEMPORAL_CLI, TEST_SERVER, register_search_attributes
 from tests.fakes.fake_core import FakeCore, serving_fake_core
@@ -133,8 +134,8 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
             async with running_core(work / "core.sqlite3", port):
                 await eventually(lambda: _final(client, "filler-1"), timeout=30)
             unreported = [view.helper_id for view in await client.unreported(OWNER)]
-            await client.read(OWNER, "turn-1", unreported)
-            await client.delivered(OWNER, "turn-1", answer_chars=12)
+            await client.read(read_request(OWNER, "turn-1", unreported))
+            await client.delivered(delivered_request(OWNER, "turn-1", answer_chars=12))
             await client.close(OWNER, "completed")
             for name in (
                 "completed",
@@ -184,15 +185,15 @@ async def record_answer_paths(env: WorkflowEnvironment, work: Path) -> None:
             for helper_id in asks:
                 await eventually(functools.partial(_row_final, store, owner, helper_id), timeout=30)
             await asyncio.gather(
-                client.answer(owner, "venue", "v", option_id="walk"),
-                client.answer(owner, "venue", "v", option_id="taxi"),
+                client.answer(answer_request(owner, "venue", "v", option_id="walk")),
+                client.answer(answer_request(owner, "venue", "v", option_id="taxi")),
             )
-            await client.answer(owner, "grant", "authorization", option_id="grant")
-            await client.answer(owner, "deny", "authorization", option_id="deny")
+            await client.answer(answer_request(owner, "grant", "authorization", option_id="grant"))
+            await client.answer(answer_request(owner, "deny", "authorization", option_id="deny"))
             for helper_id in ("venue.answer", "grant.answer"):
                 await eventually(functools.partial(_row_final, store, owner, helper_id), timeout=30)
-            await client.answer(owner, "venue", "v", option_id="taxi")
-            await client.answer(owner, "deny", "authorization", option_id="grant")
+            await client.answer(answer_request(owner, "venue", "v", option_id="taxi"))
+            await client.answer(answer_request(owner, "deny", "authorization", option_id="grant"))
             await _save(env.client, coordinator_id(owner), "coordinator-answers", completed=False)
         await store.close()
 
@@ -210,8 +211,8 @@ async def record_withdrawn_event(env: WorkflowEnvironment, client: HelperClient,
         await http.put(f"{chat}/v1/control/failing", json={"failing": True, "mode": "down"})
         await client.start(helper_request(owner, "first", scripted_task("First.", steps=1, step_ms=20)))
         await eventually(lambda: events_in(None, attempts=2), timeout=30)
-        await client.read(owner, "turn-1", ["first"])
-        await client.delivered(owner, "turn-1", answer_chars=12)
+        await client.read(read_request(owner, "turn-1", ["first"]))
+        await client.delivered(delivered_request(owner, "turn-1", answer_chars=12))
         await eventually(lambda: events_in("withdrawn"), timeout=30)
         await http.put(f"{chat}/v1/control/failing", json={"failing": False, "mode": "down"})
         await client.start(helper_request(owner, "second", scripted_task("Second.", steps=1, step_ms=20)))

@@ -42,6 +42,7 @@ from domain.requests import HelperRequest
 from protocol.names import HELPER_OUTCOME, HELPER_OWNER, HELPER_STATE, helper_workflow_id
 from reference.chat.server import running_chat
 from starter.client import HelperClient
+from starter.inputs import delivered_request, read_request
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, FakeSession, serving_fake_core
 from tools.bench.common import BIN, free_port
@@ -158,8 +159,8 @@ async def run_path(
     lasted = time.monotonic() - started
     if path != "closed":
         turn = f"turn-{helper_id}"
-        await stack.client.read(OWNER, turn, [helper_id])
-        await stack.client.delivered(OWNER, turn, 200)
+        await stack.client.read(read_request(OWNER, turn, [helper_id]))
+        await stack.client.delivered(delivered_request(OWNER, turn, 200))
     await asyncio.sleep(5)  # the chat offer and the coordinator's answers settle
     after = await read_actions(stack.http, stack.metrics_url)
     return after - before, lasted, stack.core.reads_by_session.get(session.session_id, 0)

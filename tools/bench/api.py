@@ -157,13 +157,11 @@ async def writes(url: str, temporal: Client, settings: Settings, samples: int) -
             request = parse_request(
                 {"owner": owner, "helper_id": helper_id, "model": "scripted", "task": "Admit."}, settings
             )
-            delivered = DeliveredRequest(turn=helper_id, answer_chars=1)
+            delivered = DeliveredRequest(owner=owner, turn=helper_id, answer_chars=1)
             timed = {
                 "start": await _timed_call(admit(temporal, settings, request, answer_by(settings))),
                 "close": await _timed_call(close_helper(temporal, settings, owner, helper_id, answer_by(settings))),
-                "delivered": await _timed_call(
-                    mark_delivered(temporal, settings, owner, delivered, answer_by(settings))
-                ),
+                "delivered": await _timed_call(mark_delivered(temporal, settings, delivered, answer_by(settings))),
             }
             await _ended(temporal, owner, helper_id)
             for name, elapsed in timed.items():

@@ -33,6 +33,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
 from reference.core.script import scripted_task
 from starter.client import HelperClient
+from starter.inputs import delivered_request, read_request
 from starter.watch import POLL_INTERVAL_S, LiveLines, cut, render
 
 ANNA = "anna"
@@ -380,9 +381,9 @@ async def _iva_reads_and_answers(client: HelperClient, report: Report) -> None:
     if not ids:
         report.expect(False, "no unreported outcomes for Anna")
         return
-    await client.read(ANNA, "turn-1", ids)
+    await client.read(read_request(ANNA, "turn-1", ids))
     answer = "Here is what your helpers found: ..."
-    delivered = await client.delivered(ANNA, "turn-1", answer_chars=len(answer))
+    delivered = await client.delivered(delivered_request(ANNA, "turn-1", answer_chars=len(answer)))
     _say(f"iva({ANNA})", f"answered in turn-1 and marked delivered: {', '.join(delivered.delivered)}")
     report.expect(sorted(delivered.delivered) == sorted(ids), f"delivered {delivered.delivered}, read {ids}")
 
