@@ -102,7 +102,7 @@ def activities_of(
 ) -> list[object]:
     """The short activities, on HELPER_TASK_QUEUE: everything but the follow."""
     admission = AdmissionActivities(store, results)
-    rows = RowActivities(store, results, settings.policy.keep_ms)
+    rows = RowActivities(store, results)
     session = SessionActivities(store, core, results)
     chat_activities = ChatActivities(store, chat)
     goals = GoalActivities(settings)

@@ -28,7 +28,6 @@ from domain.activity_io import (
 )
 from domain.bounds import ROW_ACTIONS_MAX, first
 from domain.follow import authorization_text, session_message
-from domain.limits import kept_until
 from domain.outcome import Outcome, compose_outcome_text, summarize
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
@@ -78,10 +77,9 @@ class WholeSession:
 
 
 class RowActivities:
-    def __init__(self, store: HelperStore, results: ResultDirectories, keep_ms: int) -> None:
+    def __init__(self, store: HelperStore, results: ResultDirectories) -> None:
         self.store = store
         self.results = results
-        self.keep_ms = keep_ms
 
     @activity.defn(name="remove_rows")
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:
@@ -159,9 +157,6 @@ class RowActivities:
             finished_at=final.finished_at,
         ).model_dump(mode="json")
         await asyncio.to_thread(self.results.write_outcome, directory, full_text, record)
-        keep_until = final.keep_until
-        if keep_until is None and final.state is RowState.CLOSED:  # from a first-release helper
-            keep_until = kept_until(final.finished_at, self.keep_ms)
         applied = await self.store.write_outcome(
             row,
             key.generation,
@@ -175,7 +170,7 @@ class RowActivities:
             work_tokens=usage.work_tokens,
             input_tokens=usage.input_tokens,
             finished_at=final.finished_at,
-            keep_until=keep_until,
+            keep_until=final.keep_until,
         )
         if applied:
             recording.finalized(final.kind, row.admitted_at, row.started_at, final.finished_at)

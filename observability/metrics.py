@@ -151,16 +151,3 @@ EVENT_LOOP_LAG_SECONDS: Final = Histogram(
     buckets=_PAUSE_SECONDS,
     registry=REGISTRY,
 )
-
-
-def metric_names() -> frozenset[str]:
-    """Every series name the registry can expose (`_total`, `_bucket`, ... included), for checks of users."""
-    names: set[str] = set()
-    for family in REGISTRY.collect():
-        names.add(family.name)
-        names.update(sample.name for sample in family.samples)
-        if family.type == "counter":
-            names.update({f"{family.name}_total", f"{family.name}_created"})
-        elif family.type == "histogram":
-            names.update(f"{family.name}{suffix}" for suffix in ("_bucket", "_count", "_sum", "_created"))
-    return frozenset(names)

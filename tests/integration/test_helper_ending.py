@@ -154,7 +154,7 @@ async def test_a_finalization_run_again_keeps_the_first_outcome(tmp_path: Path) 
     "interrupted". The row, its files and the workflow keep the first outcome, written once."""
     store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
     results = ResultDirectories(tmp_path / "results")
-    rows = RowActivities(store, results, keep_ms=86_400_000)
+    rows = RowActivities(store, results)
     env = ActivityEnvironment()
     now = datetime.now(UTC)
     directory = results.path_for("vic", "h1", 1)

@@ -37,7 +37,7 @@ async def test_the_finalizer_writes_a_questions_choices_to_the_row_and_both_file
     """R18, R49: the row, outcome.json and the outcome text (in the owner's language) carry the choices."""
     store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
     results = ResultDirectories(tmp_path / "results")
-    rows = RowActivities(store, results, keep_ms=86_400_000)
+    rows = RowActivities(store, results)
     now = datetime.now(UTC)
     directory = results.path_for("vic", "h1", 1)
     await store.insert_admitted(

@@ -77,7 +77,7 @@ async def test_a_directory_that_resists_is_logged_the_row_goes_and_the_sweep_rem
     and the orphan sweep removes the directory once it can."""
     store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
     results = ResultDirectories(tmp_path / "results")
-    rows = RowActivities(store, results, keep_ms=1_000)
+    rows = RowActivities(store, results)
     env = ActivityEnvironment()
     directory = results.path_for("vic", "h1", 1)
     now = datetime.now(UTC)
