@@ -9,7 +9,7 @@ from temporalio.exceptions import ApplicationError
 from config.settings import Settings
 from domain.goals import Goal
 from protocol.client import admit
-from protocol.deadlines import answer_by
+from protocol.deadlines import reply_by
 from protocol.errors import Accepted, Busy, ErrorType, HelperRefused, InvalidRequest, Unavailable
 
 
@@ -35,7 +35,7 @@ class GoalActivities:
         """A refused check (no place left for it) is a result, not an error: the next one may fit."""
         request = check.goal.check_request(check.helper_id)
         try:
-            admission = await admit(activity.client(), self.settings, request, answer_by(self.settings))
+            admission = await admit(activity.client(), self.settings, request, reply_by(self.settings))
         except HelperRefused as refusal:
             return GoalCheckResult(
                 helper_id=check.helper_id,

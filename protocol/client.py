@@ -3,7 +3,7 @@
 Admission goes by update-with-start: the one way a helper enters the runtime (R4). The other updates take
 and return the models named here; their names come from `protocol.messages`.
 
-Every send is answered by its `AnswerBy` with one of three true answers (R48): the update's result; `Accepted`
+Every send is answered by its `ReplyBy` with one of three true answers (R48): the update's result; `Accepted`
 when Temporal accepted the update (it is durable and will be carried out) but its result did not come in time;
 `Unavailable` when Temporal did not accept it in time, which the update's accept-by time makes final: the
 coordinator refuses it if it arrives later (protocol.deadlines).
@@ -34,7 +34,7 @@ from config.settings import Settings
 from domain.requests import HelperRequest
 from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
 from domain.texts import text
-from protocol.deadlines import AnswerBy
+from protocol.deadlines import ReplyBy
 from protocol.errors import (
     NOT_TAKEN,
     UNKNOWN_HELPER,
@@ -59,7 +59,7 @@ from protocol.messages import (
 from protocol.names import HELPER_OWNER, coordinator_id, owner_priority
 from protocol.temporal_errors import is_transient, refusal_of, refusal_of_rpc
 
-Answer = TypeVar("Answer", bound=BaseModel)
+Reply = TypeVar("Reply", bound=BaseModel)
 # An operation whose send was cut has its outcome set at once; this only bounds the look.
 SETTLE_S = 0.1
 # The pauses between sends of an update turned away while its coordinator continues as new.
@@ -67,7 +67,7 @@ FIRST_PAUSE = 0.05
 LONGEST_PAUSE = 1.0
 
 
-async def admit(temporal: Client, settings: Settings, request: HelperRequest, by: AnswerBy) -> Admission:
+async def admit(temporal: Client, settings: Settings, request: HelperRequest, by: ReplyBy) -> Admission:
     """Admit one helper through its owner's coordinator, starting the coordinator on first use.
 
     When this returns, the row exists and the helper's workflow runs; the answer says whether it runs
@@ -92,7 +92,7 @@ async def admit(temporal: Client, settings: Settings, request: HelperRequest, by
         return operation
 
     try:
-        return await answered(
+        return await update_reply(
             settings,
             lambda: temporal.start_update_with_start_workflow(
                 ADMIT,
@@ -123,20 +123,20 @@ async def _settled(operation: WithStartWorkflowOperation[None, None]) -> None:
 # helpers, and a delivery has nothing that was read.
 
 
-async def close_helper(temporal: Client, settings: Settings, owner: str, helper_id: str, by: AnswerBy) -> CloseAnswer:
+async def close_helper(temporal: Client, settings: Settings, owner: str, helper_id: str, by: ReplyBy) -> CloseAnswer:
     what = f"the close of {helper_id}"
     absent = partial(_no_helper, helper_id)
     return await _update(temporal, settings, owner, CLOSE_HELPER, helper_id, CloseAnswer, by, what, absent)
 
 
-async def mark_read(temporal: Client, settings: Settings, request: ReadRequest, by: AnswerBy) -> ReadAnswer:
+async def mark_read(temporal: Client, settings: Settings, request: ReadRequest, by: ReplyBy) -> ReadAnswer:
     absent = partial(_no_helper, request.helper_ids[0])
     owner = _addressed(request.owner)
     return await _update(temporal, settings, owner, MARK_READ, request, ReadAnswer, by, "the read", absent)
 
 
 async def mark_delivered(
-    temporal: Client, settings: Settings, request: DeliveredRequest, by: AnswerBy
+    temporal: Client, settings: Settings, request: DeliveredRequest, by: ReplyBy
 ) -> DeliveredAnswer:
     owner = _addressed(request.owner)
 
@@ -147,7 +147,7 @@ async def mark_delivered(
     return await _update(temporal, settings, owner, MARK_DELIVERED, request, DeliveredAnswer, by, what, absent)
 
 
-async def answer_helper(temporal: Client, settings: Settings, request: AnswerRequest, by: AnswerBy) -> AnswerResult:
+async def answer_helper(temporal: Client, settings: Settings, request: AnswerRequest, by: ReplyBy) -> AnswerResult:
     """The owner's answer to a question: the update's id names the helper and the question it answers."""
     what = f"the answer to {request.helper_id}"
     subject = f"{request.helper_id}/{request.answer.question_id}"
@@ -171,20 +171,20 @@ async def _update(
     owner: str,
     name: str,
     argument: object,
-    answer: type[Answer],
-    by: AnswerBy,
+    reply: type[Reply],
+    by: ReplyBy,
     what: str,
-    absent: Callable[[], Answer],
+    absent: Callable[[], Reply],
     subject: str | None = None,
-) -> Answer:
+) -> Reply:
     """One update to the owner's coordinator, asked again while it continues as new (all are idempotent). Its id
     names `subject` (the owner unless given); `absent` answers when the owner has no coordinator."""
-    return await answered(
+    return await update_reply(
         settings,
         lambda: temporal.get_workflow_handle(coordinator_id(owner)).start_update(
             name,
             argument,
-            result_type=answer,
+            result_type=reply,
             wait_for_stage=WorkflowUpdateStage.ACCEPTED,
             id=by.update_id(name, subject or owner),
         ),
@@ -194,13 +194,13 @@ async def _update(
     )
 
 
-async def answered(
+async def update_reply(
     settings: Settings,
-    send: Callable[[], Awaitable[WorkflowUpdateHandle[Answer]]],
-    by: AnswerBy,
+    send: Callable[[], Awaitable[WorkflowUpdateHandle[Reply]]],
+    by: ReplyBy,
     what: str,
-    absent: Callable[[], Answer] | None = None,
-) -> Answer:
+    absent: Callable[[], Reply] | None = None,
+) -> Reply:
     """Send until Temporal accepts, then wait for the result; each wait ends when the answer is due. An update
     turned away while the coordinator continues as new is sent again a moment later (every write is idempotent).
     `absent` answers for a coordinator that does not exist (an admission starts its own)."""

@@ -1,6 +1,6 @@
 """The bound on every starter write, and the rule that keeps its answer true (R48).
 
-A caller is answered by a moment it can rely on (`AnswerBy`, HELPER_STARTER_TIMEOUT_MS after it asked). A write
+A caller is answered by a moment it can rely on (`ReplyBy`, HELPER_STARTER_TIMEOUT_MS after it asked). A write
 that Temporal has not accepted by then must never be taken later, or "not taken" would be a lie: so each update
 carries, in its id, an *accept-by* time `ACCEPT_GRACE` before the answer is due, and the coordinator's validators
 refuse an update that reaches them after it (`too_late`). The grace covers the workflow task that accepts the
@@ -35,7 +35,7 @@ def accept_within_s(bound_s: float) -> float:
 
 
 @dataclass(frozen=True)
-class AnswerBy:
+class ReplyBy:
     """When the caller of one write is answered: a monotonic moment for this process's waits and the same moment on
     the wall clock, for the accept-by time the coordinator checks."""
 
@@ -45,7 +45,7 @@ class AnswerBy:
     stamped: bool = True  # False: the updates carry no accept-by time (HELPER_STARTER_ACCEPT_BY=false)
 
     @classmethod
-    def within(cls, seconds: float, *, stamped: bool = True, whole: float | None = None) -> AnswerBy:
+    def within(cls, seconds: float, *, stamped: bool = True, whole: float | None = None) -> ReplyBy:
         """Answered `seconds` from now; `whole`: the bound it is part of, if some of it was spent already."""
         wall = datetime.now(UTC) + timedelta(seconds=seconds)
         return cls(time.monotonic() + seconds, wall, seconds if whole is None else whole, stamped)
@@ -69,12 +69,12 @@ class AnswerBy:
         return f"{kind}/{subject}/{stamp}{uuid.uuid4().hex}"
 
 
-def answer_by(settings: Settings, since: float | None = None) -> AnswerBy:
+def reply_by(settings: Settings, since: float | None = None) -> ReplyBy:
     """When a write asked now, or at `since` (a monotonic moment: when its request arrived), is answered:
     HELPER_STARTER_TIMEOUT_MS after."""
     seconds = settings.starter_timeout_ms / 1000
     spent = 0.0 if since is None else max(0.0, time.monotonic() - since)
-    return AnswerBy.within(seconds - spent, stamped=settings.starter_accept_by, whole=seconds)
+    return ReplyBy.within(seconds - spent, stamped=settings.starter_accept_by, whole=seconds)
 
 
 def accept_by_of(update_id: str) -> datetime | None:

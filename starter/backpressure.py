@@ -1,7 +1,7 @@
 """How many writes one starter process has in flight, and the refusal of those it cannot answer in time (R48).
 
 The writes of a process are sent to Temporal a limited number at a time; the next ones wait their turn, in the
-order they came, for as long as their bound allows (`AnswerBy.left_to_wait`); one that cannot expect its turn
+order they came, for as long as their bound allows (`ReplyBy.left_to_wait`); one that cannot expect its turn
 within that is refused at once with `Busy`, before anything is sent, and one whose wait runs out is refused the
 same way.
 
@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from protocol.deadlines import MOST_WAITING, AnswerBy
+from protocol.deadlines import MOST_WAITING, ReplyBy
 from protocol.errors import NOT_TAKEN, Busy
 
 # The pace is measured over the answers of the last this many seconds the gate was full (time not full does not
@@ -95,7 +95,7 @@ class WriteGate:
         pace = self.pace()
         return 0.0 if pace is None else (ahead + 1) / pace
 
-    def promise_retry_s(self, by: AnswerBy, ahead: int | None = None) -> int:
+    def promise_retry_s(self, by: ReplyBy, ahead: int | None = None) -> int:
         """When a caller refused now should ask again: once the writes that were ahead of it (all this process
         holds, unless told) and every caller refused before it are worked off at the pace (one write a second for
         each place before there is a measure), less half of what it may wait for its turn, so it arrives while the
@@ -108,7 +108,7 @@ class WriteGate:
         self._promised = at + 1 / pace
         return min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, round(at - now)))
 
-    def _refusal(self, why: str, by: AnswerBy, ahead: int | None = None) -> Busy:
+    def _refusal(self, why: str, by: ReplyBy, ahead: int | None = None) -> Busy:
         after = self.promise_retry_s(by, ahead)
         return Busy(
             f"{NOT_TAKEN}: {why} ({self.in_flight} writes in flight, {self.waiting} waiting); ask again in {after} s",
@@ -116,7 +116,7 @@ class WriteGate:
         )
 
     @contextlib.asynccontextmanager
-    async def turn(self, by: AnswerBy) -> AsyncIterator[None]:
+    async def turn(self, by: ReplyBy) -> AsyncIterator[None]:
         """Hold one of the `limit` places while the write runs; Busy if none comes in time."""
         came = time.monotonic()
         if not self.full:
@@ -169,7 +169,7 @@ class WriteGate:
             self._full_clock = self._full_clock_now()
             self._full_since = None
 
-    def refusal_now(self, by: AnswerBy) -> Busy | None:
+    def refusal_now(self, by: ReplyBy) -> Busy | None:
         """The refusal of a write that cannot expect its turn within its bound, before anything of it is read or
         sent; None when it may wait (or go at once)."""
         if not self.full:
@@ -178,7 +178,7 @@ class WriteGate:
             return self._refusal("this process cannot send it in time", by)
         return None
 
-    async def _wait(self, by: AnswerBy) -> None:
+    async def _wait(self, by: ReplyBy) -> None:
         allowed = by.left_to_wait()
         if (refused := self.refusal_now(by)) is not None:
             raise refused

@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 from config.settings import Settings, SettingsError
 from domain.ids import clip
 from domain.limits import LimitOverrides
-from protocol.deadlines import AnswerBy, answer_by
+from protocol.deadlines import ReplyBy, reply_by
 from protocol.errors import InvalidConfiguration, InvalidRequest, StarterError, Unavailable
 from starter import commands
-from starter.answers import answer_json, error_json, safe_text
 from starter.arguments import build_parser
 from starter.commands import Command
+from starter.output import error_json, result_json, safe_text
 from starter.reads import StoreReader, open_sqlite_reader
 
 STDERR_MAX_CHARS = 300
@@ -132,7 +132,7 @@ def _prepare_goal(arguments: argparse.Namespace) -> Command:
     raise InvalidRequest(f"unknown goal command {clip(str(arguments.goal_command))}")
 
 
-async def run(command: Command, settings: Settings, by: AnswerBy) -> Any:
+async def run(command: Command, settings: Settings, by: ReplyBy) -> Any:
     """Connect and run a validated command, answered by `by`."""
     client: StoreReader
     if command.writes:
@@ -152,14 +152,14 @@ async def run(command: Command, settings: Settings, by: AnswerBy) -> Any:
     return await _run_and_close(client, command, by)
 
 
-async def _run_and_close(client: StoreReader, command: Command, by: AnswerBy) -> Any:
+async def _run_and_close(client: StoreReader, command: Command, by: ReplyBy) -> Any:
     try:
         return await command.run(client, by)
     finally:
         await client.aclose()
 
 
-def answer(command: Command, settings: Settings, by: AnswerBy) -> Any:
+def run_command(command: Command, settings: Settings, by: ReplyBy) -> Any:
     """Run a validated command. A read of a SQLite store runs on the stdlib driver without an event loop: asyncio
     (and the ssl it loads) alone costs about twice a bare interpreter's start (R43)."""
     if not command.writes and not command.streams:
@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> None:
 
             serve(settings, arguments.bind)
         else:
-            by = answer_by(settings)  # the write's bound counts from here, connecting included (R48)
-            output = answer_json(answer(prepare(arguments, settings), settings, by))
+            by = reply_by(settings)  # the write's bound counts from here, connecting included (R48)
+            output = result_json(run_command(prepare(arguments, settings), settings, by))
     except StarterError as refused:
         error = refused
     except (Exception, KeyboardInterrupt) as unexpected:  # never a traceback: one JSON object and the exit code (R42)

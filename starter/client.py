@@ -31,7 +31,7 @@ from domain.rows import (
 )
 from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
-from protocol.deadlines import AnswerBy, accept_within_s, answer_by
+from protocol.deadlines import ReplyBy, accept_within_s, reply_by
 from protocol.errors import (
     InvalidConfiguration,
     InvalidRequest,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 # Loaded only by the commands that use them, so each write loads little beyond the Temporal client: the model
 # catalog's check (starter.catalog) for `start` and `goal add`, the Goal Schedules (starter.goals) for `goal` (R43).
 
-Answer = TypeVar("Answer", bound=BaseModel)
+Reply = TypeVar("Reply", bound=BaseModel)
 
 
 class HelperClient(StoreReader):
@@ -71,7 +71,7 @@ class HelperClient(StoreReader):
         )
 
     @classmethod
-    async def connect(cls, settings: Settings, *, temporal: bool = True, by: AnswerBy | None = None) -> HelperClient:
+    async def connect(cls, settings: Settings, *, temporal: bool = True, by: ReplyBy | None = None) -> HelperClient:
         """Open the store; connect to Temporal only when the operation writes (reads need no server), by `by`
         (HELPER_STARTER_TIMEOUT_MS from now unless given)."""
         if temporal and (problem := settings.encryption_problem()):
@@ -94,42 +94,42 @@ class HelperClient(StoreReader):
 
     # --- writes: through the owner's coordinator ----------------------------------------------------
 
-    async def start(self, request: HelperRequest | dict[str, Any], *, by: AnswerBy | None = None) -> Admission:
+    async def start(self, request: HelperRequest | dict[str, Any], *, by: ReplyBy | None = None) -> Admission:
         """Admit a helper; when this returns, its row exists and its workflow runs (R4). Answered by `by`
         (HELPER_STARTER_TIMEOUT_MS from now); otherwise Accepted, Busy or Unavailable say what happened (R48).
         A dict is checked here (`starter.inputs.parse_request`); the coordinator checks every request again."""
-        by = by or answer_by(self.settings)
+        by = by or reply_by(self.settings)
         if not isinstance(request, HelperRequest):
             request = parse_request(request, self.settings)
         await check_model(self.settings, request.model)
         return await self._write(lambda: admit(self.temporal, self.settings, request, by), by)
 
-    async def close(self, owner: str, helper_id: str, *, by: AnswerBy | None = None) -> CloseAnswer:
-        by = by or answer_by(self.settings)
+    async def close(self, owner: str, helper_id: str, *, by: ReplyBy | None = None) -> CloseAnswer:
+        by = by or reply_by(self.settings)
         check_ids(owner, [helper_id])
         return await self._write(lambda: close_helper(self.temporal, self.settings, owner, helper_id, by), by)
 
-    async def answer(self, request: AnswerRequest, *, by: AnswerBy | None = None) -> AnswerResult:
+    async def answer(self, request: AnswerRequest, *, by: ReplyBy | None = None) -> AnswerResult:
         """Answer a helper's question or authorization wait (`starter.inputs.answer_request` builds the request) with
         an offered option's id (`grant` or `deny` for an authorization) or free text (R49). The first valid answer is
         the only one: asking again, with this answer or another, returns that first one (`repeated`) and starts
         nothing. It admits the follow-up that goes on from it, as `start --follow-up` would."""
-        by = by or answer_by(self.settings)
+        by = by or reply_by(self.settings)
         return await self._write(lambda: answer_helper(self.temporal, self.settings, request, by), by)
 
-    async def read(self, request: ReadRequest, *, by: AnswerBy | None = None) -> ReadAnswer:
+    async def read(self, request: ReadRequest, *, by: ReplyBy | None = None) -> ReadAnswer:
         """Record that a chat turn read these outcomes (`starter.inputs.read_request` builds the request); nothing
         is delivered yet (R28)."""
-        by = by or answer_by(self.settings)
+        by = by or reply_by(self.settings)
         return await self._write(lambda: mark_read(self.temporal, self.settings, request, by), by)
 
-    async def delivered(self, request: DeliveredRequest, *, by: AnswerBy | None = None) -> DeliveredAnswer:
+    async def delivered(self, request: DeliveredRequest, *, by: ReplyBy | None = None) -> DeliveredAnswer:
         """The turn that read sent a nonempty answer and completed (`starter.inputs.delivered_request` builds the
         request): what it read is delivered (R28)."""
-        by = by or answer_by(self.settings)
+        by = by or reply_by(self.settings)
         return await self._write(lambda: mark_delivered(self.temporal, self.settings, request, by), by)
 
-    async def _write(self, send: Callable[[], Awaitable[Answer]], by: AnswerBy) -> Answer:
+    async def _write(self, send: Callable[[], Awaitable[Reply]], by: ReplyBy) -> Reply:
         """One write through this process's gate (as many in flight as the runtime answers in time, R48)."""
         try:
             async with self.gate.turn(by):
@@ -173,10 +173,10 @@ class HelperClient(StoreReader):
         return await goals.remove_goal(self.temporal, owner, goal_id)
 
 
-async def connect_temporal_client(settings: Settings, by: AnswerBy | None = None) -> Client:
+async def connect_temporal_client(settings: Settings, by: ReplyBy | None = None) -> Client:
     """The Temporal client with the runtime's data converter and codec, by `by` (HELPER_STARTER_TIMEOUT_MS from now
     unless given); InvalidConfiguration when the codec keys are wrong, Unavailable when Temporal does not answer."""
-    by = by or answer_by(settings)
+    by = by or reply_by(settings)
     try:
         async with asyncio.timeout(by.left()):
             return await connect_for(settings, _quiet_runtime())

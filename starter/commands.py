@@ -15,13 +15,13 @@ from typing import Any
 
 from config.settings import Settings
 from domain.rows import RowState
-from protocol.deadlines import AnswerBy
+from protocol.deadlines import ReplyBy
 from starter import inputs
 from starter.inputs import answer_request, check_ids, delivered_request, parse_request, read_request
 
 # A read command's operation gets a StoreReader, a write command's a HelperClient (a StoreReader with writes), and
 # when its caller is answered: a write is answered by then, whatever happens (R48).
-Operation = Callable[[Any, AnswerBy], Awaitable[Any]]
+Operation = Callable[[Any, ReplyBy], Awaitable[Any]]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The service's HTTP app: every starter command as a route, with the console script's checks, JSON bodies and
-refusals (`starter.commands`, `starter.answers`), and its exit codes as HTTP statuses: each kind of error carries
+refusals (`starter.commands`, `starter.output`), and its exit codes as HTTP statuses: each kind of error carries
 both (`protocol.errors`; the table is in docs/api.md) (R42, R47).
 
 Beyond the console script: 401 `unauthorized` without the service token, 413 `too_large` for a body over the

@@ -169,7 +169,7 @@ def precise_openapi(app: FastAPI) -> dict[str, Any]:
             [operation["requestBody"] for operation in operations if "requestBody" in operation], schemas
         )
         for name, schema in schemas.items():
-            # An answer is its model's whole JSON (`answer_json`): every field is there, null or not; an error
+            # An answer is its model's whole JSON (`result_json`): every field is there, null or not; an error
             # leaves out the details that do not apply.
             if name not in asked and name != ErrorDetail.__name__ and "properties" in schema:
                 schema["required"] = list(schema["properties"])

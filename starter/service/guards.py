@@ -11,7 +11,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import Settings
-from protocol.deadlines import answer_by
+from protocol.deadlines import reply_by
 from starter.service import metrics
 from starter.service.connections import Connections
 from starter.service.context import ARRIVED
@@ -90,7 +90,7 @@ class Shedding:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gate = self.connections.gate
         if gate is not None and scope["type"] == "http" and scope["method"] == "POST" and WRITES.match(scope["path"]):
-            refused = gate.refusal_now(answer_by(self.settings, since=scope.get(ARRIVED)))
+            refused = gate.refusal_now(reply_by(self.settings, since=scope.get(ARRIVED)))
             if refused is not None:
                 await error_response(refused)(scope, receive, send)
                 return

@@ -1,4 +1,4 @@
-"""How a command's result or error becomes the service's answer: the console script's JSON (`starter.answers`)
+"""How a command's result or error becomes the service's reply: the console script's JSON (`starter.output`)
 with the HTTP status each kind of error carries (`protocol.errors`; the table is in docs/api.md), and the app's
 own errors (a body that is not JSON or not valid, an unknown path, a fault) in the same error object."""
 
@@ -16,10 +16,10 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from protocol.deadlines import answer_by
+from protocol.deadlines import reply_by
 from protocol.errors import InvalidRequest, StarterError, Unavailable
-from starter.answers import answer_json, error_json
 from starter.commands import Command
+from starter.output import error_json, result_json
 from starter.service.context import ARRIVED, service_of
 
 log = logging.getLogger("helper_api")
@@ -53,7 +53,7 @@ async def reply(
     service = service_of(request)
     try:
         command = build()
-        by = answer_by(service.settings, since=request.scope.get(ARRIVED))
+        by = reply_by(service.settings, since=request.scope.get(ARRIVED))
         bound = by.left() + WRITE_BACKSTOP_S if command.writes else service.settings.service.request_timeout_ms / 1000
         async with asyncio.timeout(bound):
             client = await (service.connections.writer() if command.writes else service.connections.reader())
@@ -63,11 +63,11 @@ async def reply(
     except TimeoutError:
         return error_response(Unavailable(f"no answer within {bound:.0f} s; asking again is safe"))
     status = 201 if created is not None and created(value) else 200
-    return JSONResponse(answer_json(value), status)
+    return JSONResponse(result_json(value), status)
 
 
 def inputs_of(request: Request, *values: Any) -> list[str]:
-    """What the caller sent, so an error echoes none of it whole (`starter.answers.safe_text`)."""
+    """What the caller sent, so an error echoes none of it whole (`starter.output.safe_text`)."""
     found = [str(value) for value in request.path_params.values()]
     found += [str(value) for value in request.query_params.values()]
 

@@ -10,12 +10,12 @@ from collections import Counter
 
 import pytest
 
-from protocol.deadlines import AnswerBy
+from protocol.deadlines import ReplyBy
 from protocol.errors import Busy
 from starter.backpressure import RETRY_AFTER_MAX_S, WriteGate
 
 
-async def _write(gate: WriteGate, by: AnswerBy, hold: asyncio.Event, order: list[int], number: int) -> None:
+async def _write(gate: WriteGate, by: ReplyBy, hold: asyncio.Event, order: list[int], number: int) -> None:
     async with gate.turn(by):
         order.append(number)
         await hold.wait()
@@ -26,7 +26,7 @@ async def test_at_most_the_limit_is_in_flight_and_the_rest_go_in_order() -> None
     gate = WriteGate(2)
     hold = asyncio.Event()
     order: list[int] = []
-    tasks = [asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, n)) for n in range(5)]
+    tasks = [asyncio.create_task(_write(gate, ReplyBy.within(10), hold, order, n)) for n in range(5)]
     await asyncio.sleep(0.05)
     assert order == [0, 1] and gate.in_flight == 2 and gate.waiting == 3
     hold.set()
@@ -39,11 +39,11 @@ async def test_a_write_whose_turn_does_not_come_in_time_is_busy_and_nothing_leak
     """R48: a write that waited half its bound is refused (nothing was sent), and its place in the queue is gone."""
     gate = WriteGate(1)
     hold = asyncio.Event()
-    first = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], 0))
+    first = asyncio.create_task(_write(gate, ReplyBy.within(10), hold, [], 0))
     await asyncio.sleep(0.01)
     started = time.monotonic()
     with pytest.raises(Busy) as refused:
-        async with gate.turn(AnswerBy.within(1.0)):
+        async with gate.turn(ReplyBy.within(1.0)):
             pytest.fail("it was let through")
     assert 0.4 < time.monotonic() - started < 0.8, "it waited half its bound"
     assert refused.value.exit_code == 5 and refused.value.retry_after_s >= 1
@@ -59,14 +59,14 @@ async def test_a_write_that_cannot_expect_its_turn_is_refused_at_once() -> None:
     waiting, before anything is sent."""
     gate = WriteGate(1)
     for _ in range(3):  # a pace of about ten writes a second
-        async with gate.turn(AnswerBy.within(10)):
+        async with gate.turn(ReplyBy.within(10)):
             await asyncio.sleep(0.1)
     hold = asyncio.Event()
-    tasks = [asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], n)) for n in range(30)]
+    tasks = [asyncio.create_task(_write(gate, ReplyBy.within(10), hold, [], n)) for n in range(30)]
     await asyncio.sleep(0.01)
     started = time.monotonic()
     with pytest.raises(Busy):
-        async with gate.turn(AnswerBy.within(2.0)):  # one second to wait, with 29 writes ahead
+        async with gate.turn(ReplyBy.within(2.0)):  # one second to wait, with 29 writes ahead
             pass
     assert time.monotonic() - started < 0.1
     hold.set()
@@ -80,9 +80,9 @@ async def test_the_time_to_ask_again_grows_with_the_backlog() -> None:
     seen = []
     tasks = []
     for _ in range(4):
-        tasks += [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(20)]
+        tasks += [asyncio.create_task(_write(gate, ReplyBy.within(60), hold, [], n)) for n in range(20)]
         await asyncio.sleep(0.01)
-        seen.append(gate.promise_retry_s(AnswerBy.within(60)))
+        seen.append(gate.promise_retry_s(ReplyBy.within(60)))
     assert seen == sorted(seen) and seen[-1] > seen[0], seen
     assert all(1 <= after <= RETRY_AFTER_MAX_S for after in seen)
     hold.set()
@@ -94,10 +94,10 @@ async def test_a_caller_that_goes_away_while_waiting_leaves_no_place_behind() ->
     gate = WriteGate(1)
     hold = asyncio.Event()
     order: list[int] = []
-    first = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, 0))
+    first = asyncio.create_task(_write(gate, ReplyBy.within(10), hold, order, 0))
     await asyncio.sleep(0.01)
-    gone = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, 1))
-    behind = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, order, 2))
+    gone = asyncio.create_task(_write(gate, ReplyBy.within(10), hold, order, 1))
+    behind = asyncio.create_task(_write(gate, ReplyBy.within(10), hold, order, 2))
     await asyncio.sleep(0.01)
     gone.cancel()
     hold.set()
@@ -110,12 +110,12 @@ async def test_an_idle_spell_does_not_make_a_burst_look_hopeless() -> None:
     """R48: the pace is the writes' time in flight, not answers per second: after a quiet minute a burst that the gate
     can work off within its bound waits its turn instead of being refused."""
     gate = WriteGate(4)
-    async with gate.turn(AnswerBy.within(10)):
+    async with gate.turn(ReplyBy.within(10)):
         await asyncio.sleep(0.05)
     await asyncio.sleep(1.0)  # quiet
 
     async def write() -> None:
-        async with gate.turn(AnswerBy.within(10)):
+        async with gate.turn(ReplyBy.within(10)):
             await asyncio.sleep(0.05)
 
     await asyncio.gather(*(write() for _ in range(40)))  # 10 rounds of 4, about half a second: no Busy raised
@@ -126,9 +126,9 @@ async def test_the_callers_of_a_burst_are_told_to_come_back_one_after_the_other(
     so the retries of a burst come back spread instead of together."""
     gate = WriteGate(2)
     hold = asyncio.Event()
-    tasks = [asyncio.create_task(_write(gate, AnswerBy.within(60), hold, [], n)) for n in range(2)]
+    tasks = [asyncio.create_task(_write(gate, ReplyBy.within(60), hold, [], n)) for n in range(2)]
     await asyncio.sleep(0.01)
-    told = [gate.promise_retry_s(AnswerBy.within(4)) for _ in range(12)]
+    told = [gate.promise_retry_s(ReplyBy.within(4)) for _ in range(12)]
     # Before a measure: a write a second a place, so half a second apart: some 5 s from the first to the last.
     assert told == sorted(told) and told[-1] >= told[0] + 4, told
     hold.set()
@@ -141,8 +141,8 @@ async def test_each_write_that_went_through_reports_its_wait_and_its_time_in_fli
     reported: list[tuple[float, float]] = []
     gate = WriteGate(1, observe=lambda waited, sent: reported.append((waited, sent)))
     hold = asyncio.Event()
-    first = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], 0))
-    second = asyncio.create_task(_write(gate, AnswerBy.within(10), hold, [], 1))
+    first = asyncio.create_task(_write(gate, ReplyBy.within(10), hold, [], 0))
+    second = asyncio.create_task(_write(gate, ReplyBy.within(10), hold, [], 1))
     await asyncio.sleep(0.2)
     hold.set()
     await asyncio.gather(first, second)
@@ -156,7 +156,7 @@ async def _runtime(gate: WriteGate, writes: int, takes_s: float, by_s: float = 1
 
     async def write() -> None:
         with contextlib.suppress(Busy):  # more than the runtime answers within the bound
-            async with gate.turn(AnswerBy.within(by_s)):
+            async with gate.turn(ReplyBy.within(by_s)):
                 await asyncio.sleep(takes_s)
 
     await asyncio.gather(*(write() for _ in range(writes)))
@@ -190,7 +190,7 @@ async def test_callers_told_to_come_back_are_taken_when_they_do_and_the_gate_doe
     async def caller() -> None:
         for attempt in range(1, 4):
             try:
-                async with gate.turn(AnswerBy.within(4)):  # 2 s to wait for its turn
+                async with gate.turn(ReplyBy.within(4)):  # 2 s to wait for its turn
                     await asyncio.sleep(0.4)
                 tries.append(attempt)
                 return

@@ -6,12 +6,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from config.settings import Settings
-from protocol.deadlines import ACCEPT_GRACE, AnswerBy, accept_by_of, answer_by, too_late
+from protocol.deadlines import ACCEPT_GRACE, ReplyBy, accept_by_of, reply_by, too_late
 
 
 def test_an_update_id_carries_its_accept_by_time() -> None:
     """R48: the id names the accept-by time, the grace before the answer is due."""
-    by = AnswerBy.within(10)
+    by = ReplyBy.within(10)
     update_id = by.update_id("admit", "report-q3")
     assert update_id.startswith("admit/report-q3/by-")
     accept_by = accept_by_of(update_id)
@@ -22,7 +22,7 @@ def test_an_update_id_carries_its_accept_by_time() -> None:
 
 def test_a_short_bound_keeps_a_third_of_itself_as_grace() -> None:
     """R48: a 3 s bound still leaves time to send: its accept-by time is 1 s before its answer."""
-    by = AnswerBy.within(3)
+    by = ReplyBy.within(3)
     assert abs((by.wall - by.accept_by).total_seconds() - 1.0) < 0.001
 
 
@@ -44,7 +44,7 @@ def test_ids_without_a_stamp_carry_no_time() -> None:
 
 def test_an_update_reaching_its_coordinator_after_its_accept_by_time_is_too_late() -> None:
     """R48: the coordinator's clock after the accept-by time means the caller was told nothing was taken."""
-    by = AnswerBy.within(10)
+    by = ReplyBy.within(10)
     update_id = by.update_id("close_helper", "anna")
     stamped = accept_by_of(update_id)
     assert stamped is not None
@@ -56,14 +56,14 @@ def test_an_update_reaching_its_coordinator_after_its_accept_by_time_is_too_late
 def test_without_stamps_nothing_is_too_late() -> None:
     """R48: HELPER_STARTER_ACCEPT_BY=false (a server whose clock runs ahead, the time-skipping one) stamps nothing."""
     settings = Settings(starter_accept_by=False, starter_timeout_ms=10_000)
-    update_id = answer_by(settings).update_id("admit", "x")
+    update_id = reply_by(settings).update_id("admit", "x")
     assert accept_by_of(update_id) is None
     assert not too_late(update_id, datetime.now(UTC) + timedelta(days=1))
 
 
 def test_a_write_waits_for_its_turn_at_most_half_its_bound() -> None:
     """R48: the rest of the bound is Temporal's, so a write sent late still has time to be accepted."""
-    by = AnswerBy.within(10)
+    by = ReplyBy.within(10)
     assert 4.9 < by.left_to_wait() <= 5.0
-    spent = AnswerBy(time.monotonic() + 4, by.wall, 10)
+    spent = ReplyBy(time.monotonic() + 4, by.wall, 10)
     assert spent.left_to_wait() == 0.0 and 3.9 < spent.left() <= 4.0

@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from domain.activity_io import AdmitHelper, RemovedRows, RemoveRows
 from protocol.client import admit
-from protocol.deadlines import answer_by
+from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
 from protocol.messages import COUNTS
 from protocol.names import coordinator_id
@@ -57,10 +57,10 @@ async def test_a_refused_admission_write_frees_its_place_and_says_why(dev_env: W
     ):
         await promote(dev_env.client, settings)
         with pytest.raises(Unavailable, match="exists with another admission"):
-            await admit(dev_env.client, settings, helper_request(owner, REFUSED_ID), answer_by(settings))
+            await admit(dev_env.client, settings, helper_request(owner, REFUSED_ID), reply_by(settings))
         counts = await dev_env.client.get_workflow_handle(coordinator_id(owner)).query(COUNTS, result_type=dict)
         assert counts["open"] == 0 and counts["running"] == 0, counts
         assert removed == [REFUSED_ID], "the row it may have written is taken away again"
-        admission = await admit(dev_env.client, settings, helper_request(owner, "next"), answer_by(settings))
+        admission = await admit(dev_env.client, settings, helper_request(owner, "next"), reply_by(settings))
         assert admission.status.value == "running", "the only open place and slot went to the next helper"
         await dev_env.client.get_workflow_handle(coordinator_id(owner)).terminate()

@@ -37,7 +37,7 @@ from temporalio.client import Client, WorkflowFailureError
 from config.settings import Settings
 from domain.limits import Policy
 from protocol.client import admit, close_helper, mark_delivered
-from protocol.deadlines import answer_by
+from protocol.deadlines import reply_by
 from protocol.messages import DeliveredRequest
 from protocol.names import helper_workflow_id
 from starter.inputs import parse_request
@@ -159,9 +159,9 @@ async def writes(url: str, temporal: Client, settings: Settings, samples: int) -
             )
             delivered = DeliveredRequest(owner=owner, turn=helper_id, answer_chars=1)
             timed = {
-                "start": await _timed_call(admit(temporal, settings, request, answer_by(settings))),
-                "close": await _timed_call(close_helper(temporal, settings, owner, helper_id, answer_by(settings))),
-                "delivered": await _timed_call(mark_delivered(temporal, settings, delivered, answer_by(settings))),
+                "start": await _timed_call(admit(temporal, settings, request, reply_by(settings))),
+                "close": await _timed_call(close_helper(temporal, settings, owner, helper_id, reply_by(settings))),
+                "delivered": await _timed_call(mark_delivered(temporal, settings, delivered, reply_by(settings))),
             }
             await _ended(temporal, owner, helper_id)
             for name, elapsed in timed.items():

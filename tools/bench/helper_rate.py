@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.requests import HelperRequest
     from protocol.client import admit
     from protocol.connection import connect_for
-    from protocol.deadlines import answer_by
+    from protocol.deadlines import reply_by
     from protocol.names import helper_workflow_id
     from reference.chat.server import running_chat
     from tests.fakes.fake_core import DoneAtOnce, FakeCore, serving_fake_core
@@ -288,7 +288,7 @@ async def project_phase(stack: Stack, lanes: int, per_lane: int, tag: str) -> in
         owner = f"owner{lane}-{stack.run_id}"
         helper_id = f"{tag}-{index}"
         request = HelperRequest(owner=owner, helper_id=helper_id, task="Look up the answer.", model="scripted")
-        await admit(stack.project_client, stack.settings, request, answer_by(stack.settings))
+        await admit(stack.project_client, stack.settings, request, reply_by(stack.settings))
         await stack.project_client.get_workflow_handle(helper_workflow_id(owner, helper_id)).result()
 
     return await in_lanes(lanes, per_lane, one)

@@ -30,7 +30,7 @@ from temporalio.service import RPCError
 from domain.requests import HelperRequest
 from domain.rows import Admission, CloseAnswer, RowState
 from protocol.client import admit, close_helper
-from protocol.deadlines import answer_by
+from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
 from protocol.names import coordinator_id, helper_workflow_id
 from tools.bench.helper_rate import Stack, run_stack
@@ -73,10 +73,10 @@ async def drive(stack: Stack, helpers: int, callers: int) -> float:
     client, settings = stack.project_client, stack.settings
 
     def admitting(request: HelperRequest) -> Awaitable[Admission]:
-        return admit(client, settings, request, answer_by(settings))
+        return admit(client, settings, request, reply_by(settings))
 
     def closing(helper_id: str) -> Awaitable[CloseAnswer]:
-        return close_helper(client, settings, OWNER, helper_id, answer_by(settings))
+        return close_helper(client, settings, OWNER, helper_id, reply_by(settings))
 
     async def caller() -> None:
         for number in next_number:

@@ -185,7 +185,7 @@ async def measure(url: str, owners: int, rows: int, samples: int, analyze: bool,
         started = time.perf_counter()
         await fill_rows(url, owners, rows, analyze)
         fill_s = time.perf_counter() - started
-        # The console script's reader: on SQLite its queries run in the calling thread (starter.cli.answer).
+        # The console script's reader: on SQLite its queries run in the calling thread (starter.cli.run_command).
         reader: RowReader
         if address.bare == "sqlite":
             reader = open_sqlite(address)

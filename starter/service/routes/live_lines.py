@@ -17,7 +17,7 @@ from domain.ids import echo
 from domain.texts import text
 from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidRequest, StarterError, Unavailable
 from starter import commands
-from starter.answers import error_json
+from starter.output import error_json
 from starter.reads import StoreReader
 from starter.service import metrics
 from starter.service.bodies import ID_SCHEMA, EndEvent, LineEvent

@@ -19,12 +19,12 @@ PROBLEMS_MAX = 20
 _LONG_WORD = re.compile(rf"\S{{{2 * ECHO_MAX_CHARS + 1},}}")
 
 
-def answer_json(value: Any) -> Any:
+def result_json(value: Any) -> Any:
     """An answer (a model, a list of them, or plain JSON) as plain JSON."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, list):
-        return [answer_json(item) for item in value]
+        return [result_json(item) for item in value]
     return value
 
 
