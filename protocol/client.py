@@ -32,7 +32,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from codec.encryption import CodecError
 from config.settings import Settings
 from domain.requests import HelperRequest
-from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
 from domain.texts import text
 from protocol.deadlines import ReplyBy
 from protocol.errors import (
@@ -51,9 +50,14 @@ from protocol.messages import (
     COORDINATOR_WORKFLOW,
     MARK_DELIVERED,
     MARK_READ,
+    Admission,
     AnswerRequest,
+    AnswerResult,
+    CloseAnswer,
     CoordinatorStart,
+    DeliveredAnswer,
     DeliveredRequest,
+    ReadAnswer,
     ReadRequest,
 )
 from protocol.names import HELPER_OWNER, coordinator_id, owner_priority

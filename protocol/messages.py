@@ -15,6 +15,7 @@ from domain.book import OwnerAnswer, OwnerBook
 from domain.ids import HelperId, OwnerId
 from domain.limits import ANSWER_CHARS_MAX, READ_MAX_HELPERS, TURN_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
+from domain.rows import RowState
 
 COORDINATOR_WORKFLOW: Final = "CoordinatorWorkflow"
 HELPER_WORKFLOW: Final = "HelperWorkflow"
@@ -84,3 +85,55 @@ class AnswerRequest(BaseModel):
     owner: OwnerId
     helper_id: HelperId
     answer: OwnerAnswer
+
+
+# The replies to the coordinator's updates.
+
+
+class Admission(BaseModel):
+    """The reply to `admit` (R4): durable before it is given."""
+
+    owner: str
+    helper_id: str
+    status: RowState = Field(description="running or waiting; a replayed admission may find it already final")
+    ahead: int = 0
+    existing: bool = False
+    evicted: list[str] = Field(default_factory=list)
+
+
+class AnswerResult(BaseModel):
+    """The reply to `answer` (R49): the one authoritative answer to the helper's question and what goes on from it.
+
+    `repeated`: the question was answered before, and this is that first answer (nothing started now); `same` says
+    whether the answer just sent is that one. `follow_up`: the helper that continues the work from the answer, as
+    `start` would answer for it; None for `deny`, which starts nothing and delivers the outcome."""
+
+    owner: str
+    helper_id: str
+    question_id: str
+    option_id: str | None = None
+    text: str | None = None
+    repeated: bool = False
+    same: bool = True
+    follow_up: Admission | None = None
+
+
+class CloseAnswer(BaseModel):
+    owner: str
+    helper_id: str
+    state: RowState
+    removed: bool = False
+    slot_held: bool = Field(default=False, description="The slot stays held until the core confirms the stop.")
+    already_closed: bool = False
+
+
+class DeliveredAnswer(BaseModel):
+    owner: str
+    turn: str
+    delivered: list[str]
+
+
+class ReadAnswer(BaseModel):
+    owner: str
+    turn: str
+    read: list[str]

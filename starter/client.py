@@ -22,13 +22,6 @@ from config.settings import Settings
 from domain.goals import Goal
 from domain.ids import clip
 from domain.requests import HelperRequest
-from domain.rows import (
-    Admission,
-    AnswerResult,
-    CloseAnswer,
-    DeliveredAnswer,
-    ReadAnswer,
-)
 from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.deadlines import ReplyBy, accept_within_s, reply_by
@@ -37,7 +30,16 @@ from protocol.errors import (
     InvalidRequest,
     Unavailable,
 )
-from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
+from protocol.messages import (
+    Admission,
+    AnswerRequest,
+    AnswerResult,
+    CloseAnswer,
+    DeliveredAnswer,
+    DeliveredRequest,
+    ReadAnswer,
+    ReadRequest,
+)
 from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
     check_goal_ids,

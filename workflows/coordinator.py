@@ -90,7 +90,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.limits import effective_limits
     from domain.requests import HelperRequest
-    from domain.rows import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer, RowState
+    from domain.rows import RowState
     from protocol.deadlines import too_late
     from protocol.errors import ErrorType
     from protocol.messages import (
@@ -104,9 +104,14 @@ with workflow.unsafe.imports_passed_through():
         MARK_DELIVERED,
         MARK_READ,
         OWNER_BOOK,
+        Admission,
         AnswerRequest,
+        AnswerResult,
+        CloseAnswer,
         CoordinatorStart,
+        DeliveredAnswer,
         DeliveredRequest,
+        ReadAnswer,
         ReadRequest,
     )
     from protocol.names import owner_of_coordinator

@@ -27,8 +27,9 @@ from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from domain.activity_io import FollowedUp
 from domain.outcome import OutcomeKind
-from domain.rows import Admission, HelperRow, RowState
+from domain.rows import HelperRow, RowState
 from protocol.errors import Accepted
+from protocol.messages import Admission
 from protocol.names import helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task

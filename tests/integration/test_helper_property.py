@@ -64,10 +64,10 @@ from contracts.core_api import Authorization, QuestionChoices, QuestionOption, S
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX, ROW_MESSAGE_MAX
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
-from domain.rows import CloseAnswer, HelperRow
+from domain.rows import HelperRow
 from domain.work import work_tokens
 from protocol.errors import Unavailable
-from protocol.messages import HelperResult
+from protocol.messages import CloseAnswer, HelperResult
 from protocol.names import coordinator_id, helper_workflow_id
 from starter.client import HelperClient
 from store.helper_store import HelperStore

@@ -28,10 +28,11 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from domain.requests import HelperRequest
-from domain.rows import Admission, CloseAnswer, RowState
+from domain.rows import RowState
 from protocol.client import admit, close_helper
 from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
+from protocol.messages import Admission, CloseAnswer
 from protocol.names import coordinator_id, helper_workflow_id
 from tools.bench.helper_rate import Stack, run_stack
 
