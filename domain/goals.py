@@ -13,12 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from domain.ids import check_id
+from domain.ids import GOAL_ID_MAX, check_id
 from domain.limits import LimitOverrides
 from domain.requests import HelperRequest, RequestError
 
-# Short enough that `<goal id>.<timestamp>` stays a valid 64-character helper id.
-GOAL_ID_MAX = 40
 MIN_EVERY = timedelta(minutes=1)
 _DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

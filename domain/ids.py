@@ -16,7 +16,16 @@ from pydantic import AfterValidator
 # Ids end up in workflow ids, directory names and URLs: a safe alphabet, and short.
 ID_MAX_CHARS: Final = 64
 ID_PATTERN: Final = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{ID_MAX_CHARS - 1}}}$")
-ID_RULE: Final = f"1-{ID_MAX_CHARS} letters, digits, '.', '_' or '-', starting with a letter or digit"
+# A Goal's id is shorter, so that `<goal id>.<timestamp>` stays a valid helper id.
+GOAL_ID_MAX: Final = 40
+
+
+def id_rule(max_chars: int = ID_MAX_CHARS) -> str:
+    return f"1-{max_chars} letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+ID_RULE: Final = id_rule()
+GOAL_ID_RULE: Final = id_rule(GOAL_ID_MAX)
 # How much of a bad input an error message repeats: enough to recognise it, never a 10,000-character echo.
 ECHO_MAX_CHARS: Final = 40
 

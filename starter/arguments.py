@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 from config import help as help_text
 from config.local_env import CONNECTION_VARIABLES, DEFAULT_FILE, ENV_FILE_VARIABLE
 from config.settings import tree_variables, variable
+from domain.ids import GOAL_ID_RULE, ID_RULE
 from domain.limits import LimitOverrides
 from domain.rows import RowState
 from protocol.errors import InvalidRequest
@@ -113,7 +114,18 @@ BOUNDARY_HELP = (
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="helper-starter", description="Start and manage Iva's helpers.", epilog=_epilog(ENV_ANY))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_helper_commands(commands)
+    _add_chat_commands(commands)
+    _add_watch_and_serve(commands)
+    _add_goal_commands(commands)
+    return parser
 
+
+Commands = Any  # argparse's subparsers action: its type is private
+
+
+def _add_helper_commands(commands: Commands) -> None:
+    """An owner's helpers: start, list, show, close, answer."""
     start = commands.add_parser(
         "start",
         help="admit a helper (answers at once: running, or waiting and how many ahead)",
@@ -190,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     chosen.add_argument("--option", dest="option_id", help="the id of an option the question offered (or grant, deny)")
     chosen.add_argument("--text", help="an answer in your own words (1-4,000 characters), where the question takes one")
 
+
+def _add_chat_commands(commands: Commands) -> None:
+    """What a chat turn reads and reports: unreported, read, delivered; and the owner's usage."""
     unreported = commands.add_parser(
         "unreported",
         help="finalized outcomes not yet delivered, with summaries",
@@ -227,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _owner(usage)
 
+
+def _add_watch_and_serve(commands: Commands) -> None:
+    """Live lines on a terminal, and every command over HTTP."""
     watching = commands.add_parser(
         "watch",
         help="live lines for the owner's helpers until Ctrl-C, or for one until it has its outcome",
@@ -238,8 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     watching.add_argument(
         "--id",
         dest="helper_id",
-        help="only this helper, until it has its outcome: 1-64 letters, digits, '.', '_' or '-' (default: every "
-        "helper of the owner)",
+        help=f"only this helper, until it has its outcome: {ID_RULE} (default: every helper of the owner)",
     )
     watching.add_argument(
         "--once", action="store_true", help="print the current lines and exit (an unknown --id: exit 1)"
@@ -256,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind", metavar="HOST:PORT", help="where to listen (default HELPER_API_BIND or 127.0.0.1:8340)"
     )
 
+
+def _add_goal_commands(commands: Commands) -> None:
+    """Goals: checks that run as helpers on a Temporal Schedule."""
     goal = commands.add_parser(
         "goal",
         help="Goals: checks that run as helpers on a Temporal Schedule",
@@ -284,7 +304,6 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _owner(one)
         _goal_id(one)
-    return parser
 
 
 def _owner(parser: argparse.ArgumentParser) -> None:
@@ -292,15 +311,11 @@ def _owner(parser: argparse.ArgumentParser) -> None:
 
 
 def _helper_id(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--id", required=True, dest="helper_id", help="the helper's id: 1-64 letters, digits, '.', '_' or '-'"
-    )
+    parser.add_argument("--id", required=True, dest="helper_id", help=f"the helper's id: {ID_RULE}")
 
 
 def _goal_id(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--goal", required=True, dest="goal_id", help="the Goal's id: 1-40 letters, digits, '.', '_' or '-'"
-    )
+    parser.add_argument("--goal", required=True, dest="goal_id", help=f"the Goal's id: {GOAL_ID_RULE}")
 
 
 def _turn(parser: argparse.ArgumentParser) -> None:

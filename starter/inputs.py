@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from config.settings import Settings
 from config.store_address import StoreAddress
-from domain.ids import check_id, clip
+from domain.ids import GOAL_ID_MAX, check_id, clip
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS, delivered_problem
 from domain.requests import HelperRequest, RequestError
 from protocol.errors import InvalidRequest
@@ -171,8 +171,6 @@ def parse_goal(data: dict[str, Any]) -> Goal:
 
 
 def check_goal_ids(owner: str, goal_id: str) -> None:
-    from domain.goals import GOAL_ID_MAX
-
     try:
         check_id("owner", owner)
         check_id("goal id", goal_id)

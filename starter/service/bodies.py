@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
-from domain.goals import GOAL_ID_MAX
-from domain.ids import ID_MAX_CHARS, ID_PATTERN, ID_RULE
+from domain.ids import GOAL_ID_MAX, ID_MAX_CHARS, ID_PATTERN, ID_RULE
 from domain.limits import (
     ANSWER_CHARS_MAX,
     ANSWER_TEXT_MAX_CHARS,
