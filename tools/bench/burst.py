@@ -68,6 +68,7 @@ from tools.bench.admission import EchoWorkflow
 from tools.bench.api import serving
 from tools.bench.common import (
     MAIN_THREAD,
+    DevServer,
     ProcessStack,
     machine_busy_seconds,
     metric,
@@ -162,6 +163,9 @@ class Round:
     busy_share: float = 0.0  # the machine's CPU busy while the callers waited (all cores)
     callers_lag_s: float = 0.0  # the callers' own event loop's longest lateness: a late caller sends late
     worker_threads_s: dict[str, float] = field(default_factory=dict)  # the project worker's CPU by thread
+    # The server's own counts over the same span: requests by service and operation, its store's by operation.
+    server_requests: dict[str, float] = field(default_factory=dict)
+    server_store: dict[str, float] = field(default_factory=dict)
 
     @property
     def taken(self) -> int:
@@ -181,7 +185,7 @@ async def run_round(
     owners: list[str],
     call: Callable[[str], Awaitable[Answer]],
     at_once: int,
-    server_pid: int,
+    server: DevServer,
     processes: dict[str, int],
     threads_of: int | None = None,
 ) -> Round:
@@ -189,9 +193,10 @@ async def run_round(
     `threads_of`: a process whose CPU is also split by thread (the project's worker)."""
     result = Round(name)
     lanes = asyncio.Semaphore(at_once)
-    pids = {"server": server_pid, **processes}
+    pids = {"server": server.pid, **processes}
     await settled_cpu(list(pids.values()), quiet_s=1.0, most_s=60)
     idle_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    server_idle = await scrape_metrics(server.metrics_url)
     await asyncio.sleep(BACKGROUND_S)
     before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
     background = {name: (before[name] - idle_before[name]) / BACKGROUND_S for name in pids}
@@ -200,6 +205,7 @@ async def run_round(
     started_at = time.perf_counter()
     busy_before, total_before = machine_busy_seconds()
     threads_before = thread_cpu_seconds(threads_of) if threads_of else {}
+    server_before = await scrape_metrics(server.metrics_url)
 
     async def one(owner: str) -> None:
         await gate.wait()
@@ -242,6 +248,16 @@ async def run_round(
     busy_after, total_after = machine_busy_seconds()
     result.busy_share = (busy_after - busy_before) / max(total_after - total_before, 1e-9)
     await back_to_background(pids, background)
+    server_after = await scrape_metrics(server.metrics_url)
+    # Less the background's pace (the earlier rounds' helpers heartbeat), as for the CPU.
+    share = (time.monotonic() - began_at) / BACKGROUND_S
+    for name, labels, into in (
+        ("service_requests", ("service_name", "operation"), result.server_requests),
+        ("persistence_requests", ("operation",), result.server_store),
+    ):
+        idle = counts_by(server_idle, server_before, name, labels)
+        grown = counts_by(server_before, server_after, name, labels)
+        into.update({key: kept for key, n in grown.items() if (kept := n - idle.get(key, 0.0) * share) > 0})
     if threads_of:
         after = thread_cpu_seconds(threads_of)
         result.worker_threads_s = {name: after[name] - threads_before.get(name, 0.0) for name in after}
@@ -279,6 +295,31 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+def counts_by(before: dict[str, float], after: dict[str, float], name: str, labels: Sequence[str]) -> dict[str, float]:
+    """A counter's growth between two scrapes, summed by the values of `labels` (joined with '/')."""
+    grown: dict[str, float] = {}
+    for key, value in after.items():
+        if not key.startswith(name + "{"):
+            continue
+        found = dict(part.split("=", 1) for part in key[len(name) + 1 : -1].split(",") if "=" in part)
+        group = "/".join(found.get(label, "?").strip('"') for label in labels)
+        grown[group] = grown.get(group, 0.0) + value - before.get(key, 0.0)
+    return {key: value for key, value in grown.items() if value > 0}
+
+
+def report_server_work(side: Round, most: int = 40) -> None:
+    """The server's requests and store operations per admission, the most frequent first."""
+    taken = max(side.taken, 1)
+    for what, counts in (("requests", side.server_requests), ("store operations", side.server_store)):
+        if counts:
+            top = [item for item in sorted(counts.items(), key=lambda item: -item[1])[:most] if item[1] / taken >= 0.05]
+            total = sum(counts.values()) / taken
+            listed = ", ".join(f"{key} {value / taken:.2f}" for key, value in top)
+            print(f"  the server's {what} per admission: {total:.1f} in all; {listed}", flush=True)
+    # The background's pace is taken out, but the earlier rounds' helpers heartbeat in bursts (they started in one):
+    # heartbeats in a round that sends none are theirs.
+
+
 def report(side: Round, owners: int) -> None:
     first = side.first_ms
     print(
@@ -312,6 +353,7 @@ def report(side: Round, owners: int) -> None:
             if seconds * 1000 / taken >= 0.05
         )
         print(f"  the worker's CPU per admission by thread (round and its aftermath, background in): {split}")
+    report_server_work(side)
 
 
 # What each of the worker's threads runs.
@@ -591,7 +633,7 @@ async def run(owner_count: int, postgres: str, one_round: bool = False) -> None:
                     "callers (this process)": os.getpid(),
                 }
                 theirs = {"echo worker": echo.pid, "this process": os.getpid()}
-                server = stack.server.pid
+                server = stack.server
                 rounds = []
                 plans = ((owner_count, "all at once"), (100, "100 at a time"))
                 for at_once, label in plans[:1] if one_round else plans:

@@ -130,6 +130,7 @@ def process_cpu_seconds_of(stat_file: Path) -> float:
 class DevServer:
     address: str
     process: asyncio.subprocess.Process
+    metrics_url: str  # the server's own Prometheus metrics: its requests and its store's, by operation
 
     @property
     def pid(self) -> int:
@@ -140,7 +141,7 @@ class DevServer:
 async def dev_server(extra: Sequence[str] = ()) -> AsyncIterator[DevServer]:
     """The Temporal dev server (in memory, headless) as its own process, so its CPU can be read apart; `extra`
     goes on its command line (e.g. `--dynamic-config-value`)."""
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     command = [
         str(BIN / "temporal"),
         "server",
@@ -151,6 +152,8 @@ async def dev_server(extra: Sequence[str] = ()) -> AsyncIterator[DevServer]:
         str(port),
         "--ui-port",
         str(free_port()),
+        "--metrics-port",
+        str(metrics_port),
         "--headless",
         "--log-level",
         "error",
@@ -160,7 +163,7 @@ async def dev_server(extra: Sequence[str] = ()) -> AsyncIterator[DevServer]:
         command += ["--search-attribute", f"{name}={kind}"]
     with tempfile.TemporaryFile() as errors:  # what a server that refuses its command line says
         process = await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL, stderr=errors)
-        server = DevServer(f"127.0.0.1:{port}", process)
+        server = DevServer(f"127.0.0.1:{port}", process, f"http://127.0.0.1:{metrics_port}/metrics")
         try:
             deadline = time.monotonic() + 30
             while True:
