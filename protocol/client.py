@@ -98,16 +98,17 @@ async def admit(temporal: Client, settings: Settings, request: HelperRequest, by
     try:
         return await update_reply(
             settings,
-            lambda: temporal.start_update_with_start_workflow(
+            lambda update_id, stage: temporal.start_update_with_start_workflow(
                 ADMIT,
                 request,
                 result_type=Admission,
                 start_workflow_operation=start(),
-                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                # A fresh update id: a repeated request reaches the handler, which answers with the helper's
-                # current state and starts nothing (R5), instead of a replay of the first answer.
-                id=by.update_id("admit", request.helper_id),
+                wait_for_stage=stage,
+                id=update_id,
             ),
+            # A fresh update id: a repeated request reaches the handler, which answers with the helper's current
+            # state and starts nothing (R5), instead of a replay of the first answer.
+            lambda: by.update_id("admit", request.helper_id),
             by,
             f"the admission of {request.helper_id}",
         )
@@ -185,13 +186,10 @@ async def _update(
     names `subject` (the owner unless given); `absent` answers when the owner has no coordinator."""
     return await update_reply(
         settings,
-        lambda: temporal.get_workflow_handle(coordinator_id(owner)).start_update(
-            name,
-            argument,
-            result_type=reply,
-            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-            id=by.update_id(name, subject or owner),
+        lambda update_id, stage: temporal.get_workflow_handle(coordinator_id(owner)).start_update(
+            name, argument, result_type=reply, wait_for_stage=stage, id=update_id
         ),
+        lambda: by.update_id(name, subject or owner),
         by,
         what,
         absent,
@@ -200,14 +198,18 @@ async def _update(
 
 async def update_reply(
     settings: Settings,
-    send: Callable[[], Awaitable[WorkflowUpdateHandle[Reply]]],
+    send: Callable[[str, WorkflowUpdateStage], Awaitable[WorkflowUpdateHandle[Reply]]],
+    new_id: Callable[[], str],
     by: ReplyBy,
     what: str,
     absent: Callable[[], Reply] | None = None,
 ) -> Reply:
-    """Send until Temporal accepts, then wait for the result; each wait ends when the answer is due. An update
-    turned away while the coordinator continues as new is sent again a moment later (every write is idempotent).
-    `absent` answers for a coordinator that does not exist (an admission starts its own)."""
+    """Send and wait for the result in the same call until the update's accept-by time; one whose result has not
+    come by then is asked for once more by its id, which says whether Temporal accepted it: its result if it comes
+    before the answer is due, else `Accepted`; not accepted, `Unavailable` (the coordinator refuses it from its
+    accept-by time on). An update turned away while the coordinator continues as new is sent again a moment later
+    under a new id (every write is idempotent). `absent` answers for a coordinator that does not exist (an
+    admission starts its own)."""
     bound = f"{by.left():.0f} s"
     not_accepted = (
         f"{NOT_TAKEN}: the runtime did not accept {what} within {bound}, and it will refuse it from now on; asking "
@@ -215,11 +217,17 @@ async def update_reply(
     )
     pause = FIRST_PAUSE
     while True:
+        update_id = new_id()
         try:
-            async with asyncio.timeout(by.left()):
-                handle = await send()
-            # The handle comes back once its update was accepted or rejected: only an accepted one can keep this
-            # wait going, and a rejected one answers at once.
+            try:
+                # One call in the usual case: the server answers it with the result.
+                async with asyncio.timeout(by.left_to_accept()):
+                    handle = await send(update_id, WorkflowUpdateStage.COMPLETED)
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                async with asyncio.timeout(by.left()):
+                    handle = await send(update_id, WorkflowUpdateStage.ACCEPTED)
+            # The handle holds the outcome of an update that completed or was rejected; an accepted one's result is
+            # awaited until the answer is due.
             try:
                 async with asyncio.timeout(by.left()):
                     return await handle.result()

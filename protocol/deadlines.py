@@ -60,7 +60,15 @@ class ReplyBy:
 
     @property
     def accept_by(self) -> datetime:
-        return self.wall - min(ACCEPT_GRACE, timedelta(seconds=self.seconds / 3))
+        return self.wall - self._grace
+
+    def left_to_accept(self) -> float:
+        """Seconds until the accept-by time (never below 0): a write not accepted by then never will be."""
+        return max(0.0, self.left() - self._grace.total_seconds())
+
+    @property
+    def _grace(self) -> timedelta:
+        return min(ACCEPT_GRACE, timedelta(seconds=self.seconds / 3))
 
     def update_id(self, kind: str, subject: str) -> str:
         """A fresh update id (so a repeated request reaches the handler, which answers with the current state),
