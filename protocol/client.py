@@ -224,6 +224,7 @@ async def update_reply(
                 async with asyncio.timeout(by.left_to_accept()):
                     handle = await send(update_id, WorkflowUpdateStage.COMPLETED)
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                _unless_cancelled()
                 async with asyncio.timeout(by.left()):
                     handle = await send(update_id, WorkflowUpdateStage.ACCEPTED)
             # The handle holds the outcome of an update that completed or was rejected; an accepted one's result is
@@ -238,6 +239,7 @@ async def update_reply(
                     {"update_id": handle.id},
                 ) from None
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            _unless_cancelled()
             raise Unavailable(not_accepted) from None
         except CodecError as error:
             # The runtime's answer is encrypted with a key this process lacks: the keys differ, and asking again
@@ -258,3 +260,12 @@ async def update_reply(
             raise Unavailable(not_accepted)
         await asyncio.sleep(pause)
         pause = min(pause * 2, LONGEST_PAUSE)
+
+
+def _unless_cancelled() -> None:
+    """The SDK reports a cancelled call as WorkflowUpdateRPCTimeoutOrCancelledError, whether this write's own bound
+    cut it (`asyncio.timeout` has taken its cancel back by then) or its caller was cancelled: the caller's
+    cancellation goes on, and nothing more is sent."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
