@@ -32,16 +32,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from codec.encryption import CodecError
 from config.settings import Settings
 from domain.requests import HelperRequest
-from domain.texts import text
 from protocol.deadlines import ReplyBy
 from protocol.errors import (
     NOT_TAKEN,
-    UNKNOWN_HELPER,
     Accepted,
-    HelperRefused,
     InvalidConfiguration,
     InvalidRequest,
     Unavailable,
+    unknown_helper,
 )
 from protocol.messages import (
     ADMIT,
@@ -167,7 +165,7 @@ def _addressed(owner: str | None) -> str:
 
 
 def _no_helper(helper_id: str) -> NoReturn:
-    raise HelperRefused(UNKNOWN_HELPER, text("refused.unknown_helper", "en", helper_id=helper_id))
+    raise unknown_helper(helper_id)
 
 
 async def _update(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from domain.texts import text
+
 # What a failure's message reads when its real message travels encrypted.
 ENCODED_FAILURE = "Encoded failure"
 # How an answer says that a write was not taken and will not be.
@@ -81,6 +83,12 @@ class HelperRefused(StarterError):
         super().__init__(message, details)
         self.code = code
         self.http_status = 404 if code in (UNKNOWN_HELPER, UNKNOWN_GOAL) else 409
+
+
+def unknown_helper(helper_id: str) -> HelperRefused:
+    """A helper the owner does not have, in the coordinator's words (English: the starter reads no owner's
+    language)."""
+    return HelperRefused(UNKNOWN_HELPER, text("refused.unknown_helper", "en", helper_id=helper_id))
 
 
 class Unavailable(StarterError):

@@ -11,8 +11,7 @@ from pydantic import BaseModel
 from config.settings import Settings
 from config.store_address import StoreAddress
 from domain.rows import HelperRow, HelperView, RowState
-from domain.texts import text
-from protocol.errors import UNKNOWN_HELPER, HelperRefused, Unavailable
+from protocol.errors import Unavailable, unknown_helper
 from starter.inputs import check_ids, scrub
 from store.reads import RowReader, open_bare, open_sqlite
 from store.records import UsageLine
@@ -132,7 +131,7 @@ class StoreReader:
         check_ids(owner, [helper_id])
         row = await self.store.get(owner, helper_id)
         if row is None:
-            raise HelperRefused(UNKNOWN_HELPER, text("refused.unknown_helper", "en", helper_id=helper_id))
+            raise unknown_helper(helper_id)
         ahead = await self.store.ahead(owner, row.seq) if row.state is RowState.WAITING else None
         view = self._view(row, ahead=ahead)
         view.last_message = row.last_message or None

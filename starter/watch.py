@@ -28,11 +28,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from contracts.core_api import QuestionChoices
-from domain import texts
 from domain.ids import ID_PATTERN
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
-from protocol.errors import UNKNOWN_HELPER, HelperRefused
+from protocol.errors import unknown_helper
 from starter.reads import StoreReader
 
 POLL_INTERVAL_S = 0.5
@@ -393,7 +392,7 @@ async def live_lines(
         if helper_id is not None:
             views = [view for view in views if view.helper_id == helper_id]
             if not views and live.count == 0:
-                raise HelperRefused(UNKNOWN_HELPER, texts.text("refused.unknown_helper", "en", helper_id=helper_id))
+                raise unknown_helper(helper_id)
         for line in live.update(owner, views):
             yield line
         if once or (helper_id is not None and watch_over(views)) or (stop is not None and stop.is_set()):

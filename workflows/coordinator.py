@@ -252,7 +252,7 @@ class CoordinatorWorkflow:
             await workflow.wait_condition(
                 lambda: not still_working(self.book, helper_id),
                 timeout=EARLIER_OUTCOME_WAIT,
-                timeout_summary="wait for the earlier helper's finished notice",
+                timeout_summary="wait for the helper's finished notice",
             )
 
     async def _admit_decided(self, request: HelperRequest, decision: Admit) -> Admission:

@@ -35,6 +35,7 @@ from domain.book.state import (
     RefusalCode,
     other_owner,
     still_working,
+    unknown_helper,
 )
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
 from domain.ids import ID_MAX_CHARS, check_id
@@ -173,9 +174,7 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arriv
     language = book.language
     entry = book.entries.get(helper_id)
     if entry is None:  # another owner's helper is not in this book either
-        return Refusal(
-            code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", language, helper_id=helper_id)
-        )
+        return unknown_helper(helper_id, language)
     language = entry.language
     asked = entry.asked
     if asked is None or entry.state.is_open:

@@ -6,11 +6,10 @@ from __future__ import annotations
 from enum import StrEnum
 
 from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads, unknown_helper
 from domain.ids import check_id
 from domain.limits import kept_until
 from domain.rows import RowState
-from domain.texts import text
 
 
 class CloseAction(StrEnum):
@@ -36,10 +35,7 @@ def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
     if entry is None and helper_id in book.recently_removed:
         return CloseAction.ALREADY_REMOVED
     if entry is None:
-        return Refusal(
-            code=RefusalCode.UNKNOWN_HELPER,
-            message=text("refused.unknown_helper", book.language, helper_id=helper_id),
-        )
+        return unknown_helper(helper_id, book.language)
     if entry.helper_writes:
         return CloseAction.FORWARD_TO_HELPER
     if entry.state is RowState.UNREPORTED:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads, other_owner
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads, other_owner, unknown_helper
 from domain.limits import delivered_problem, kept_until
 from domain.rows import RowState
 from domain.texts import text
@@ -37,10 +37,7 @@ def decide_read(book: OwnerBook, helper_ids: list[str], *, allow_finishing: bool
     for helper_id in helper_ids:
         entry = book.entries.get(helper_id)
         if entry is None:
-            return Refusal(
-                code=RefusalCode.UNKNOWN_HELPER,
-                message=text("refused.unknown_helper", book.language, helper_id=helper_id),
-            )
+            return unknown_helper(helper_id, book.language)
         if allow_finishing and entry.helper_writes and entry.state is RowState.RUNNING:
             continue
         if entry.state is not RowState.UNREPORTED:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Final
 
 from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, unknown_helper
 from domain.limits import kept_until
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
@@ -31,9 +31,7 @@ def decide_follow_up(book: OwnerBook, request: HelperRequest) -> Entry | Refusal
     language = request.language
     earlier = book.entries.get(earlier_id)
     if earlier is None:  # another owner's helper is not in this book either
-        return Refusal(
-            code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", language, helper_id=earlier_id)
-        )
+        return unknown_helper(earlier_id, language)
     if earlier.followed_up_by is not None:
         existing = book.entries.get(earlier.followed_up_by)
         if existing is not None:

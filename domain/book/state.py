@@ -201,6 +201,13 @@ def note_removed(book: OwnerBook, removed: list[Entry]) -> None:
     del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
 
 
+def unknown_helper(helper_id: str, language: str) -> Refusal:
+    """A helper this book does not have (another owner's helper is not in it either)."""
+    return Refusal(
+        code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", language, helper_id=helper_id)
+    )
+
+
 def other_owner(book: OwnerBook, owner: str, language: str) -> Refusal | None:
     """A request for another owner than this book's: a raw client sent it to the wrong coordinator."""
     if owner == book.owner:

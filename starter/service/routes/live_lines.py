@@ -14,8 +14,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from domain.ids import echo
-from domain.texts import text
-from protocol.errors import UNKNOWN_HELPER, HelperRefused, InvalidRequest, StarterError, Unavailable
+from protocol.errors import InvalidRequest, StarterError, Unavailable, unknown_helper
 from starter import commands
 from starter.output import error_json
 from starter.reads import StoreReader
@@ -84,7 +83,7 @@ async def watch_of(service: ServiceState, owner: str, helper_id: str | None, onc
             # A watch that has said nothing of the helper yet is of no helper if its row is not there; one
             # resumed after its lines goes on, to say the row is gone and end.
             if mark.count == 0 and helper_id is not None and await reader.store.get(owner, helper_id) is None:
-                raise HelperRefused(UNKNOWN_HELPER, text("refused.unknown_helper", "en", helper_id=helper_id))
+                raise unknown_helper(helper_id)
             if mark.count > 0 and (why := contradiction(mark, await reader.list_helpers(owner))) is not None:
                 raise no_line(resumed, why)
     except TimeoutError:
