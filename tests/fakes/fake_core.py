@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import json
 import os
+import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class FakeSession:
     authorization: Authorization | None = None
     refusals: list[str] = field(default_factory=list)
     error: str | None = None
+    # When the create arrived, on this process's `time.perf_counter()` clock (benches time the way to it).
+    created_at: float = field(default_factory=time.perf_counter)
 
     def add_step(self, input_tokens: int, output_tokens: int, message: str | None = None) -> None:
         self.steps.append(StepUsage(index=len(self.steps) + 1, input_tokens=input_tokens, output_tokens=output_tokens))

@@ -12,7 +12,12 @@ in every state for `--owners` owners
 - `unreported` and `list` of a random owner against `/readyz`, which is one `SELECT 1` through the same
   service's store connection: the HTTP round trip plus one store round trip, the least a read can cost;
 - `start`, `close` and `delivered` (to owners whose coordinators run) against the same calls made straight to
-  Temporal: the raw update-with-start of the admission and the raw updates, on the same coordinators, in turns.
+  Temporal: the admission's update-with-start and the updates, on the same coordinators, in turns (what the
+  service adds to the Temporal call it makes);
+- the same `start` against the raw update-with-start of a trivial workflow that is already running (its update
+  returns at once, served by a worker in this process): what an admission at rest costs beyond Temporal's own
+  call (R51), and, beside it, the time from sending a start that finds a free slot to the core receiving the
+  helper's create (its first core call).
 
 Then `--clients` clients at once, each on a connection of its own, each reading `unreported` and `list` in turns:
 every answer must be a 200 (the figure line says how many were not).
@@ -32,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
 
 from config.settings import Settings
 from domain.limits import Policy
@@ -41,12 +48,15 @@ from protocol.deadlines import reply_by
 from protocol.messages import DeliveredRequest
 from protocol.names import helper_workflow_id
 from starter.inputs import parse_request
-from tools.bench.common import bench_stack, free_port
+from tests.fakes.fake_core import FakeCore, FakeSession
+from tools.bench.admission import EchoWorkflow
+from tools.bench.common import bench_stack, free_port, poll_until
 from tools.bench.reads import fill_rows
 
 BIN = Path(sys.executable).parent
 ROWS_PER_OWNER = 20
 START_OWNERS = 10
+ECHO_QUEUE = "bench-echo"
 
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
@@ -130,19 +140,26 @@ class WriteTimes:
 
     through_service: dict[str, list[float]] = field(default_factory=lambda: {"start": [], "close": [], "delivered": []})
     raw: dict[str, list[float]] = field(default_factory=lambda: {"start": [], "close": [], "delivered": []})
+    trivial_start: list[float] = field(default_factory=list)
+    to_first_core_call: list[float] = field(default_factory=list)
 
 
-async def writes(url: str, temporal: Client, settings: Settings, samples: int) -> WriteTimes:
+async def writes(url: str, temporal: Client, settings: Settings, core: FakeCore, samples: int) -> WriteTimes:
     """Each sample admits, closes and delivers once through the service and once by the raw update on the same
-    owner's coordinator (update-with-start for the admission), in turns, so both meet the same worker and server."""
+    owner's coordinator (update-with-start for the admission), in turns, so both meet the same worker and server;
+    then makes the raw update-with-start of a trivial running workflow. Each admitted helper finds a free slot;
+    it is closed once the core has its session, so every close stops a running helper."""
     owners = [f"api-owner-{n}" for n in range(START_OWNERS)]
     times = WriteTimes()
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
 
         async def through_service(owner: str, helper_id: str, record: bool) -> None:
             body = {"helper_id": helper_id, "model": "scripted", "task": "Admit."}
+            sent = time.perf_counter()
+            started = await _timed(client.post(f"/v1/owners/{owner}/helpers", json=body))
+            session = await _created(core, helper_id)
             timed = {
-                "start": await _timed(client.post(f"/v1/owners/{owner}/helpers", json=body)),
+                "start": started,
                 "close": await _timed(client.post(f"/v1/owners/{owner}/helpers/{helper_id}/close")),
                 "delivered": await _timed(
                     client.post(f"/v1/owners/{owner}/delivered", json={"turn": helper_id, "answer_chars": 1})
@@ -152,14 +169,17 @@ async def writes(url: str, temporal: Client, settings: Settings, samples: int) -
             if record:
                 for name, elapsed in timed.items():
                     times.through_service[name].append(elapsed)
+                times.to_first_core_call.append((session.created_at - sent) * 1000)
 
         async def raw(owner: str, helper_id: str) -> None:
             request = parse_request(
                 {"owner": owner, "helper_id": helper_id, "model": "scripted", "task": "Admit."}, settings
             )
             delivered = DeliveredRequest(owner=owner, turn=helper_id, answer_chars=1)
+            started = await _timed_call(admit(temporal, settings, request, reply_by(settings)))
+            await _created(core, helper_id)
             timed = {
-                "start": await _timed_call(admit(temporal, settings, request, reply_by(settings))),
+                "start": started,
                 "close": await _timed_call(close_helper(temporal, settings, owner, helper_id, reply_by(settings))),
                 "delivered": await _timed_call(mark_delivered(temporal, settings, delivered, reply_by(settings))),
             }
@@ -167,13 +187,34 @@ async def writes(url: str, temporal: Client, settings: Settings, samples: int) -
             for name, elapsed in timed.items():
                 times.raw[name].append(elapsed)
 
-        for owner in owners:  # every coordinator runs before the first timed call
+        async def trivial(owner: str) -> float:
+            running = WithStartWorkflowOperation(
+                EchoWorkflow.run,
+                id=f"echo/{owner}",
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                task_queue=ECHO_QUEUE,
+            )
+            return await _timed_call(
+                temporal.execute_update_with_start_workflow(EchoWorkflow.echo, owner, start_workflow_operation=running)
+            )
+
+        for owner in owners:  # every coordinator and trivial workflow runs before the first timed call
             await through_service(owner, "warm", record=False)
+            await trivial(owner)
         for number in range(samples):
             owner = owners[number % START_OWNERS]
             await through_service(owner, f"s{number}", record=True)
             await raw(owner, f"r{number}")
+            times.trivial_start.append(await trivial(owner))
     return times
+
+
+async def _created(core: FakeCore, helper_id: str) -> FakeSession:
+    """The helper's session, once its create reached the core (bounded: a lost helper ends the bench)."""
+    await asyncio.wait_for(poll_until(lambda: core.session_of(helper_id) is not None, interval=0.002), 30)
+    session = core.session_of(helper_id)
+    assert session is not None
+    return session
 
 
 async def _timed_call(call: Awaitable[object]) -> float:
@@ -270,16 +311,30 @@ async def measure_on(owners: int, samples: int, start_samples: int, clients: int
         async with serving(environment) as served:
             url = served.url
             lines = await reads(url, owners, samples)
-            times = await writes(url, temporal, stack.settings, start_samples)
+            async with Worker(temporal, task_queue=ECHO_QUEUE, workflows=[EchoWorkflow]):
+                times = await writes(url, temporal, stack.settings, stack.core, start_samples)
             for name, baseline in (("start", "update-with-start"), ("close", "update"), ("delivered", "update")):
                 lines.append(
                     _line(
                         f"api {name} (HTTP)",
-                        f"the raw {baseline} on the same coordinator",
+                        f"the same {baseline} straight to the coordinator",
                         times.through_service[name],
                         times.raw[name],
                     )
                 )
+            lines.append(
+                _line(
+                    "api start (HTTP), an admission at rest",
+                    "the raw update-with-start of a trivial running workflow; target ≤ ×1.5",
+                    times.through_service["start"],
+                    times.trivial_start,
+                )
+            )
+            first_p50, first_p99 = _percentiles(times.to_first_core_call)
+            lines.append(
+                f"api start (HTTP) to the helper's first core call (its create), a free slot: "
+                f"p50={first_p50:.2f} ms p99={first_p99:.2f} ms"
+            )
             lines.append(await many_clients(url, owners, clients, rounds=max(2, samples // 50)))
             return lines
 
