@@ -137,6 +137,14 @@ BENCHES = (
         ("--owners", "20", "--samples", "5", "--starts", "3", "--clients", "20"),
         "the starter API: reads, starts and 200 clients at once over HTTP (R47)",
     ),
+    Bench(
+        "failover",
+        "tools.bench.failover",
+        ("--helpers", "24", "--postgres", POSTGRES_URL),
+        ("--helpers", "12", "--postgres", POSTGRES_URL),
+        ("--helpers", "6", "--step-ms", "1000", "--liveness-ms", "10000", "--postgres", POSTGRES_URL),
+        "a replica lost while it follows helpers: SIGKILL beside SIGTERM (R46)",
+    ),
     Bench("codec_server", "tools.bench.codec_server", (), (), ("--mib", "1"), "the codec server under big bodies"),
 )
 

@@ -1,0 +1,268 @@
+"""A worker replica lost while it follows running helpers: how long until they report progress again, after a
+SIGKILL and after a graceful SIGTERM in the same run (R46, the liveness bound).
+
+    .venv/bin/python -m tools.bench.failover [--helpers 24] [--replicas 3] [--step-ms 3000] [--liveness-ms N]
+        [--postgres postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
+
+The deployment's layout on loopback (`tools.demo.stack`): the dev server, `--replicas` worker replicas (each
+`python worker.py`, a process of its own, at the defaults), the reference core, the starter API, and a fresh
+PostgreSQL database for the store. `--helpers` helpers, three per owner, each a session that makes a step every
+`--step-ms` up to a helper's step ceiling (79 steps: 4 minutes at the default), longer than the bench runs. Once
+every helper's row shows steps:
+
+1. the replica that follows the most helpers is stopped with SIGTERM, as Kubernetes stops a pod;
+2. once every follow runs again, the replica that follows the most of the rest is SIGKILLed, as a lost node or
+   a container killed for memory ends.
+
+After each, every helper is timed from the signal until its row shows a step newer than the one it showed at the
+signal. The stopped replica's helpers are the figure; the other replicas' helpers, timed over the same window,
+are its baseline: they show the measure's own resolution (a step every `--step-ms`, then the follow's read).
+Which replica follows a helper is the follow activity's last worker identity (`pid@host`), as the server records
+it. Then, for every helper: still one session (the row's session id unchanged) and still running.
+`--liveness-ms` sets `HELPER_FOLLOW_LIVENESS_MS` (the follow's heartbeat timeout) for the whole stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+
+from config.settings import Settings
+from domain.limits import TURN_MAX_STEPS_HELPER
+from domain.requests import HelperRequest
+from protocol.connection import connect_for
+from protocol.names import helper_workflow_id
+from reference.core.script import scripted_task
+from starter.client import HelperClient
+from store.helper_store import HelperStore
+from tests.helpers import free_port, free_stack_ports, fresh_postgres_database
+from tools.demo.stack import HOST, Stack, wait_for_http
+
+POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+FOLLOW_ACTIVITY = "follow_session"
+HELPERS_PER_OWNER = 3
+# How often the bench reads the rows while it waits for new steps.
+POLL_S = 0.1
+# Beyond the heartbeat timeout, how long a lost follow may take to run again before the bench gives up on it.
+GIVE_UP_MARGIN_S = 60.0
+
+
+@dataclass(frozen=True)
+class Helper:
+    owner: str
+    helper_id: str
+
+
+@dataclass
+class Failover:
+    """One replica stopped: each helper's seconds from the signal to its next step (None: none came in time)."""
+
+    replica: str
+    signal: str
+    followed: list[Helper]
+    others: list[Helper]
+    seconds: dict[Helper, float | None]
+    exit_s: float | None = None
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "none"
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return f"p50={statistics.median(ordered):.1f} s p99={p99:.1f} s max={ordered[-1]:.1f} s"
+
+
+def report(failover: Failover, step_s: float, target: str) -> list[str]:
+    theirs = [failover.seconds[h] for h in failover.followed]
+    others = [failover.seconds[h] for h in failover.others]
+    missing = sum(1 for value in theirs + others if value is None)
+    lines = [
+        f"failover, {failover.signal} of {failover.replica} (following {len(failover.followed)} of "
+        f"{len(failover.followed) + len(failover.others)} helpers): its helpers' next step "
+        f"{_spread([v for v in theirs if v is not None])} | baseline (the other replicas' helpers in the same "
+        f"window, a step every {step_s:.1f} s) {_spread([v for v in others if v is not None])} | target {target}",
+    ]
+    if failover.exit_s is not None:
+        lines.append(f"  {failover.replica} exited {failover.exit_s:.1f} s after {failover.signal}")
+    if missing:
+        lines.append(f"  {missing} helpers showed no new step before the bench gave up on them")
+    return lines
+
+
+async def followers(temporal: Client, stack: Stack, helpers: list[Helper]) -> dict[Helper, str]:
+    """The replica whose worker last started each helper's follow activity (a helper without one is left out)."""
+    by_pid = {str(stack.pid(name)): name for name in stack.worker_names if _alive(stack, name)}
+    found: dict[Helper, str] = {}
+    for helper in helpers:
+        description = await temporal.get_workflow_handle(helper_workflow_id(helper.owner, helper.helper_id)).describe()
+        for pending in description.raw_description.pending_activities:
+            if pending.activity_type.name == FOLLOW_ACTIVITY and pending.last_worker_identity:
+                replica = by_pid.get(pending.last_worker_identity.partition("@")[0])
+                if replica is not None:
+                    found[helper] = replica
+    return found
+
+
+def _alive(stack: Stack, name: str) -> bool:
+    return any(known == name and process.poll() is None for known, process in stack.processes)
+
+
+async def steps_of(store: HelperStore, helpers: list[Helper]) -> dict[Helper, int]:
+    rows = await asyncio.gather(*(store.get(h.owner, h.helper_id) for h in helpers))
+    return {h: row.steps if row is not None else -1 for h, row in zip(helpers, rows, strict=True)}
+
+
+async def until_every_follow_runs(temporal: Client, stack: Stack, helpers: list[Helper], within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while len(await followers(temporal, stack, helpers)) < len(helpers):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not every helper's follow ran on a live replica within {within_s:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+async def stop_one(
+    stack: Stack, temporal: Client, store: HelperStore, helpers: list[Helper], *, kill: bool, give_up_s: float
+) -> Failover:
+    """Stop the replica that follows the most helpers and time every helper's next step from the signal."""
+    following = await followers(temporal, stack, helpers)
+    replica, _ = Counter(following.values()).most_common(1)[0]
+    followed = [h for h in helpers if following.get(h) == replica]
+    failover = Failover(
+        replica,
+        "SIGKILL" if kill else "SIGTERM",
+        followed,
+        [h for h in helpers if h not in followed],
+        {},
+    )
+    before = await steps_of(store, helpers)
+    signalled = time.monotonic()
+    if kill:
+        stack.kill(replica)
+        stopping = None
+    else:
+        stopping = asyncio.create_task(stack.terminate(replica, grace_s=30))
+    waiting = set(helpers)
+    while waiting and time.monotonic() - signalled < give_up_s:
+        now_steps = await steps_of(store, list(waiting))
+        elapsed = time.monotonic() - signalled
+        for helper, steps in now_steps.items():
+            if steps > before[helper]:
+                failover.seconds[helper] = elapsed
+                waiting.discard(helper)
+        await asyncio.sleep(POLL_S)
+    for helper in waiting:
+        failover.seconds[helper] = None
+    if stopping is not None:
+        failover.exit_s = await stopping
+    return failover
+
+
+async def measure(helper_count: int, replicas: int, step_ms: int, postgres: str) -> list[str]:
+    async with fresh_postgres_database(postgres) as database:
+        data = Path(tempfile.mkdtemp(prefix="helper-failover-"))
+        stack = Stack(
+            data,
+            free_stack_ports(),
+            workers=replicas,
+            store_url=database,
+            worker_health_ports=tuple(free_port() for _ in range(replicas)),
+        )
+        store: HelperStore | None = None
+        try:
+            await stack.start(fresh=True)
+            for name, port in zip(stack.worker_names, stack.worker_health_ports, strict=True):
+                await wait_for_http(name, f"http://{HOST}:{port}/livez", stack, timeout=60)
+            settings = Settings.from_env(stack.environment())  # the workers' settings, the follow's tuning too
+            store = await HelperStore.connect(database)
+            temporal = await connect_for(settings)
+            client = HelperClient(settings, store.reads, temporal)
+            liveness_s = settings.policy.follow.liveness_ms / 1000
+            give_up_s = 2 * liveness_s + GIVE_UP_MARGIN_S
+            # A session makes the most steps a helper's turn may (its ceiling would end it), a step every
+            # `step_ms`: at the defaults, four minutes, as long as both stops take at today's heartbeat timeout.
+            task = scripted_task(
+                "Watch the shared inbox and note what changes.",
+                steps=TURN_MAX_STEPS_HELPER - 1,
+                step_ms=step_ms,
+                input_tokens=100,
+                input_growth=0,
+                output_tokens=20,  # far from the work ceiling
+            )
+            helpers = [
+                Helper(f"owner-{number // HELPERS_PER_OWNER}", f"watch-{number % HELPERS_PER_OWNER}")
+                for number in range(helper_count)
+            ]
+            for helper in helpers:
+                await client.start(
+                    HelperRequest(owner=helper.owner, helper_id=helper.helper_id, task=task, model="scripted")
+                )
+            deadline = time.monotonic() + 120
+            while min((await steps_of(store, helpers)).values()) < 1:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("not every helper reported a step within 120 s")
+                await asyncio.sleep(0.5)
+            await until_every_follow_runs(temporal, stack, helpers, within_s=60)
+            sessions = {h: (await store.get(h.owner, h.helper_id)) for h in helpers}
+
+            lines = [
+                f"-- {len(helpers)} running helpers on {replicas} replicas, PostgreSQL, a step every {step_ms} ms, "
+                f"the follow's heartbeat timeout {liveness_s:.0f} s"
+            ]
+            graceful = await stop_one(stack, temporal, store, helpers, kill=False, give_up_s=give_up_s)
+            lines += report(graceful, step_ms / 1000, "within a few seconds")
+            await until_every_follow_runs(temporal, stack, helpers, within_s=give_up_s)
+            killed = await stop_one(stack, temporal, store, helpers, kill=True, give_up_s=give_up_s)
+            lines += report(killed, step_ms / 1000, "p99 ≤ 15 s")
+
+            rows = {h: await store.get(h.owner, h.helper_id) for h in helpers}
+            new_session = sum(
+                1
+                for h, row in rows.items()
+                if row is None or (before := sessions[h]) is None or row.session_id != before.session_id
+            )
+            ended = Counter("gone" if row is None else str(row.outcome_kind) for row in rows.values())
+            ended.pop("None", None)
+            lines.append(
+                f"  afterwards: {new_session} helpers with another session, ended {dict(ended) or 0} (a step every "
+                f"{step_ms} ms outlasts the bench: 0 and 0 expected)"
+            )
+            return lines
+        finally:
+            if store is not None:
+                await store.close()
+            stack.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.failover", description=__doc__)
+    parser.add_argument("--helpers", type=int, default=24)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--step-ms", type=int, default=3000)
+    parser.add_argument("--liveness-ms", type=int, help="HELPER_FOLLOW_LIVENESS_MS for the stack (default: its own)")
+    parser.add_argument("--postgres", metavar="URL", default=POSTGRES_URL)
+    arguments = parser.parse_args()
+    if arguments.replicas < 2:
+        parser.error("--replicas: at least 2, so that a stopped replica's follows have somewhere to go")
+    if arguments.liveness_ms is not None:
+        # Stack.environment() copies this process's environment: the workers and the starter read the same.
+        os.environ["HELPER_FOLLOW_LIVENESS_MS"] = str(arguments.liveness_ms)
+    lines = asyncio.run(measure(arguments.helpers, arguments.replicas, arguments.step_ms, arguments.postgres))
+    for line in lines:
+        print(line, flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # sdk-python#300
+
+
+if __name__ == "__main__":
+    main()
