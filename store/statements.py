@@ -113,21 +113,29 @@ def state_update(
     return _state_update(tuple(sorted(changes)), returning), params
 
 
+# Counts a session only adds to: a write that would take one back is an older read than the row's.
+_MONOTONE_PROGRESS = ("steps", "work_tokens")
+
+
 @functools.lru_cache(maxsize=8)
 def _progress_update(names: tuple[str, ...]) -> Update:
+    bound = _bound(row_table, names)
     return (
         update(row_table)
         .where(
             *_BOUND_ADMISSION,
             row_table.c.generation == _BOUND_GENERATION,
             row_table.c.state == RowState.RUNNING.value,
+            *(row_table.c[name] <= bound[name] for name in _MONOTONE_PROGRESS if name in bound),
         )
-        .values(_bound(row_table, names))
+        .values(bound)
     )
 
 
 def progress_update(owner: str, helper_id: str, seq: int, generation: int, values: Mapping[str, Any]) -> Prepared:
-    """A running row's progress, written only while this generation runs it."""
+    """A running row's progress, written only while this generation runs it, and never taking its steps or its
+    work back: two follows of one helper (an attempt taken for lost while it still runs, and the next) may write
+    their reads out of order."""
     params = _values(values)
     params.update(_admission_params(owner, helper_id, seq, generation))
     return _progress_update(tuple(sorted(values))), params

@@ -310,6 +310,20 @@ async def test_write_progress_applies_only_at_the_running_generation(store: Help
     assert got is not None and got.steps == 4 and got.last_message == "first findings", "None keeps the message"
 
 
+async def test_write_progress_never_takes_steps_or_work_back(store: HelperStore) -> None:
+    """R11, R46: an older read written after a newer one (two follows of one helper) changes nothing; the same
+    counts with a newer message are written."""
+    await running(store)
+    assert await store.write_progress("anna", "h1", 1, 2, Usage(steps=5, work_tokens=900), "five")
+    assert await store.write_progress("anna", "h1", 1, 2, Usage(steps=4, work_tokens=800), "four") is False
+    assert await store.write_progress("anna", "h1", 1, 2, Usage(steps=5, work_tokens=700), "less work") is False
+    got = await store.get("anna", "h1")
+    assert got is not None and (got.steps, got.work_tokens, got.last_message) == (5, 900, "five")
+    assert await store.write_progress("anna", "h1", 1, 2, Usage(steps=5, work_tokens=900), "five, said better")
+    got = await store.get("anna", "h1")
+    assert got is not None and got.last_message == "five, said better"
+
+
 async def test_write_progress_never_touches_a_row_that_is_not_running(store: HelperStore) -> None:
     """R19, R21: after a close or a finalization at the same generation, progress is refused."""
     await running(store)
