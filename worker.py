@@ -42,6 +42,7 @@ from collector import keeping_the_heap
 from config import help as help_text
 from config.settings import Settings, SettingsError, tree_variables
 from health import StoreGauges, serving_health
+from liveness import restarting_lost_follows
 from observability import tracing
 from observability.pauses import watching_pauses
 from protocol.connection import connect_for
@@ -154,7 +155,12 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
     try:
         # /metrics on the health port: the application's metrics, with the store-derived gauges of this task queue.
         gauges = StoreGauges(store, settings.task_queue)
-        async with worker, follows, serving_health(settings.health_bind, store, client, gauges):
+        async with (
+            worker,
+            follows,
+            serving_health(settings.health_bind, store, client, gauges),
+            restarting_lost_follows(client, store),
+        ):
             try:
                 if settings.promote_build:
                     await promote(client, settings)

@@ -133,9 +133,17 @@ class SessionActivities:
             activity.info().attempt,
             ", from its heartbeat" if details else "",
         )
-        if request.records_start and not details:
-            # The row shows from now on that a worker follows it (until then: granted, waiting for a follow slot).
-            await self.store.record_follow_started(request.owner, request.helper_id, request.seq, request.generation)
+        # The row names the replica that follows it now, so that if this one dies another starts the follow again
+        # at once (liveness.py); on a first attempt it also shows from now on that a worker follows it (until then:
+        # granted, waiting for a follow slot).
+        await self.store.record_follower(
+            request.owner,
+            request.helper_id,
+            request.seq,
+            request.generation,
+            _this_replica(),
+            starts_following=request.records_start and not details,
+        )
         cursor = FollowCursor.model_validate(details[0]) if details else FollowCursor()
         # A worker that shuts down waits for its activities up to its graceful timeout: a follow would hold it
         # for a whole long poll and, once cancelled, be retried only after its heartbeat timeout. So the attempt
@@ -395,6 +403,15 @@ def _budget_exhausted(cursor: FollowCursor, silence_ms: int, bad_answers: int) -
 
 class _WorkerStopping(Exception):
     """The worker began shutting down while a follow waited on the core."""
+
+
+def _this_replica() -> str | None:
+    """The identity of the worker running this attempt, as the server records it on the attempt; none where the
+    activity runs without a Temporal client (a test's `ActivityEnvironment`)."""
+    try:
+        return activity.client().identity
+    except RuntimeError:
+        return None
 
 
 async def _unless_stopping(step: Coroutine[Any, Any, T], stopping: asyncio.Future[None]) -> T:

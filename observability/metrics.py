@@ -27,7 +27,7 @@ Label values are small closed sets (never owner or helper ids, which would make 
   models; the recovery's create by key counts as create); `kind` of core errors: timeout, connect, status,
   malformed, other.
 - `operation` of store writes: the write (admit, open, progress, finalize, close, coordinator, remove, usage,
-  chat_event, park; state for a row write outside those activities).
+  chat_event, park, keep, replica; state for a row write outside those activities).
 - A value outside these sets (a bug) is recorded as `other`, never as a new series and never as an error.
 
 """

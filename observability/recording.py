@@ -61,7 +61,20 @@ FINAL_CHAT_STATES: Final = frozenset({"delivered", "failed", "uncertain", "withd
 CORE_ENDPOINTS: Final = frozenset({"create", "snapshot", "finish", "cancel", "reset", "models", "capabilities"})
 CORE_ERROR_KINDS: Final = frozenset({"timeout", "connect", "status", "malformed", OTHER})
 STORE_OPERATIONS: Final = frozenset(
-    {"admit", "open", "progress", "finalize", "close", "coordinator", "remove", "usage", "chat_event", "park", "keep"}
+    {
+        "admit",
+        "open",
+        "progress",
+        "finalize",
+        "close",
+        "coordinator",
+        "remove",
+        "usage",
+        "chat_event",
+        "park",
+        "keep",
+        "replica",
+    }
     | {"state"}
 )
 # A write shared by several callers (a row's state) is named by its caller (`names_store_writes`); unnamed, "state".

@@ -32,7 +32,7 @@ from store.statements import (
     Prepared,
     RowChanges,
     events_table,
-    follow_started_update,
+    follower_update,
     insert_or_skip,
     kept_table,
     link_follow_up,
@@ -40,6 +40,7 @@ from store.statements import (
     parked_table,
     plain,
     progress_update,
+    replicas_table,
     row_insert,
     row_table,
     state_update,
@@ -196,12 +197,66 @@ class HelperStore:
             return bool((await connection.execute(*statement)).rowcount)
 
     @store_write("progress")
-    async def record_follow_started(self, owner: str, helper_id: str, seq: int, generation: int) -> bool:
-        """Record that a worker began following the running row's session, once: a later follow (after a
-        finish-now, or on another worker) keeps the first moment."""
-        statement = follow_started_update(owner, helper_id, seq, generation, now())
+    async def record_follower(
+        self, owner: str, helper_id: str, seq: int, generation: int, replica: str | None, *, starts_following: bool
+    ) -> bool:
+        """Record which replica's follow attempt runs the running row's session now; with `starts_following`, also
+        that a worker began following it, once: a later follow (after a finish-now, or on another replica) keeps
+        the first moment."""
+        statement = follower_update(owner, helper_id, seq, generation, replica, now() if starts_following else None)
         async with self.engine.begin() as connection:
             return bool((await connection.execute(*statement)).rowcount)
+
+    # --- the follows' replicas (R46): each says it is alive; a silent one's follows start again elsewhere ---------
+
+    @store_write("replica")
+    async def beat_replica(self, identity: str) -> None:
+        """This replica is alive now."""
+        at = now()
+        async with self.engine.begin() as connection:
+            changed = await connection.execute(
+                update(replicas_table).where(replicas_table.c.identity == identity).values(beat_at=at)
+            )
+            if not changed.rowcount:
+                await connection.execute(insert(replicas_table).values(identity=identity, beat_at=at))
+
+    async def claim_silent_replicas(self, silent_since: datetime, *, besides: str) -> list[str]:
+        """The replicas silent since `silent_since`, each taken by this caller alone: its record is deleted, and a
+        replica whose delete another caller won is left to that caller."""
+        async with self.engine.connect() as connection:
+            silent = await connection.execute(
+                select(replicas_table.c.identity).where(
+                    replicas_table.c.beat_at < silent_since, replicas_table.c.identity != besides
+                )
+            )
+            identities = [identity for (identity,) in silent]
+        claimed = []
+        for identity in identities:
+            async with self.engine.begin() as connection:
+                taken = await connection.execute(
+                    delete(replicas_table).where(
+                        replicas_table.c.identity == identity, replicas_table.c.beat_at < silent_since
+                    )
+                )
+                if taken.rowcount:
+                    claimed.append(identity)
+        return claimed
+
+    async def followed_by(self, identity: str) -> list[tuple[str, str]]:
+        """The running helpers (owner, helper id) whose follow last started on this replica."""
+        async with self.engine.connect() as connection:
+            found = await connection.execute(
+                select(row_table.c.owner, row_table.c.helper_id).where(
+                    row_table.c.followed_by == identity, row_table.c.state == RowState.RUNNING.value
+                )
+            )
+            return [(owner, helper_id) for owner, helper_id in found]
+
+    @store_write("replica")
+    async def forget_replica(self, identity: str) -> None:
+        """A replica that stops by itself hands its follows over: nobody need look for them."""
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(replicas_table).where(replicas_table.c.identity == identity))
 
     @store_write("remove")
     async def remove_rows(

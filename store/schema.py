@@ -74,6 +74,18 @@ class HelperRowRecord(Base):
     # A question outcome's choices (migration 0005): its id, options and free-text rule; none for any other
     # outcome and for a plain-text question. NULL, not JSON null, when there are none.
     choices: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # The replica whose follow attempt last started on the running session (migration 0006): when that replica
+    # falls silent, another starts the follow again at once.
+    followed_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class FollowReplicaRecord(Base):
+    """A worker replica that follows helpers, and when it last said it is alive (migration 0006, R46)."""
+
+    __tablename__ = "follow_replicas"
+
+    identity: Mapped[str] = mapped_column(String(200), primary_key=True)
+    beat_at: Mapped[datetime]
 
 
 class UsageRecord(Base):

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Table,
     Update,
     bindparam,
+    func,
     insert,
     update,
 )
@@ -30,13 +31,21 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.reads import aware
 from store.records import KeptSession
-from store.schema import ChatEventRecordRow, HelperRowRecord, KeptSessionRecord, ParkedSessionRecord, UsageRecord
+from store.schema import (
+    ChatEventRecordRow,
+    FollowReplicaRecord,
+    HelperRowRecord,
+    KeptSessionRecord,
+    ParkedSessionRecord,
+    UsageRecord,
+)
 
 row_table = cast(Table, HelperRowRecord.__table__)
 usage_table = cast(Table, UsageRecord.__table__)
 events_table = cast(Table, ChatEventRecordRow.__table__)
 parked_table = cast(Table, ParkedSessionRecord.__table__)
 kept_table = cast(Table, KeptSessionRecord.__table__)
+replicas_table = cast(Table, FollowReplicaRecord.__table__)
 
 
 class RowChanges(TypedDict, total=False):
@@ -141,23 +150,31 @@ def progress_update(owner: str, helper_id: str, seq: int, generation: int, value
     return _progress_update(tuple(sorted(values))), params
 
 
-_FOLLOW_STARTED = (
+_FOLLOWER = (
     update(row_table)
     .where(
         *_BOUND_ADMISSION,
         row_table.c.generation == _BOUND_GENERATION,
         row_table.c.state == RowState.RUNNING.value,
-        row_table.c.follow_started_at.is_(None),
     )
-    .values(_bound(row_table, ("follow_started_at",)))
+    .values(
+        followed_by=bindparam(VALUE + "followed_by", type_=row_table.c.followed_by.type),
+        follow_started_at=func.coalesce(
+            row_table.c.follow_started_at,
+            bindparam(VALUE + "follow_started_at", type_=row_table.c.follow_started_at.type),
+        ),
+    )
 )
 
 
-def follow_started_update(owner: str, helper_id: str, seq: int, generation: int, at: datetime) -> Prepared:
-    """When a worker began following a running row's session: the first such moment is kept."""
-    params = _values({"follow_started_at": at})
+def follower_update(
+    owner: str, helper_id: str, seq: int, generation: int, replica: str | None, started_at: datetime | None
+) -> Prepared:
+    """The replica whose follow attempt starts on a running row's session; with `started_at`, when a worker began
+    following it, of which the first moment is kept."""
+    params = _values({"followed_by": replica, "follow_started_at": started_at})
     params.update(_admission_params(owner, helper_id, seq, generation))
-    return _FOLLOW_STARTED, params
+    return _FOLLOWER, params
 
 
 @functools.lru_cache(maxsize=32)

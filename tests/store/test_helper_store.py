@@ -335,6 +335,40 @@ async def test_write_progress_never_touches_a_row_that_is_not_running(store: Hel
     assert await store.write_progress("anna", "h2", 1, 1, Usage(steps=1), "not started") is False
 
 
+# --- the follows' replicas (R46) ---------------------------------------------------------------------------
+
+
+async def test_each_follow_attempt_names_its_replica_and_the_first_start_is_kept(store: HelperStore) -> None:
+    """R46: the row names the replica whose attempt runs now; the moment a worker began following stays the first."""
+    await running(store)
+    assert await store.record_follower("anna", "h1", 1, 2, "111@a", starts_following=True)
+    first = await store.get("anna", "h1")
+    assert first is not None and first.follow_started_at is not None
+    assert await store.followed_by("111@a") == [("anna", "h1")]
+    assert await store.record_follower("anna", "h1", 1, 2, "222@b", starts_following=True)
+    again = await store.get("anna", "h1")
+    assert again is not None and again.follow_started_at == first.follow_started_at
+    assert await store.followed_by("111@a") == []
+    assert await store.followed_by("222@b") == [("anna", "h1")]
+    assert await store.record_follower("anna", "h1", 1, 1, "333@c", starts_following=False) is False, "older writer"
+    assert await store.write_state("anna", "h1", 1, 2, state=RowState.CLOSED)
+    assert await store.followed_by("222@b") == [], "only running helpers have a follow to start again"
+
+
+async def test_a_silent_replica_is_taken_by_one_caller_and_a_stopped_one_by_none(store: HelperStore) -> None:
+    """R46: a replica silent since a moment is handed to exactly one caller; one that beat since is not; one that
+    stopped by itself (its record forgotten) is nobody's."""
+    await store.beat_replica("111@a")
+    await store.beat_replica("222@b")
+    await store.beat_replica("222@b")  # a second beat updates the same record
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    assert await store.claim_silent_replicas(later, besides="222@b") == ["111@a"]
+    assert await store.claim_silent_replicas(later, besides="222@b") == [], "taken once"
+    assert await store.claim_silent_replicas(datetime.now(UTC) - timedelta(minutes=1), besides="333@c") == []
+    await store.forget_replica("222@b")
+    assert await store.claim_silent_replicas(later, besides="333@c") == []
+
+
 # --- removal, queue position, usage, events, parked sessions ---------------------------------------------
 
 

@@ -1,0 +1,160 @@
+"""A replica that dies has its follows started again on the others within seconds (R46).
+
+The Temporal server learns that the worker running a follow attempt is gone only when the attempt's heartbeat
+timeout runs out (HELPER_FOLLOW_LIVENESS_MS, 110 s), and a shorter timeout costs a billable action per heartbeat.
+So each replica also says in the store that it is alive, every REPLICA_BEAT (one write per replica, however many
+helpers it follows), and looks for replicas silent for REPLICA_SILENT. It takes each silent replica's record (one
+survivor alone wins its delete) and, for every running helper whose follow last started there, has the server end
+that attempt now: the attempt's heartbeat timeout is set to LOST_ATTEMPT_TIMEOUT (UpdateActivityOptions), and its
+own options are restored once the next attempt is scheduled. The next attempt runs on a live replica and resumes
+from the last heartbeat. A replica only slow past REPLICA_SILENT (it beats from the same event loop as its follows,
+so they are stalled too) loses its attempts the same way: each learns it at its next heartbeat, and a late write
+of its cannot take the row back (`store.statements.progress_update`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
+from temporalio.api.activity.v1 import ActivityOptions
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflow.v1 import PendingActivityInfo
+from temporalio.api.workflowservice.v1 import UpdateActivityOptionsRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from protocol.names import helper_workflow_id
+from store.helper_store import HelperStore
+from store.statements import now
+
+log = logging.getLogger("helper.liveness")
+
+# A replica says it is alive this often: one store write each time.
+REPLICA_BEAT = timedelta(seconds=2)
+# Silent this long (four beats missed), a replica is taken for dead: its follows start again elsewhere. With a beat
+# and a restart, a dead replica's helpers report again about 10-12 s after it died (python -m tools.bench.failover).
+REPLICA_SILENT = timedelta(seconds=8)
+# The heartbeat timeout that makes the server end a dead replica's attempt at once.
+LOST_ATTEMPT_TIMEOUT = Duration(seconds=1)
+# How long a survivor waits for the server to schedule the next attempt before it restores the options anyway.
+RESTORE_WITHIN_S = 10.0
+# Helpers restarted at once when a replica dies: a full replica follows 2,000.
+RESTARTS_AT_ONCE = 20
+# A store or server call of the watch gives up after this, and the watch tries again at its next beat.
+CALL_BOUND_S = 10.0
+FOLLOW_ACTIVITY = "follow_session"
+
+
+@contextlib.asynccontextmanager
+async def restarting_lost_follows(client: Client, store: HelperStore) -> AsyncIterator[None]:
+    """While the worker runs: beat, and start the follows of silent replicas again. On a stop, this replica's
+    record goes (its follows hand themselves over)."""
+    watch = asyncio.create_task(_watch(client, store, client.identity))
+    try:
+        yield
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        try:
+            await asyncio.wait_for(store.forget_replica(client.identity), CALL_BOUND_S)
+        except Exception as error:  # the record then ages out, and a survivor finds nothing of it to restart
+            log.warning("this replica's liveness record stays until it ages out: %s", error)
+
+
+async def _watch(client: Client, store: HelperStore, identity: str) -> None:
+    restarting: set[asyncio.Task[None]] = set()
+    limit = asyncio.Semaphore(RESTARTS_AT_ONCE)
+    beating_since: float | None = None
+    while True:
+        try:
+            await asyncio.wait_for(store.beat_replica(identity), CALL_BOUND_S)
+            beating_since = beating_since or time.monotonic()
+            # Only a replica that has beaten for REPLICA_SILENT judges the others: after the store was away (or at
+            # this replica's start) every record is old until each replica has beaten again.
+            if time.monotonic() - beating_since < REPLICA_SILENT.total_seconds():
+                lost = []
+            else:
+                lost = await asyncio.wait_for(
+                    store.claim_silent_replicas(now() - REPLICA_SILENT, besides=identity), CALL_BOUND_S
+                )
+            for replica in lost:
+                # Its own tasks: restarting a full replica's follows must not hold this replica's beats.
+                task = asyncio.create_task(_restart_follows_of(client, store, replica, limit))
+                restarting.add(task)
+                task.add_done_callback(restarting.discard)
+        except Exception as error:  # the store or the server unreachable: the next beat tries again
+            log.warning("replica liveness: %s", error)
+            beating_since = None
+        await asyncio.sleep(REPLICA_BEAT.total_seconds())
+
+
+async def _restart_follows_of(client: Client, store: HelperStore, replica: str, limit: asyncio.Semaphore) -> None:
+    helpers = await asyncio.wait_for(store.followed_by(replica), CALL_BOUND_S)
+    log.warning("replica %s silent for %s: starting its %d follows again", replica, REPLICA_SILENT, len(helpers))
+
+    async def one(owner: str, helper_id: str) -> None:
+        async with limit:
+            try:
+                await restart_follow(client, helper_workflow_id(owner, helper_id), replica)
+            except Exception as error:  # this helper's attempt then ends at its heartbeat timeout, as before
+                log.warning("the follow of %s/%s was not started again: %s", owner, helper_id, error)
+
+    await asyncio.gather(*(one(owner, helper_id) for owner, helper_id in helpers))
+
+
+async def restart_follow(client: Client, workflow_id: str, lost_replica: str) -> bool:
+    """End the helper's follow attempt that runs on `lost_replica`, so that the server schedules the next one now;
+    False if its follow runs elsewhere already (or there is none)."""
+    pending = await _follow_of(client, workflow_id)
+    if pending is None or pending.last_worker_identity != lost_replica:
+        return False
+    shortened = ActivityOptions(heartbeat_timeout=LOST_ATTEMPT_TIMEOUT)
+    await _update_options(client, workflow_id, pending.activity_id, shortened, FieldMask(paths=["heartbeat_timeout"]))
+    try:
+        give_up_at = time.monotonic() + RESTORE_WITHIN_S
+        while time.monotonic() < give_up_at:
+            await asyncio.sleep(0.2)
+            now_pending = await _follow_of(client, workflow_id)
+            if now_pending is None or now_pending.activity_id != pending.activity_id:
+                break
+            if now_pending.attempt > pending.attempt:
+                break
+    finally:
+        await _update_options(client, workflow_id, pending.activity_id, None, None)
+    return True
+
+
+async def _follow_of(client: Client, workflow_id: str) -> PendingActivityInfo | None:
+    description = await asyncio.wait_for(client.get_workflow_handle(workflow_id).describe(), CALL_BOUND_S)
+    for pending in description.raw_description.pending_activities:
+        if pending.activity_type.name == FOLLOW_ACTIVITY:
+            return pending
+    return None
+
+
+async def _update_options(
+    client: Client, workflow_id: str, activity_id: str, options: ActivityOptions | None, mask: FieldMask | None
+) -> None:
+    """Set the attempt's options, or (`options` None) restore the ones it was scheduled with."""
+    request = UpdateActivityOptionsRequest(
+        namespace=client.namespace,
+        execution=WorkflowExecution(workflow_id=workflow_id),
+        identity=client.identity,
+        id=activity_id,
+        activity_options=options,
+        update_mask=mask,
+        restore_original=options is None,
+    )
+    try:
+        await client.workflow_service.update_activity_options(request, timeout=timedelta(seconds=CALL_BOUND_S))
+    except RPCError as error:
+        if error.status is not RPCStatusCode.NOT_FOUND:  # the follow ended meanwhile: nothing to change
+            raise
