@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import fields
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import httpx
 import pytest
@@ -29,10 +29,14 @@ from config.settings import Settings
 from domain.limits import FollowTuning, Limits, Policy
 from domain.requests import HelperRequest
 from domain.rows import HelperRow, RowState
+from protocol.errors import Unavailable
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections
 from store.helper_store import HelperStore
 from store.records import ParkedSession
+
+if TYPE_CHECKING:
+    from starter.client import HelperClient
 from store.statements import events_table, plain
 from tools.demo.stack import Ports
 
@@ -298,3 +302,16 @@ async def chat_events(store: HelperStore, owner: str) -> list[ChatEvent]:
 async def parked_of(store: HelperStore, owner: str) -> list[ParkedSession]:
     """An owner's parked sessions, as the sweep finds them."""
     return [parked for parked in await store.parked_sessions(limit=10_000) if parked.owner == owner]
+
+
+async def start_asking_again(client: HelperClient, request: HelperRequest, tries: int = 3) -> None:
+    """As a caller does: `unavailable` (nothing taken; on a loaded machine the write reached the coordinator after
+    its accept-by time) is asked again after the time it names."""
+    for attempt in range(1, tries + 1):
+        try:
+            await client.start(request)
+            return
+        except Unavailable as error:
+            if attempt == tries:
+                raise
+            await asyncio.sleep(error.retry_after_s or 1)

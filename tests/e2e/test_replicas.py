@@ -18,7 +18,7 @@ from domain.rows import RowState
 from reference.core.script import scripted_task
 from starter.client import HelperClient
 from tests.conftest import POSTGRES_URL
-from tests.helpers import eventually, free_stack_ports, fresh_postgres_database, helper_request
+from tests.helpers import eventually, free_stack_ports, fresh_postgres_database, helper_request, start_asking_again
 from tools.demo.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -62,7 +62,7 @@ async def test_follows_of_a_killed_and_a_stopped_replica_go_on_in_the_survivor(r
         for owner in OWNERS:
             for helper_id in HELPERS:
                 task = scripted_task(f"Task {helper_id} of {owner}.", steps=30, step_ms=700)
-                await client.start(helper_request(owner, helper_id, task))
+                await start_asking_again(client, helper_request(owner, helper_id, task))
 
         async def all_followed() -> dict[str, str] | None:
             followers = {helper: name for name in stack.worker_names for helper, _, _ in follows_in_log(stack, name)}

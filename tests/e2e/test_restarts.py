@@ -15,7 +15,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from reference.core.script import scripted_task
 from starter.client import HelperClient
-from tests.helpers import eventually, free_stack_ports, helper_request
+from tests.helpers import eventually, free_stack_ports, helper_request, start_asking_again
 from tools.demo.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +62,7 @@ async def _run_through(stack: Stack, crash: str) -> None:
     try:
         for helper_id in HELPERS:
             task = scripted_task(f"Task {helper_id}.", steps=8, step_ms=700)
-            await client.start(helper_request(owner, helper_id, task))
+            await start_asking_again(client, helper_request(owner, helper_id, task))
         watch = SlotWatch(client, owner)
         await eventually(lambda: _any_steps(client, owner), timeout=30)
         stack.kill(crash)
