@@ -212,35 +212,20 @@ class HelperStore:
     @store_write("replica")
     async def beat_replica(self, identity: str) -> None:
         """This replica is alive now."""
-        at = now()
+        values = {"identity": identity, "beat_at": now()}
         async with self.engine.begin() as connection:
-            changed = await connection.execute(
-                update(replicas_table).where(replicas_table.c.identity == identity).values(beat_at=at)
-            )
-            if not changed.rowcount:
-                await connection.execute(insert(replicas_table).values(identity=identity, beat_at=at))
+            await connection.execute(*upsert(self.engine.dialect.name, replicas_table, values, "identity"))
 
     async def claim_silent_replicas(self, silent_since: datetime, *, besides: str) -> list[str]:
         """The replicas silent since `silent_since`, each taken by this caller alone: its record is deleted, and a
-        replica whose delete another caller won is left to that caller."""
-        async with self.engine.connect() as connection:
-            silent = await connection.execute(
-                select(replicas_table.c.identity).where(
-                    replicas_table.c.beat_at < silent_since, replicas_table.c.identity != besides
-                )
+        record another caller deleted first is not returned here."""
+        async with self.engine.begin() as connection:
+            taken = await connection.execute(
+                delete(replicas_table)
+                .where(replicas_table.c.beat_at < silent_since, replicas_table.c.identity != besides)
+                .returning(replicas_table.c.identity)
             )
-            identities = [identity for (identity,) in silent]
-        claimed = []
-        for identity in identities:
-            async with self.engine.begin() as connection:
-                taken = await connection.execute(
-                    delete(replicas_table).where(
-                        replicas_table.c.identity == identity, replicas_table.c.beat_at < silent_since
-                    )
-                )
-                if taken.rowcount:
-                    claimed.append(identity)
-        return claimed
+            return [identity for (identity,) in taken]
 
     async def followed_by(self, identity: str) -> list[tuple[str, str]]:
         """The running helpers (owner, helper id) whose follow last started on this replica."""

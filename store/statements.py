@@ -150,6 +150,7 @@ def progress_update(owner: str, helper_id: str, seq: int, generation: int, value
     return _progress_update(tuple(sorted(values))), params
 
 
+_FOLLOWER_BOUND = _bound(row_table, ("followed_by", "follow_started_at"))
 _FOLLOWER = (
     update(row_table)
     .where(
@@ -158,11 +159,8 @@ _FOLLOWER = (
         row_table.c.state == RowState.RUNNING.value,
     )
     .values(
-        followed_by=bindparam(VALUE + "followed_by", type_=row_table.c.followed_by.type),
-        follow_started_at=func.coalesce(
-            row_table.c.follow_started_at,
-            bindparam(VALUE + "follow_started_at", type_=row_table.c.follow_started_at.type),
-        ),
+        followed_by=_FOLLOWER_BOUND["followed_by"],
+        follow_started_at=func.coalesce(row_table.c.follow_started_at, _FOLLOWER_BOUND["follow_started_at"]),
     )
 )
 

@@ -40,6 +40,7 @@ from temporalio.client import Client
 from config.settings import Settings
 from domain.limits import TURN_MAX_STEPS_HELPER
 from domain.requests import HelperRequest
+from liveness import FOLLOW_ACTIVITY
 from protocol.connection import connect_for
 from protocol.names import helper_workflow_id
 from reference.core.script import scripted_task
@@ -49,7 +50,6 @@ from tests.helpers import free_port, free_stack_ports, fresh_postgres_database
 from tools.demo.stack import HOST, Stack, wait_for_http
 
 POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-FOLLOW_ACTIVITY = "follow_session"
 HELPERS_PER_OWNER = 3
 # How often the bench reads the rows while it waits for new steps.
 POLL_S = 0.1
