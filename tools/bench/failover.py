@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,11 +125,56 @@ async def steps_of(store: HelperStore, helpers: list[Helper]) -> dict[Helper, in
     return {h: row.steps if row is not None else -1 for h, row in zip(helpers, rows, strict=True)}
 
 
-async def until_every_follow_runs(temporal: Client, stack: Stack, helpers: list[Helper], within_s: float) -> None:
+@dataclass
+class Replicas:
+    """The deployment's layout on loopback, with several worker replicas, and what a caller uses of it."""
+
+    stack: Stack
+    settings: Settings  # the workers' own, the follow's tuning too
+    store: HelperStore
+    temporal: Client
+    client: HelperClient
+
+
+@contextlib.asynccontextmanager
+async def running_replicas(data: Path, database: str, replicas: int) -> AsyncIterator[Replicas]:
+    """`tools.demo.stack` with `replicas` workers on the PostgreSQL `database`, every replica answering."""
+    stack = Stack(
+        data,
+        free_stack_ports(),
+        workers=replicas,
+        store_url=database,
+        worker_health_ports=tuple(free_port() for _ in range(replicas)),
+    )
+    store: HelperStore | None = None
+    try:
+        await stack.start(fresh=True)
+        for name, port in zip(stack.worker_names, stack.worker_health_ports, strict=True):
+            await wait_for_http(name, f"http://{HOST}:{port}/livez", stack, timeout=60)
+        settings = Settings.from_env(stack.environment())
+        store = await HelperStore.connect(database)
+        temporal = await connect_for(settings)
+        yield Replicas(stack, settings, store, temporal, HelperClient(settings, store.reads, temporal))
+    finally:
+        if store is not None:
+            await store.close()
+        stack.stop()
+
+
+async def admit(replicas: Replicas, helpers: list[Helper], task: str) -> None:
+    for helper in helpers:
+        request = HelperRequest(owner=helper.owner, helper_id=helper.helper_id, task=task, model="scripted")
+        await replicas.client.start(request)
+
+
+async def until_followed(replicas: Replicas, helpers: list[Helper], within_s: float) -> None:
+    """Until every helper's row shows a step and its follow runs on a live replica."""
     deadline = time.monotonic() + within_s
-    while len(await followers(temporal, stack, helpers)) < len(helpers):
+    while min((await steps_of(replicas.store, helpers)).values()) < 1 or len(
+        await followers(replicas.temporal, replicas.stack, helpers)
+    ) < len(helpers):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"not every helper's follow ran on a live replica within {within_s:.0f} s")
+            raise RuntimeError(f"not every helper stepped and was followed on a live replica within {within_s:.0f} s")
         await asyncio.sleep(0.5)
 
 
@@ -168,80 +215,53 @@ async def stop_one(
     return failover
 
 
-async def measure(helper_count: int, replicas: int, step_ms: int, postgres: str) -> list[str]:
-    async with fresh_postgres_database(postgres) as database:
-        data = Path(tempfile.mkdtemp(prefix="helper-failover-"))
-        stack = Stack(
-            data,
-            free_stack_ports(),
-            workers=replicas,
-            store_url=database,
-            worker_health_ports=tuple(free_port() for _ in range(replicas)),
+async def measure(helper_count: int, replica_count: int, step_ms: int, postgres: str) -> list[str]:
+    data = Path(tempfile.mkdtemp(prefix="helper-failover-"))
+    async with fresh_postgres_database(postgres) as database, running_replicas(data, database, replica_count) as up:
+        stack, store, temporal = up.stack, up.store, up.temporal
+        liveness_s = up.settings.policy.follow.liveness_ms / 1000
+        give_up_s = 2 * liveness_s + GIVE_UP_MARGIN_S
+        # A session makes the most steps a helper's turn may (its ceiling would end it), a step every
+        # `step_ms`: at the defaults, four minutes, as long as both stops take at today's heartbeat timeout.
+        task = scripted_task(
+            "Watch the shared inbox and note what changes.",
+            steps=TURN_MAX_STEPS_HELPER - 1,
+            step_ms=step_ms,
+            input_tokens=100,
+            input_growth=0,
+            output_tokens=20,  # far from the work ceiling
         )
-        store: HelperStore | None = None
-        try:
-            await stack.start(fresh=True)
-            for name, port in zip(stack.worker_names, stack.worker_health_ports, strict=True):
-                await wait_for_http(name, f"http://{HOST}:{port}/livez", stack, timeout=60)
-            settings = Settings.from_env(stack.environment())  # the workers' settings, the follow's tuning too
-            store = await HelperStore.connect(database)
-            temporal = await connect_for(settings)
-            client = HelperClient(settings, store.reads, temporal)
-            liveness_s = settings.policy.follow.liveness_ms / 1000
-            give_up_s = 2 * liveness_s + GIVE_UP_MARGIN_S
-            # A session makes the most steps a helper's turn may (its ceiling would end it), a step every
-            # `step_ms`: at the defaults, four minutes, as long as both stops take at today's heartbeat timeout.
-            task = scripted_task(
-                "Watch the shared inbox and note what changes.",
-                steps=TURN_MAX_STEPS_HELPER - 1,
-                step_ms=step_ms,
-                input_tokens=100,
-                input_growth=0,
-                output_tokens=20,  # far from the work ceiling
-            )
-            helpers = [
-                Helper(f"owner-{number // HELPERS_PER_OWNER}", f"watch-{number % HELPERS_PER_OWNER}")
-                for number in range(helper_count)
-            ]
-            for helper in helpers:
-                await client.start(
-                    HelperRequest(owner=helper.owner, helper_id=helper.helper_id, task=task, model="scripted")
-                )
-            deadline = time.monotonic() + 120
-            while min((await steps_of(store, helpers)).values()) < 1:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("not every helper reported a step within 120 s")
-                await asyncio.sleep(0.5)
-            await until_every_follow_runs(temporal, stack, helpers, within_s=60)
-            sessions = {h: (await store.get(h.owner, h.helper_id)) for h in helpers}
+        helpers = [
+            Helper(f"owner-{number // HELPERS_PER_OWNER}", f"watch-{number % HELPERS_PER_OWNER}")
+            for number in range(helper_count)
+        ]
+        await admit(up, helpers, task)
+        await until_followed(up, helpers, within_s=120)
+        sessions = {h: (await store.get(h.owner, h.helper_id)) for h in helpers}
 
-            lines = [
-                f"-- {len(helpers)} running helpers on {replicas} replicas, PostgreSQL, a step every {step_ms} ms, "
-                f"the follow's heartbeat timeout {liveness_s:.0f} s"
-            ]
-            graceful = await stop_one(stack, temporal, store, helpers, kill=False, give_up_s=give_up_s)
-            lines += report(graceful, step_ms / 1000, "within a few seconds")
-            await until_every_follow_runs(temporal, stack, helpers, within_s=give_up_s)
-            killed = await stop_one(stack, temporal, store, helpers, kill=True, give_up_s=give_up_s)
-            lines += report(killed, step_ms / 1000, "p99 ≤ 15 s")
+        lines = [
+            f"-- {len(helpers)} running helpers on {replica_count} replicas, PostgreSQL, a step every {step_ms} ms, "
+            f"the follow's heartbeat timeout {liveness_s:.0f} s"
+        ]
+        graceful = await stop_one(stack, temporal, store, helpers, kill=False, give_up_s=give_up_s)
+        lines += report(graceful, step_ms / 1000, "within a few seconds")
+        await until_followed(up, helpers, within_s=give_up_s)
+        killed = await stop_one(stack, temporal, store, helpers, kill=True, give_up_s=give_up_s)
+        lines += report(killed, step_ms / 1000, "p99 ≤ 15 s")
 
-            rows = {h: await store.get(h.owner, h.helper_id) for h in helpers}
-            new_session = sum(
-                1
-                for h, row in rows.items()
-                if row is None or (before := sessions[h]) is None or row.session_id != before.session_id
-            )
-            ended = Counter("gone" if row is None else str(row.outcome_kind) for row in rows.values())
-            ended.pop("None", None)
-            lines.append(
-                f"  afterwards: {new_session} helpers with another session, ended {dict(ended) or 0} (a step every "
-                f"{step_ms} ms outlasts the bench: 0 and 0 expected)"
-            )
-            return lines
-        finally:
-            if store is not None:
-                await store.close()
-            stack.stop()
+        rows = {h: await store.get(h.owner, h.helper_id) for h in helpers}
+        new_session = sum(
+            1
+            for h, row in rows.items()
+            if row is None or (before := sessions[h]) is None or row.session_id != before.session_id
+        )
+        ended = Counter("gone" if row is None else str(row.outcome_kind) for row in rows.values())
+        ended.pop("None", None)
+        lines.append(
+            f"  afterwards: {new_session} helpers with another session, ended {dict(ended) or 0} (a step every "
+            f"{step_ms} ms outlasts the bench: 0 and 0 expected)"
+        )
+        return lines
 
 
 def main() -> None:
