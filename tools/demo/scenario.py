@@ -31,6 +31,7 @@ import httpx
 from config.settings import Settings
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
+from protocol.errors import Unavailable
 from reference.core.script import scripted_task
 from starter.client import HelperClient
 from starter.inputs import delivered_request, read_request
@@ -132,10 +133,21 @@ async def run_scenario(settings: Settings) -> list[str]:
     return report.problems
 
 
+# A stack just started on a loaded machine may answer a first admission `unavailable` (taken too late).
+START_TRIES = 3
+
+
 async def _start(client: HelperClient, watcher: Watcher, owner: str, helper_id: str, task: str, **fields: Any) -> Any:
     """Admit a helper; the watcher's "admitted" line follows at once, before any line about its running."""
     request = {"owner": owner, "helper_id": helper_id, "task": task, "model": "scripted", **fields}
-    admission = await client.start(request)
+    for attempt in range(1, START_TRIES + 1):
+        try:
+            admission = await client.start(request)
+            break
+        except Unavailable as error:  # nothing taken: asked again after the time it names, as a caller must
+            if attempt == START_TRIES:
+                raise
+            await asyncio.sleep(error.retry_after_s or 1)
     await watcher.poll()
     return admission
 
