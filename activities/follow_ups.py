@@ -18,7 +18,7 @@ from pathlib import Path
 from activities import cleanup
 from clients.core_client import CoreClient, CoreError
 from contracts.core_api import CreateSession, SessionLimits, SessionStatus
-from domain.book import FOLLOWABLE_KINDS
+from domain.book.follow_up import FOLLOWABLE_KINDS
 from domain.cleanup import KEPT, parks
 from domain.follow_up_task import carried_task
 from domain.kept_sessions import reset_reason

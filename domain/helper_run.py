@@ -17,7 +17,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from domain.activity_io import Finalize, HelperStart, RowKey, SessionRef
-from domain.book import FinishedNotice, asked_of
+from domain.book import FinishedNotice, answering
 from domain.ending import Ending, FinishReason, Phase, Step, Trigger, decide, row_state_of
 from domain.follow import FollowRequest, FollowResult, Verdict
 from domain.limits import kept_until
@@ -275,7 +275,7 @@ def finished_notice(run: HelperRun, finished_at: datetime, result: FollowResult 
     A question or an authorization wait says what it takes as an answer, from `result`, the outcome's (R49)."""
     assert run.outcome is not None
     start = run.start
-    asked = asked_of(
+    asked = answering.asked_of(
         run.outcome,
         choices=result.choices if result is not None else None,
         authorization_action=result.authorization_action if result is not None else None,

@@ -85,12 +85,12 @@ def answer_request(
     owner: str, helper_id: str, question_id: str, option_id: str | None = None, text: str | None = None
 ) -> AnswerRequest:
     """`answer`'s message, checked as the coordinator's validator checks it (domain.book.answer_problems)."""
-    from domain.book import OwnerAnswer, answer_problems
+    from domain.book import OwnerAnswer, answering
     from protocol.messages import AnswerRequest
 
     check_ids(owner, [helper_id])
     answer = _built(lambda: OwnerAnswer(question_id=question_id, option_id=option_id, text=text))
-    problems = answer_problems(answer)
+    problems = answering.answer_problems(answer)
     if problems:
         raise InvalidRequest("; ".join(problems), {"problems": problems})
     return AnswerRequest(owner=owner, helper_id=helper_id, answer=answer)

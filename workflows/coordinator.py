@@ -39,55 +39,23 @@ with workflow.unsafe.imports_passed_through():
         rows_to_remove,
     )
     from domain.book import (
-        OFFER_GIVE_UP,
-        Admit,
-        AlreadyAdmitted,
         AwaitEarlier,
         ChatEventRecord,
-        CloseAction,
         Entry,
         EventState,
         FinishedNotice,
-        OfferOutcome,
+        Judgement,
         OwnerBook,
         Refusal,
-        TakeAnswer,
-        apply_admission,
-        apply_closed_by_coordinator,
-        apply_closed_by_helper,
-        apply_delivered,
-        apply_deny,
-        apply_finished,
-        apply_offer_result,
-        apply_read,
-        close_to_remove,
-        decide_close,
-        event_due,
-        event_language,
-        expire_leases,
-        expired_rows,
-        finishing,
-        forget_gone_helper,
-        grant_slots,
-        judge_admission,
-        judge_answer,
-        judge_close,
-        judge_delivered,
-        judge_read,
-        next_event,
-        next_wakeup,
-        record_answer,
-        remove_entries,
-        request_close,
-        start_offer,
-        still_working,
-        summarize_book,
-        take_early_notice,
-        take_withdrawn,
-        timer_outdated,
-        undo_admission,
-        withdraw_answer,
+        admission,
+        answering,
+        closing,
+        delivery,
+        outbox,
+        retention,
+        slots,
     )
+    from domain.book.state import still_working, summarize_book
     from domain.limits import effective_limits
     from domain.requests import HelperRequest
     from domain.rows import RowState
@@ -153,7 +121,7 @@ class CoordinatorWorkflow:
         self.book = begun.book or OwnerBook(owner=begun.owner, policy=begun.policy)
         self.messages_this_run = 0
         self.stopping = False  # draining handlers to continue as new: new updates are turned away
-        self.armed_wakeup = next_wakeup(self.book)
+        self.armed_wakeup = retention.next_wakeup(self.book)
         # Helpers whose admission is decided but whose row and workflow are still being written: a slot they are
         # given meanwhile stays theirs and is signalled once the write is done (there is no workflow yet).
         self.writing: set[str] = set()
@@ -164,9 +132,9 @@ class CoordinatorWorkflow:
     async def run(self, start: RawValue) -> None:
         if self.unreadable_start is not None:
             raise self.unreadable_start
-        outbox = asyncio.ensure_future(self._outbox())
+        offering = asyncio.ensure_future(self._outbox())
         while not self._should_continue_as_new():
-            self.armed_wakeup = next_wakeup(self.book)
+            self.armed_wakeup = retention.next_wakeup(self.book)
             timeout = IDLE_WAKEUP
             if self.armed_wakeup is not None:
                 timeout = min(max(self.armed_wakeup - workflow.now(), timedelta(seconds=1)), IDLE_WAKEUP)
@@ -179,7 +147,7 @@ class CoordinatorWorkflow:
             except TimeoutError:
                 await self._expire()
         self.stopping = True
-        await outbox
+        await offering
         await workflow.wait_condition(workflow.all_handlers_finished)
         await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -190,7 +158,7 @@ class CoordinatorWorkflow:
         )
 
     def _timer_outdated(self) -> bool:
-        return timer_outdated(next_wakeup(self.book), self.armed_wakeup)
+        return retention.timer_outdated(retention.next_wakeup(self.book), self.armed_wakeup)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
@@ -203,10 +171,10 @@ class CoordinatorWorkflow:
 
     async def _expire(self) -> None:
         now = workflow.now()
-        for helper_id in expire_leases(self.book, now):
+        for helper_id in slots.expire_leases(self.book, now):
             workflow.logger.warning("slot lease of %s/%s ended without its notice", self.book.owner, helper_id)
         await self._hand_out_slots()
-        expired = expired_rows(self.book, now)
+        expired = retention.expired(self.book, now)
         if expired:
             await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
 
@@ -235,14 +203,17 @@ class CoordinatorWorkflow:
     async def admit(self, request: HelperRequest) -> Admission:
         self.messages_this_run += 1
         waited = False
-        while isinstance(decision := judge_admission(self.book, request, waited=waited), AwaitEarlier):
+        while True:
+            decision = admission.judge(self.book, request, waited=waited)
+            if isinstance(decision, Refusal):
+                raise refused(decision)
+            if not isinstance(decision, AwaitEarlier):
+                break
             # Iva may have read the earlier outcome already: a follow-up of a visible outcome is not refused as
             # "still working".
             await self._await_finished(request.follow_up or "")
             waited = True
-        if isinstance(decision, Refusal):
-            raise refused(decision)
-        if isinstance(decision, AlreadyAdmitted):
+        if isinstance(decision, admission.AlreadyAdmitted):
             return self._admission_of(decision.entry, existing=True)
         return await self._admit_decided(request, decision)
 
@@ -255,7 +226,7 @@ class CoordinatorWorkflow:
                 timeout_summary="wait for the helper's finished notice",
             )
 
-    async def _admit_decided(self, request: HelperRequest, decision: Admit) -> Admission:
+    async def _admit_decided(self, request: HelperRequest, decision: admission.Admit) -> Admission:
         """Carry out an admission decided in this task: the book first, then the row and the workflow."""
         policy = self.book.policy
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
@@ -263,8 +234,8 @@ class CoordinatorWorkflow:
         evicted = [self.book.entries[helper_id] for helper_id in decision.evict]
         earlier = self.book.entries.get(request.follow_up) if request.follow_up else None
         earlier_before = earlier.model_copy(deep=True) if earlier is not None else None
-        entry = apply_admission(self.book, request, decision, now, limits.hard_ceiling_ms)
-        granted = grant_slots(self.book, now)
+        entry = admission.take(self.book, request, decision, now, limits.hard_ceiling_ms)
+        granted = slots.grant(self.book, now)
         admitting = AdmitHelper(
             row=new_row(self.book, request, entry, limits, now),
             start=helper_start(
@@ -291,7 +262,7 @@ class CoordinatorWorkflow:
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows, rows_to_remove(self.book.owner, [entry]), **options.ADMISSION_WRITE
                 )
-            undo_admission(self.book, request.helper_id, evicted, earlier_before)
+            admission.undo(self.book, request.helper_id, evicted, earlier_before)
             await self._hand_out_slots()
             why = cause_of(error) if failed_for_good(error) else "the store or the server did not answer; try again"
             raise ApplicationError(
@@ -307,11 +278,11 @@ class CoordinatorWorkflow:
         if entry.holds_slot and request.helper_id not in granted:
             to_signal.append(request.helper_id)
         await self._signal_granted(to_signal)
-        early = take_early_notice(self.book, request.helper_id, entry.seq)
+        early = slots.take_early_notice(self.book, request.helper_id, entry.seq)
         if early is not None:
             # Replayed after a crash, this admission's helper had already finished: its notice counts now.
             workflow.logger.warning("%s/%s finished before its admission was recorded", request.owner, entry.helper_id)
-            apply_finished(self.book, early)
+            slots.finished(self.book, early)
             await self._hand_out_slots()
             return self._admission_of(entry, existing=False)
         workflow.logger.info(
@@ -332,9 +303,7 @@ class CoordinatorWorkflow:
     def _validate_admit(self, request: HelperRequest) -> None:
         # Rejected here, the request leaves no trace in the history and writes nothing (R5).
         self._refuse_late_or_draining()
-        decision = judge_admission(self.book, request)
-        if isinstance(decision, Refusal):
-            raise refused(decision)
+        refuse_if_refused(admission.judge(self.book, request))
 
     def _admission_of(self, entry: Entry, *, existing: bool) -> Admission:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
@@ -352,16 +321,16 @@ class CoordinatorWorkflow:
         arrived_at = workflow.now()
         waited = False
         while True:
-            judged = judge_answer(
+            judged = answering.judge(
                 self.book, request.owner, request.helper_id, request.answer, arrived_at=arrived_at, waited=waited
             )
+            if isinstance(judged, Refusal):
+                raise refused(judged)
             if isinstance(judged, AwaitEarlier):
                 await self._await_finished(request.helper_id)
                 waited = True
                 continue
-            if isinstance(judged, Refusal):
-                raise refused(judged)
-            if isinstance(judged, TakeAnswer):
+            if isinstance(judged, answering.TakeAnswer):
                 return await self._take_answer(request, judged)
             follow_up_id = judged.entry.followed_up_by
             if follow_up_id is None or follow_up_id not in self.writing:
@@ -372,18 +341,18 @@ class CoordinatorWorkflow:
     def _written(self, helper_id: str) -> bool:
         return helper_id not in self.writing
 
-    async def _take_answer(self, request: AnswerRequest, judged: TakeAnswer) -> AnswerResult:
+    async def _take_answer(self, request: AnswerRequest, judged: answering.TakeAnswer) -> AnswerResult:
         """Record a first valid answer and admit its follow-up, or, for `deny`, deliver the outcome. An answer whose
         follow-up fails to be admitted is withdrawn: the owner can answer again."""
-        entry = record_answer(self.book, request.helper_id, request.answer)
+        entry = answering.record(self.book, request.helper_id, request.answer)
         if judged.follow_up is None or judged.admission is None:
-            if apply_deny(self.book, entry, workflow.now()):
+            if answering.deny(self.book, entry, workflow.now()):
                 await self._write_row(entry, RowState.DELIVERED)
             return self._answer_of(request)
         try:
             admitted = await self._admit_decided(judged.follow_up, judged.admission)
         except ApplicationError:
-            withdraw_answer(self.book, request.helper_id)
+            answering.withdraw(self.book, request.helper_id)
             raise
         return self._answer_of(request, follow_up=admitted)
 
@@ -391,9 +360,9 @@ class CoordinatorWorkflow:
     def _validate_answer(self, request: AnswerRequest) -> None:
         # Rejected here, the answer leaves no trace in the history and writes nothing.
         self._refuse_late_or_draining()
-        judged = judge_answer(self.book, request.owner, request.helper_id, request.answer, arrived_at=workflow.now())
-        if isinstance(judged, Refusal):
-            raise refused(judged)
+        refuse_if_refused(
+            answering.judge(self.book, request.owner, request.helper_id, request.answer, arrived_at=workflow.now())
+        )
 
     def _answer_of(
         self,
@@ -425,7 +394,7 @@ class CoordinatorWorkflow:
     @workflow.signal(name=HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:
         self.messages_this_run += 1
-        entry = apply_finished(self.book, notice)
+        entry = slots.finished(self.book, notice)
         if entry is not None:
             holding = " (keeps its slot while it finds a lost session)" if entry.finding_lost_session else ""
             workflow.logger.info("%s/%s finished: %s%s", self.book.owner, notice.helper_id, notice.kind.value, holding)
@@ -435,11 +404,11 @@ class CoordinatorWorkflow:
     def helper_closed(self, helper_id: str) -> None:
         """A running helper closed its row; it keeps its slot until the core confirms the stop (R7, R21)."""
         self.messages_this_run += 1
-        apply_closed_by_helper(self.book, helper_id)
+        slots.closed_by_helper(self.book, helper_id)
 
     async def _hand_out_slots(self) -> None:
         """Pass every free slot to the next waiting helper at once, by signal (R8)."""
-        await self._signal_granted(grant_slots(self.book, workflow.now()))
+        await self._signal_granted(slots.grant(self.book, workflow.now()))
 
     async def _signal_granted(self, helper_ids: list[str]) -> None:
         gone = False
@@ -456,7 +425,7 @@ class CoordinatorWorkflow:
                 workflow.logger.error(
                     "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
                 )
-                entry = forget_gone_helper(self.book, helper_id, workflow.now())
+                entry = slots.forget_gone_helper(self.book, helper_id, workflow.now())
                 if entry is not None and regranted is Regranted.ENDED:
                     await self._close_ended_row(entry)
                 gone = True
@@ -500,17 +469,17 @@ class CoordinatorWorkflow:
         # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded by the
         # admission's own writes (options.ADMISSION_WRITE).
         await workflow.wait_condition(lambda: helper_id not in self.writing)
-        action = judge_close(self.book, helper_id)
+        action = closing.judge(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)
-        if action is CloseAction.ALREADY_REMOVED:
+        if action is closing.CloseAction.ALREADY_REMOVED:
             return CloseAnswer(
                 owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True, already_closed=True
             )
         was_closed = self.book.entries[helper_id].state is RowState.CLOSED
-        if action is CloseAction.FORWARD_TO_HELPER:
+        if action is closing.CloseAction.FORWARD_TO_HELPER:
             entry = self.book.entries[helper_id]
-            if request_close(self.book, helper_id):
+            if closing.request(self.book, helper_id):
                 await ask_to_close(self.book.owner, helper_id)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -518,13 +487,13 @@ class CoordinatorWorkflow:
                     timeout=CLOSE_ACK_WAIT,
                     timeout_summary="wait for the helper to close its row",
                 )
-            action = decide_close(self.book, helper_id) if not entry.helper_writes else CloseAction.NOTHING
+            action = closing.decide(self.book, helper_id) if not entry.helper_writes else closing.CloseAction.NOTHING
             if isinstance(action, Refusal):
                 raise refused(action)
-        if action is CloseAction.WRITE_CLOSED and helper_id in self.book.entries:
-            entry = apply_closed_by_coordinator(self.book, helper_id)
+        if action is closing.CloseAction.WRITE_CLOSED and helper_id in self.book.entries:
+            entry = closing.close_row(self.book, helper_id)
             await self._write_row(entry, RowState.CLOSED)
-        elif action is CloseAction.REMOVE:
+        elif action is closing.CloseAction.REMOVE:
             await self._remove_rows([self.book.entries[helper_id]], closed_by_owner=True)
             return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         remaining = self.book.entries.get(helper_id)
@@ -541,9 +510,7 @@ class CoordinatorWorkflow:
     @close.validator
     def _validate_close(self, helper_id: str) -> None:
         self._refuse_late_or_draining()
-        action = judge_close(self.book, helper_id)
-        if isinstance(action, Refusal):
-            raise refused(action)
+        refuse_if_refused(closing.judge(self.book, helper_id))
 
     # --- reading and delivery (R26-R28) ----------------------------------------------------------------
     # A chat turn reads unreported outcomes (`mark_read`), answers, then reports the answer (`mark_delivered`):
@@ -554,28 +521,24 @@ class CoordinatorWorkflow:
         self.messages_this_run += 1
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: not finishing(self.book, request.helper_ids),
+                lambda: not delivery.finishing(self.book, request.helper_ids),
                 timeout=READ_WAIT,
                 timeout_summary="wait for finished notices",
             )
-        refusal = judge_read(self.book, request.owner, request.helper_ids)
-        if refusal is not None:
-            raise refused(refusal)
-        read = apply_read(self.book, request.turn, request.helper_ids)
+        refuse_if_refused(delivery.judge_read(self.book, request.owner, request.helper_ids))
+        read = delivery.read(self.book, request.turn, request.helper_ids)
         return ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
 
     @mark_read.validator
     def _validate_read(self, request: ReadRequest) -> None:
         self._refuse_late_or_draining()
-        refusal = judge_read(self.book, request.owner, request.helper_ids, allow_finishing=True)
-        if refusal is not None:
-            raise refused(refusal)
+        refuse_if_refused(delivery.judge_read(self.book, request.owner, request.helper_ids, allow_finishing=True))
 
     @workflow.update(name=MARK_DELIVERED)
     async def mark_delivered(self, request: DeliveredRequest) -> DeliveredAnswer:
         """The turn that read these outcomes sent a nonempty answer and completed (R28)."""
         self.messages_this_run += 1
-        delivered = apply_delivered(self.book, request.turn, workflow.now())
+        delivered = delivery.deliver(self.book, request.turn, workflow.now())
         for entry in delivered:
             await self._write_row(entry, RowState.DELIVERED)
         return DeliveredAnswer(owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered])
@@ -583,9 +546,7 @@ class CoordinatorWorkflow:
     @mark_delivered.validator
     def _validate_delivered(self, request: DeliveredRequest) -> None:
         self._refuse_late_or_draining()
-        refusal = judge_delivered(self.book, request.owner, request.answer_chars)
-        if refusal is not None:
-            raise refused(refusal)
+        refuse_if_refused(delivery.judge_delivered(self.book, request.owner, request.answer_chars))
 
     async def _outbox(self) -> None:
         """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26). An
@@ -598,34 +559,34 @@ class CoordinatorWorkflow:
             await workflow.wait_condition(
                 lambda: (
                     self.stopping
-                    or ((event_due(self.book) or bool(self.book.withdrawn)) and not self._timer_outdated())
+                    or ((outbox.due(self.book) or bool(self.book.withdrawn)) and not self._timer_outdated())
                 )
             )
             if self.stopping:
                 return
-            for key in take_withdrawn(self.book):
+            for key in outbox.take_withdrawn(self.book):
                 await workflow.execute_local_activity_method(
                     ChatActivities.withdraw_chat_event,
                     WithdrawnEvent(owner=self.book.owner, key=key),
                     **options.STORE_WRITE,
                 )
-            event = next_event(self.book)
+            event = outbox.next_event(self.book)
             if event is None:
                 continue
-            start_offer(event, workflow.now())
+            outbox.start_offer(event, workflow.now())
             offer = OfferEvent(
                 owner=self.book.owner,
                 key=event.key,
                 helper_ids=event.helper_ids,
-                language=event_language(self.book, event.helper_ids),
+                language=outbox.language_of(self.book, event.helper_ids),
                 attempts=event.attempts,
             )
             result = await self._offer(offer)
-            outcome = apply_offer_result(
-                self.book, event, result.state, result.receipt_id, result.error, workflow.now(), OFFER_GIVE_UP
+            outcome = outbox.record_offer(
+                self.book, event, result.state, result.receipt_id, result.error, workflow.now(), outbox.OFFER_GIVE_UP
             )
-            if outcome is not OfferOutcome.RETRY:
-                if outcome is OfferOutcome.GIVEN_UP:
+            if outcome is not outbox.OfferOutcome.RETRY:
+                if outcome is outbox.OfferOutcome.GIVEN_UP:
                     workflow.logger.warning("gave up system event %s after %s attempts", event.key, event.attempts)
                 backoff = OFFER_BACKOFF_FIRST
                 continue
@@ -670,8 +631,8 @@ class CoordinatorWorkflow:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
         if closed_by_owner:
             for entry in entries:
-                close_to_remove(self.book, entry.helper_id)
-        remove_entries(self.book, removed.removed)
+                closing.closed_for_removal(self.book, entry.helper_id)
+        retention.forget(self.book, removed.removed)
 
     # --- queries ------------------------------------------------------------------------------------
 
@@ -691,7 +652,15 @@ class CoordinatorWorkflow:
         }
 
 
+def refuse_if_refused(judged: Judgement[object]) -> None:
+    """A validator's whole answer: the judgement's refusal is raised, and the request leaves no trace in the
+    history; a verdict is for the handler to carry out."""
+    if isinstance(judged, Refusal):
+        raise refused(judged)
+
+
 def refused(refusal: Refusal) -> ApplicationError:
+    """A judgement's refusal, as its caller gets it."""
     return ApplicationError(
         refusal.message, refusal.model_dump(mode="json"), type=ErrorType.HELPER_REFUSED, non_retryable=True
     )

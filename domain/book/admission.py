@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeAlias
 
 from domain.book.follow_up import decide_follow_up, keeps_context_for, link_follow_up
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, note_removed, other_owner, still_working
+from domain.book.state import (
+    AwaitEarlier,
+    Entry,
+    Judgement,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    note_removed,
+    other_owner,
+    still_working,
+)
 from domain.requests import HelperRequest, RequestError
 from domain.rows import RowState
 from domain.texts import text
@@ -24,20 +35,13 @@ class AlreadyAdmitted:
     entry: Entry
 
 
-AdmissionDecision = Admit | AlreadyAdmitted | Refusal
+# Admit it, answer with the helper already admitted under its id (R5), or wait for the helper it follows up.
+Verdict: TypeAlias = Admit | AlreadyAdmitted | AwaitEarlier
 
 
-@dataclass(frozen=True)
-class AwaitEarlier:
-    """A follow-up of a helper still working: its outcome can reach the row a moment before its finished notice
-    reaches the book, so the coordinator waits (bounded) for the notice, then judges again."""
-
-
-def judge_admission(
-    book: OwnerBook, request: HelperRequest, *, waited: bool = False
-) -> AdmissionDecision | AwaitEarlier:
+def judge(book: OwnerBook, request: HelperRequest, *, waited: bool = False) -> Judgement[Verdict]:
     """The whole judgement of an admission, as the coordinator's validator and its handler both make it: the owner,
-    the request's own checks against the owner's limits, then the admission rules (`decide_admission`) once the
+    the request's own checks against the owner's limits, then the admission rules (`decide`) once the
     helper a follow-up continues has finished or was `waited` for."""
     refusal = other_owner(book, request.owner, request.language)
     if refusal is not None:
@@ -48,10 +52,10 @@ def judge_admission(
         return Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))
     if not waited and request.follow_up is not None and still_working(book, request.follow_up):
         return AwaitEarlier()
-    return decide_admission(book, request)
+    return decide(book, request)
 
 
-def decide_admission(book: OwnerBook, request: HelperRequest) -> AdmissionDecision:
+def decide(book: OwnerBook, request: HelperRequest) -> Judgement[Admit | AlreadyAdmitted]:
     """Admit, return the existing helper (R5), or refuse with the reason (R2, R3)."""
     existing = book.entries.get(request.helper_id)
     if existing is not None:
@@ -104,9 +108,7 @@ def rows_to_evict(book: OwnerBook, room_needed: int, keep: str | None = None) ->
     return [e.helper_id for e in candidates[:excess]]
 
 
-def apply_admission(
-    book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime, hard_ceiling_ms: int
-) -> Entry:
+def take(book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime, hard_ceiling_ms: int) -> Entry:
     note_removed(book, [book.entries.pop(helper_id) for helper_id in decision.evict])
     if request.helper_id in book.recently_removed:
         book.recently_removed.remove(request.helper_id)
@@ -128,7 +130,7 @@ def apply_admission(
     return entry
 
 
-def undo_admission(book: OwnerBook, helper_id: str, evicted: list[Entry], earlier: Entry | None = None) -> None:
+def undo(book: OwnerBook, helper_id: str, evicted: list[Entry], earlier: Entry | None = None) -> None:
     """Forget an admission whose row could not be written, so it never holds a place, and put back the rows
     it would have evicted (and the earlier helper it would have followed up, as it was)."""
     book.entries.pop(helper_id, None)

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads, other_owner, unknown_helper
+from domain.book import outbox
+from domain.book.state import (
+    Entry,
+    Judgement,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    forget_reads,
+    other_owner,
+    unknown_helper,
+)
 from domain.limits import delivered_problem, kept_until
 from domain.rows import RowState
 from domain.texts import text
@@ -14,7 +23,7 @@ from domain.texts import text
 
 def judge_read(
     book: OwnerBook, owner: str | None, helper_ids: list[str], *, allow_finishing: bool = False
-) -> Refusal | None:
+) -> Judgement[None]:
     """The whole judgement of a read, as the coordinator's validator and its handler both make it: the owner (when
     the request names one), then `decide_read`."""
     return other_owner(book, owner or book.owner, book.language) or decide_read(
@@ -22,7 +31,7 @@ def judge_read(
     )
 
 
-def judge_delivered(book: OwnerBook, owner: str | None, answer_chars: int) -> Refusal | None:
+def judge_delivered(book: OwnerBook, owner: str | None, answer_chars: int) -> Judgement[None]:
     """The judgement of a delivery: the owner (when the request names one) and the answer's length; what was read
     is the book's to know."""
     problem = delivered_problem(answer_chars)
@@ -31,7 +40,7 @@ def judge_delivered(book: OwnerBook, owner: str | None, answer_chars: int) -> Re
     return other_owner(book, owner or book.owner, book.language)
 
 
-def decide_read(book: OwnerBook, helper_ids: list[str], *, allow_finishing: bool = False) -> Refusal | None:
+def decide_read(book: OwnerBook, helper_ids: list[str], *, allow_finishing: bool = False) -> Judgement[None]:
     """Refuse unknown helpers and outcomes that are not unreported. With `allow_finishing`, a helper whose
     finished notice has not arrived yet passes: the store may already show its outcome to the chat."""
     for helper_id in helper_ids:
@@ -53,7 +62,7 @@ def finishing(book: OwnerBook, helper_ids: list[str]) -> bool:
     return any((entry := book.entries.get(h)) is not None and entry.helper_writes for h in helper_ids)
 
 
-def apply_read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
+def read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
     reads = book.turn_reads.setdefault(turn, [])
     for helper_id in helper_ids:
         if helper_id not in reads:
@@ -61,7 +70,7 @@ def apply_read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
     return list(reads)
 
 
-def apply_delivered(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
+def deliver(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
     """Mark what `turn` read as delivered; only after that turn answered (the caller's promise, R28). A delivered
     outcome is no longer announced: the chat has it (R26)."""
     delivered: list[Entry] = []
@@ -75,5 +84,5 @@ def apply_delivered(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
         entry.generation += 1
         delivered.append(entry)
     forget_reads(book, [entry.helper_id for entry in delivered])
-    withdraw_settled(book)
+    outbox.withdraw_settled(book)
     return delivered

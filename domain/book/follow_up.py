@@ -12,13 +12,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, unknown_helper
+from domain.book import outbox
+from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, refusal, unknown_helper
 from domain.limits import kept_until
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
-from domain.texts import text
 
 FOLLOWABLE_KINDS: Final = frozenset({OutcomeKind.QUESTION, OutcomeKind.AUTHORIZATION, OutcomeKind.PARTIAL})
 
@@ -36,13 +35,19 @@ def decide_follow_up(book: OwnerBook, request: HelperRequest) -> Entry | Refusal
         existing = book.entries.get(earlier.followed_up_by)
         if existing is not None:
             return existing
-        return _refusal("refused.follow_up_gone", language, earlier=earlier_id, follow_up=earlier.followed_up_by)
+        return refusal(
+            RefusalCode.NOT_FOLLOWABLE,
+            "refused.follow_up_gone",
+            language,
+            earlier=earlier_id,
+            follow_up=earlier.followed_up_by,
+        )
     if earlier.state.is_open:
-        return _refusal("refused.follow_up_still_open", language, earlier=earlier_id)
+        return refusal(RefusalCode.NOT_FOLLOWABLE, "refused.follow_up_still_open", language, earlier=earlier_id)
     if earlier.state is RowState.CLOSED or earlier.close_requested:
-        return _refusal("refused.follow_up_closed", language, earlier=earlier_id)
+        return refusal(RefusalCode.NOT_FOLLOWABLE, "refused.follow_up_closed", language, earlier=earlier_id)
     if earlier.outcome_kind not in FOLLOWABLE_KINDS:
-        return _refusal("refused.follow_up_kind", language, earlier=earlier_id)
+        return refusal(RefusalCode.NOT_FOLLOWABLE, "refused.follow_up_kind", language, earlier=earlier_id)
     return None
 
 
@@ -66,7 +71,7 @@ def deliver_answered(book: OwnerBook, entry: Entry, now: datetime) -> bool:
     entry.state = RowState.DELIVERED
     entry.delivered_at = now
     entry.keep_until = kept_until(now, book.policy.keep_ms)
-    withdraw_settled(book)
+    outbox.withdraw_settled(book)
     return True
 
 
@@ -76,7 +81,3 @@ def keeps_context_for(book: OwnerBook, entry: Entry) -> bool:
         return False
     follow_up = book.entries.get(entry.followed_up_by)
     return follow_up is not None and follow_up.state.is_open
-
-
-def _refusal(key: str, language: str, **fields: str) -> Refusal:
-    return Refusal(code=RefusalCode.NOT_FOLLOWABLE, message=text(key, language, **fields))

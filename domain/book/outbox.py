@@ -20,7 +20,7 @@ def unannounced(book: OwnerBook) -> list[str]:
     return [e.helper_id for e in book._by_seq() if e.state is RowState.UNREPORTED and not e.announced]
 
 
-def event_due(book: OwnerBook) -> bool:
+def due(book: OwnerBook) -> bool:
     """An event is waiting to be offered: the one in flight, or new unannounced outcomes."""
     event = book.event
     if event is not None and event.state is not EventState.DELIVERED:
@@ -64,7 +64,7 @@ def _unreported(book: OwnerBook, helper_id: str) -> bool:
     return entry is not None and entry.state is RowState.UNREPORTED
 
 
-def abandon_event(book: OwnerBook) -> None:
+def abandon(book: OwnerBook) -> None:
     """Give up offering the current event; its outcomes stay unreported for the chat's next instruction."""
     if book.event is None:
         return
@@ -75,7 +75,7 @@ def abandon_event(book: OwnerBook) -> None:
     book.event = None  # its last attempt's state stays in the store's chat_events
 
 
-def apply_event_delivered(book: OwnerBook, receipt_id: str) -> None:
+def delivered(book: OwnerBook, receipt_id: str) -> None:
     if book.event is None:
         return
     book.event.state = EventState.DELIVERED
@@ -98,7 +98,7 @@ class OfferOutcome(StrEnum):
     WITHDRAWN = "withdrawn"  # none of its outcomes is unreported any more: nothing is left to offer
 
 
-def apply_offer_result(
+def record_offer(
     book: OwnerBook,
     event: ChatEventRecord,
     state: EventState,
@@ -116,18 +116,18 @@ def apply_offer_result(
             book.withdrawn.remove(event.key)
         return OfferOutcome.WITHDRAWN
     if state is EventState.DELIVERED and receipt_id:
-        apply_event_delivered(book, receipt_id)
+        delivered(book, receipt_id)
         return OfferOutcome.DELIVERED
     # "Delivered" needs the chat's receipt as evidence (R26): without one the chat may or may not have it.
     event.state = EventState.UNCERTAIN if state is EventState.DELIVERED else state
     event.last_error = error
     if event.first_offered_at is not None and now - event.first_offered_at >= give_up_after:
-        abandon_event(book)
+        abandon(book)
         return OfferOutcome.GIVEN_UP
     return OfferOutcome.RETRY
 
 
-def event_language(book: OwnerBook, helper_ids: list[str]) -> str:
+def language_of(book: OwnerBook, helper_ids: list[str]) -> str:
     """The language of a system event: its first helper's (they are one owner's)."""
     for helper_id in helper_ids:
         entry = book.entries.get(helper_id)

@@ -8,13 +8,13 @@ from domain.book.state import OwnerBook, forget_reads, note_removed
 from domain.rows import RowState
 
 
-def remove_entries(book: OwnerBook, helper_ids: list[str]) -> None:
+def forget(book: OwnerBook, helper_ids: list[str]) -> None:
     removed = [book.entries.pop(helper_id) for helper_id in helper_ids if helper_id in book.entries]
     forget_reads(book, helper_ids)
     note_removed(book, removed)
 
 
-def expired_rows(book: OwnerBook, now: datetime) -> list[str]:
+def expired(book: OwnerBook, now: datetime) -> list[str]:
     return [
         e.helper_id
         for e in book.entries.values()

@@ -10,7 +10,7 @@ from domain.outcome import OutcomeKind
 from domain.rows import RowState
 
 
-def grant_slots(book: OwnerBook, now: datetime) -> list[str]:
+def grant(book: OwnerBook, now: datetime) -> list[str]:
     """Pass free slots to waiting helpers in admission order; returns the helpers granted."""
     granted: list[str] = []
     while book.queue and len(book.slot_holders()) < book.policy.max_running:
@@ -23,7 +23,7 @@ def grant_slots(book: OwnerBook, now: datetime) -> list[str]:
     return granted
 
 
-def release_slot(book: OwnerBook, helper_id: str) -> bool:
+def release(book: OwnerBook, helper_id: str) -> bool:
     entry = book.entries.get(helper_id)
     if entry is None or not entry.holds_slot:
         return False
@@ -39,7 +39,7 @@ def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> Entry 
     entry = book.entries.get(helper_id)
     if entry is None:
         return None
-    release_slot(book, helper_id)
+    release(book, helper_id)
     entry.helper_writes = False
     entry.generation += 1
     entry.state = RowState.CLOSED
@@ -58,11 +58,11 @@ def expire_leases(book: OwnerBook, now: datetime) -> list[str]:
     """Take back the slots whose lease ended without the helper's notice; returns their helper ids."""
     expired = expired_leases(book, now)
     for helper_id in expired:
-        release_slot(book, helper_id)
+        release(book, helper_id)
     return expired
 
 
-def apply_finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
+def finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
     """A helper's outcome is final: its row passes back to the coordinator and it is no longer open; its slot
     passes on, unless the notice says the helper keeps it to find a lost session (R38), until a second notice.
     Returns the entry when the slot or the row changed hands (then grant slots), None for a repeat."""
@@ -74,14 +74,14 @@ def apply_finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
         return None  # an older admission's run
     if not entry.helper_writes:
         if entry.finding_lost_session and not notice.slot_held:
-            release_slot(book, entry.helper_id)  # the lost session is found and stopped, or never existed
+            release(book, entry.helper_id)  # the lost session is found and stopped, or never existed
             return entry
         return None  # a repeated notice: the first one already handed the row over
     entry.helper_writes = False
     if notice.slot_held and entry.holds_slot:
         entry.finding_lost_session = True
     else:
-        release_slot(book, entry.helper_id)
+        release(book, entry.helper_id)
     entry.generation = max(entry.generation, notice.generation)
     entry.outcome_kind = notice.kind
     entry.finished_at = notice.finished_at
@@ -117,7 +117,7 @@ def take_early_notice(book: OwnerBook, helper_id: str, seq: int) -> FinishedNoti
     return None
 
 
-def apply_closed_by_helper(book: OwnerBook, helper_id: str) -> Entry | None:
+def closed_by_helper(book: OwnerBook, helper_id: str) -> Entry | None:
     """A running helper closed its row; it keeps its slot until the core confirms the stop (R7, R21)."""
     entry = book.entries.get(helper_id)
     if entry is None or not entry.helper_writes:

@@ -1,9 +1,10 @@
 """The owner book: the coordinator's whole state for one owner, as plain data (R2-R8, R22-R23, R26-R29, R49).
 
 The coordinator workflow holds one `OwnerBook`, passes it on when it continues as new, and changes it only
-through the functions of this package, one module per concern: `admission`, `follow_up`, `answer`, `slots`,
-`close`, `delivery`, `outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without
-Temporal; mutating functions change the book in place and return what the workflow must now do. Fields are added
+through the functions of this package, one module per concern: `admission`, `follow_up`, `answering`, `slots`,
+`closing`, `delivery`, `outbox`, `retention`. They never do I/O, so unit and property tests cover every rule without
+Temporal. A request is judged (`judge…`) into a `Judgement`: the refusal, or the verdict the handler carries out;
+mutating functions change the book in place and return what the workflow must now do. Fields are added
 with defaults only, so a book written by one build reads in the build before it (a rollback).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TypeAlias, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -190,6 +192,18 @@ class Refusal(BaseModel):
     open_ids: list[str] = Field(default_factory=list)
 
 
+V = TypeVar("V")
+# Every judgement of the book answers in this one form: the refusal, or the verdict its handler carries out (each
+# concern module names its `Verdict`).
+Judgement: TypeAlias = Refusal | V
+
+
+@dataclass(frozen=True)
+class AwaitEarlier:
+    """The verdict for a request about a helper still working: its outcome can reach the row a moment before its
+    finished notice reaches the book, so the coordinator waits (bounded) for the notice, then judges again."""
+
+
 RECENTLY_REMOVED_KEPT = 100
 
 
@@ -201,11 +215,14 @@ def note_removed(book: OwnerBook, removed: list[Entry]) -> None:
     del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
 
 
+def refusal(code: RefusalCode, text_key: str, language: str, **fields: str) -> Refusal:
+    """A refusal whose message is the owner-facing text `text_key` (domain.texts) in the owner's language."""
+    return Refusal(code=code, message=text(text_key, language, **fields))
+
+
 def unknown_helper(helper_id: str, language: str) -> Refusal:
     """A helper this book does not have (another owner's helper is not in it either)."""
-    return Refusal(
-        code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", language, helper_id=helper_id)
-    )
+    return refusal(RefusalCode.UNKNOWN_HELPER, "refused.unknown_helper", language, helper_id=helper_id)
 
 
 def other_owner(book: OwnerBook, owner: str, language: str) -> Refusal | None:

@@ -20,7 +20,8 @@ from contracts.core_api import (
     StepUsage,
 )
 from domain.activity_io import Finalize, HelperStart, RowKey
-from domain.book import EARLY_NOTICES_KEPT, Entry, FinishedNotice, OwnerBook
+from domain.book import Entry, FinishedNotice, OwnerBook
+from domain.book.state import EARLY_NOTICES_KEPT
 from domain.bounds import PAYLOAD_ACTIONS_MAX, PAYLOAD_MAX_BYTES, PAYLOAD_REFUSALS_MAX, PAYLOAD_TEXT_MAX
 from domain.follow import FollowResult, Verdict, result_from
 from domain.limits import HELPER_MAX_ROWS, FollowTuning, Limits

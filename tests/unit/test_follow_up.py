@@ -6,19 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from domain.book import (
-    Admit,
-    AlreadyAdmitted,
-    OwnerBook,
-    Refusal,
-    RefusalCode,
-    apply_admission,
-    decide_admission,
-    grant_slots,
-    request_close,
-    rows_to_evict,
-    undo_admission,
-)
+from domain.book import OwnerBook, Refusal, RefusalCode, admission, closing, slots
 from domain.follow_up_task import CARRIED_CONTEXT_MAX_CHARS, carried_task
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, RequestError
@@ -40,10 +28,10 @@ def finished_book(kind: OutcomeKind, **policy: int) -> OwnerBook:
 
 
 def admit_follow_up(book: OwnerBook, helper_id: str, earlier: str) -> None:
-    decision = decide_admission(book, follow_up(helper_id, earlier))
-    assert isinstance(decision, Admit), decision
-    apply_admission(book, follow_up(helper_id, earlier), decision, T0 + timedelta(minutes=5), HARD_MS)
-    grant_slots(book, T0)
+    decision = admission.decide(book, follow_up(helper_id, earlier))
+    assert isinstance(decision, admission.Admit), decision
+    admission.take(book, follow_up(helper_id, earlier), decision, T0 + timedelta(minutes=5), HARD_MS)
+    slots.grant(book, T0)
 
 
 @pytest.mark.parametrize("kind", [OutcomeKind.QUESTION, OutcomeKind.AUTHORIZATION, OutcomeKind.PARTIAL])
@@ -77,7 +65,7 @@ def test_an_already_delivered_outcome_can_be_followed_up_and_stays_delivered() -
 @pytest.mark.parametrize("kind", [OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.INTERRUPTED])
 def test_an_outcome_that_waits_for_nobody_is_refused_as_not_followable(kind: OutcomeKind) -> None:
     book = finished_book(kind)
-    decision = decide_admission(book, follow_up("h2", "h1"))
+    decision = admission.decide(book, follow_up("h2", "h1"))
     assert isinstance(decision, Refusal)
     assert decision.code is RefusalCode.NOT_FOLLOWABLE
     assert "h1" in decision.message and "question" in decision.message
@@ -87,17 +75,17 @@ def test_an_outcome_that_waits_for_nobody_is_refused_as_not_followable(kind: Out
 def test_a_running_helper_a_closed_one_and_an_unknown_one_cannot_be_followed_up() -> None:
     book = book_of()
     admit(book, "h1")
-    running = decide_admission(book, follow_up("h2", "h1"))
+    running = admission.decide(book, follow_up("h2", "h1"))
     assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_FOLLOWABLE
     assert "still working" in running.message
 
-    unknown = decide_admission(book, follow_up("h2", "nobody", language="ru"))
+    unknown = admission.decide(book, follow_up("h2", "nobody", language="ru"))
     assert isinstance(unknown, Refusal) and unknown.code is RefusalCode.UNKNOWN_HELPER
     assert "nobody" in unknown.message and "Помощника" in unknown.message
 
     closed = finished_book(OutcomeKind.QUESTION)
-    request_close(closed, "h1")
-    refused = decide_admission(closed, follow_up("h2", "h1"))
+    closing.request(closed, "h1")
+    refused = admission.decide(closed, follow_up("h2", "h1"))
     assert isinstance(refused, Refusal) and refused.code is RefusalCode.NOT_FOLLOWABLE
     assert "closed" in refused.message
 
@@ -106,9 +94,9 @@ def test_a_second_follow_up_of_the_same_outcome_answers_with_the_first() -> None
     book = finished_book(OutcomeKind.QUESTION)
     admit_follow_up(book, "h2", "h1")
 
-    again = decide_admission(book, follow_up("h3", "h1"))
+    again = admission.decide(book, follow_up("h3", "h1"))
 
-    assert isinstance(again, AlreadyAdmitted)
+    assert isinstance(again, admission.AlreadyAdmitted)
     assert again.entry.helper_id == "h2"
     assert "h3" not in book.entries
 
@@ -117,7 +105,7 @@ def test_a_follow_up_counts_as_open_like_any_helper() -> None:
     book = finished_book(OutcomeKind.QUESTION, max_open=2)
     admit(book, "h2")
     admit(book, "h3")
-    decision = decide_admission(book, follow_up("h4", "h1"))
+    decision = admission.decide(book, follow_up("h4", "h1"))
     assert isinstance(decision, Refusal) and decision.code is RefusalCode.TOO_MANY_OPEN
     assert book.entries["h1"].followed_up_by is None
 
@@ -125,10 +113,10 @@ def test_a_follow_up_counts_as_open_like_any_helper() -> None:
 def test_the_earlier_row_is_not_evicted_while_its_follow_up_is_open() -> None:
     book = finished_book(OutcomeKind.QUESTION, max_rows=3)
     admit_follow_up(book, "h2", "h1")  # h1 is now delivered: evictable, were it not for h2
-    assert rows_to_evict(book, room_needed=1) == []  # 2 rows, room for a third
-    assert rows_to_evict(book, room_needed=2) is None
+    assert admission.rows_to_evict(book, room_needed=1) == []  # 2 rows, room for a third
+    assert admission.rows_to_evict(book, room_needed=2) is None
     finish(book, "h2", OutcomeKind.COMPLETED)
-    assert rows_to_evict(book, room_needed=2) == ["h1"]
+    assert admission.rows_to_evict(book, room_needed=2) == ["h1"]
 
 
 def test_a_follow_up_never_evicts_the_row_it_continues() -> None:
@@ -137,7 +125,7 @@ def test_a_follow_up_never_evicts_the_row_it_continues() -> None:
     book = finished_book(OutcomeKind.PARTIAL, max_rows=2, max_open=2)
     deliver(book, "h1")
     admit(book, "h2")  # running: not evictable, so only h1 could make room
-    decision = decide_admission(book, follow_up("f1", "h1"))
+    decision = admission.decide(book, follow_up("f1", "h1"))
     assert isinstance(decision, Refusal) and decision.code is RefusalCode.ROWS_FULL, decision
     assert "h1" in book.entries
 
@@ -147,11 +135,11 @@ def test_an_admission_undone_puts_the_earlier_helper_back_as_it_was() -> None:
     before = book.entries["h1"].model_copy(deep=True)
     admit_follow_up(book, "h2", "h1")
 
-    undo_admission(book, "h2", [], before)
+    admission.undo(book, "h2", [], before)
 
     assert book.entries["h1"] == before
     assert "h2" not in book.entries
-    assert isinstance(decide_admission(book, follow_up("h2", "h1")), Admit)  # it can be tried again
+    assert isinstance(admission.decide(book, follow_up("h2", "h1")), admission.Admit)  # it can be tried again
 
 
 def test_a_request_cannot_follow_itself_up_nor_be_a_goal_check() -> None:

@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
-from domain.book import OwnerAnswer, answer_problems
+from domain.book import OwnerAnswer, answering
 from domain.goals import Goal
 from domain.ids import check_id
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
@@ -935,7 +935,7 @@ def test_an_answer_the_coordinator_refuses_as_invalid_is_refused_first(
     assert refusal is None or isinstance(refusal, InvalidRequest)
     answer = OwnerAnswer(question_id=question_id, option_id=option_id, text=text)
     validator_refuses = _refused(lambda: (check_id("owner", owner), check_id("helper id", helper_id))) or bool(
-        answer_problems(answer)
+        answering.answer_problems(answer)
     )
     assert (refusal is not None) == validator_refuses
     if refusal is None:

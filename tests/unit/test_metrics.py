@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from clients.core_client import CoreClient, CoreError
-from domain.book.state import EventState, RefusalCode
+from domain.book import EventState, RefusalCode
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState

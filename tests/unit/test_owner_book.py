@@ -8,61 +8,23 @@ import pytest
 
 from contracts.core_api import QuestionChoices, QuestionOption
 from domain.book import (
-    AUTHORIZATION_QUESTION_ID,
-    DENY,
-    GRANT,
-    LEASE_MARGIN,
-    PLAIN_QUESTION_ID,
-    Admit,
-    AlreadyAdmitted,
     AwaitEarlier,
-    CloseAction,
     Entry,
     EventState,
     FinishedNotice,
-    OfferOutcome,
     OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
-    Repeated,
-    TakeAnswer,
-    answer_helper_id,
-    answer_problems,
-    apply_admission,
-    apply_closed_by_coordinator,
-    apply_delivered,
-    apply_deny,
-    apply_event_delivered,
-    apply_finished,
-    apply_offer_result,
-    apply_read,
-    asked_of,
-    close_to_remove,
-    decide_admission,
-    decide_answer,
-    decide_close,
-    decide_read,
-    expired_leases,
-    expired_rows,
-    follow_up_request,
-    grant_slots,
-    judge_admission,
-    judge_answer,
-    judge_close,
-    next_event,
-    next_wakeup,
-    record_answer,
-    release_slot,
-    remove_entries,
-    rows_to_evict,
-    summarize_book,
-    take_withdrawn,
-    timer_outdated,
-    undo_admission,
-    withdraw_answer,
-    withdraw_settled,
+    admission,
+    answering,
+    closing,
+    delivery,
+    outbox,
+    retention,
+    slots,
 )
+from domain.book.state import LEASE_MARGIN, summarize_book
 from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
@@ -90,23 +52,23 @@ def book_of(**policy: int) -> OwnerBook:
 
 
 def admit(book: OwnerBook, helper_id: str, goal_id: str | None = None, now: datetime = T0) -> list[str]:
-    """Admit as the coordinator does: judge, apply, then hand out free slots; returns the grants."""
-    decision = judge_admission(book, request(helper_id, goal_id))
-    assert isinstance(decision, Admit), decision
-    apply_admission(book, request(helper_id, goal_id), decision, now, HARD_MS)
-    return grant_slots(book, now)
+    """admission.Admit as the coordinator does: judge, apply, then hand out free slots; returns the grants."""
+    decision = admission.judge(book, request(helper_id, goal_id))
+    assert isinstance(decision, admission.Admit), decision
+    admission.take(book, request(helper_id, goal_id), decision, now, HARD_MS)
+    return slots.grant(book, now)
 
 
 def finish(book: OwnerBook, helper_id: str, kind: OutcomeKind = OutcomeKind.COMPLETED, now: datetime = T0) -> list[str]:
     """A helper's FinishedNotice as the coordinator handles it; returns the grants it caused."""
     generation = book.entries[helper_id].generation + 2
-    assert apply_finished(book, FinishedNotice(helper_id=helper_id, kind=kind, generation=generation, finished_at=now))
-    return grant_slots(book, now)
+    assert slots.finished(book, FinishedNotice(helper_id=helper_id, kind=kind, generation=generation, finished_at=now))
+    return slots.grant(book, now)
 
 
 def deliver(book: OwnerBook, helper_id: str, now: datetime = T0, turn: str = "turn-1") -> None:
-    apply_read(book, turn, [helper_id])
-    assert [e.helper_id for e in apply_delivered(book, turn, now)] == [helper_id]
+    delivery.read(book, turn, [helper_id])
+    assert [e.helper_id for e in delivery.deliver(book, turn, now)] == [helper_id]
 
 
 def entry(
@@ -157,7 +119,7 @@ def test_three_open_then_a_fourth_is_refused_naming_the_open_ones() -> None:
     book = book_of()
     for helper_id in ("h1", "h2", "h3"):
         admit(book, helper_id)
-    refusal = decide_admission(book, request("h4"))
+    refusal = admission.decide(book, request("h4"))
     assert isinstance(refusal, Refusal)
     assert refusal.code is RefusalCode.TOO_MANY_OPEN
     assert refusal.open_ids == ["h1", "h2", "h3"]
@@ -169,7 +131,7 @@ def test_refusal_is_in_the_requests_language() -> None:
     """R2, R32: the refusal is written in the owner's language."""
     book = book_of(max_open=1)
     admit(book, "h1")
-    refusal = decide_admission(book, request("h2", language="ru"))
+    refusal = admission.decide(book, request("h2", language="ru"))
     assert isinstance(refusal, Refusal)
     assert refusal.message == text("refused.too_many_open", "ru", helper_id="h2", max_open=1, open_ids="h1")
 
@@ -180,7 +142,7 @@ def test_waiting_helpers_count_as_open() -> None:
     for helper_id in ("h1", "h2", "h3"):
         admit(book, helper_id)
     assert book.open_ids() == ["h1", "h2", "h3"] and book.queue == ["h2", "h3"]
-    assert isinstance(decide_admission(book, request("h4")), Refusal)
+    assert isinstance(admission.decide(book, request("h4")), Refusal)
 
 
 def test_a_finished_helper_frees_its_open_place() -> None:
@@ -190,7 +152,7 @@ def test_a_finished_helper_frees_its_open_place() -> None:
         admit(book, helper_id)
     finish(book, "h2")
     assert book.open_ids() == ["h1", "h3"]
-    assert isinstance(decide_admission(book, request("h4")), Admit)
+    assert isinstance(admission.decide(book, request("h4")), admission.Admit)
 
 
 def test_goal_check_leaves_one_open_place() -> None:
@@ -198,20 +160,20 @@ def test_goal_check_leaves_one_open_place() -> None:
     book = book_of()
     admit(book, "h1")
     admit(book, "g1", goal_id="weekly")  # 2 of 3 open: one place left
-    refusal = decide_admission(book, request("g2", goal_id="weekly"))
+    refusal = admission.decide(book, request("g2", goal_id="weekly"))
     assert isinstance(refusal, Refusal)
     assert refusal.code is RefusalCode.GOAL_NEEDS_OPEN_PLACE
     assert refusal.open_ids == ["h1", "g1"]
     assert refusal.message == text("refused.goal_needs_open_place", "en", helper_id="g2", max_open=3, open_ids="h1, g1")
     # The owner's own helper still gets the last place.
-    assert isinstance(decide_admission(book, request("h2")), Admit)
+    assert isinstance(admission.decide(book, request("h2")), admission.Admit)
 
 
 def test_goal_check_with_one_open_place_is_refused() -> None:
     """R2: max_open 2, one open: a Goal check would take the last place."""
     book = book_of(max_open=2)
     admit(book, "h1")
-    decision = decide_admission(book, request("g1", goal_id="weekly"))
+    decision = admission.decide(book, request("g1", goal_id="weekly"))
     assert isinstance(decision, Refusal) and decision.code is RefusalCode.GOAL_NEEDS_OPEN_PLACE
 
 
@@ -223,8 +185,8 @@ def test_same_helper_id_is_already_admitted() -> None:
     book = book_of()
     admit(book, "h1")
     before = book.model_dump()
-    decision = decide_admission(book, request("h1"))
-    assert isinstance(decision, AlreadyAdmitted)
+    decision = admission.decide(book, request("h1"))
+    assert isinstance(decision, admission.AlreadyAdmitted)
     assert decision.entry is book.entries["h1"]
     assert book.model_dump() == before
 
@@ -233,10 +195,10 @@ def test_same_helper_id_is_already_admitted_even_when_full() -> None:
     """R5: idempotency comes before the limits: a repeat of an admitted request is never refused."""
     book = book_of(max_open=1)
     admit(book, "h1")
-    assert isinstance(decide_admission(book, request("h2")), Refusal)
-    assert isinstance(decide_admission(book, request("h1")), AlreadyAdmitted)
+    assert isinstance(admission.decide(book, request("h2")), Refusal)
+    assert isinstance(admission.decide(book, request("h1")), admission.AlreadyAdmitted)
     finish(book, "h1")
-    assert isinstance(decide_admission(book, request("h1")), AlreadyAdmitted)
+    assert isinstance(admission.decide(book, request("h1")), admission.AlreadyAdmitted)
 
 
 # --- admission: the row limit (R3) -----------------------------------------------------------------
@@ -253,8 +215,8 @@ def test_rows_full_of_unevictable_rows_refuses() -> None:
     ]
     book = full_book(*rows)
     assert len(book.entries) == 20
-    assert rows_to_evict(book, 1) is None
-    refusal = decide_admission(book, request("new"))
+    assert admission.rows_to_evict(book, 1) is None
+    refusal = admission.decide(book, request("new"))
     assert isinstance(refusal, Refusal)
     assert refusal.code is RefusalCode.ROWS_FULL
     assert refusal.message == text("refused.rows_full", "en", helper_id="new", max_rows=20)
@@ -270,10 +232,10 @@ def test_full_rows_evict_the_oldest_delivered_or_closed_row_without_a_goal() -> 
         *unreported_rows(16, start=5),
     ]
     book = full_book(*rows)
-    decision = decide_admission(book, request("new"))
-    assert isinstance(decision, Admit)
+    decision = admission.decide(book, request("new"))
+    assert isinstance(decision, admission.Admit)
     assert decision.evict == ["delivered"]
-    apply_admission(book, request("new"), decision, T0, HARD_MS)
+    admission.take(book, request("new"), decision, T0, HARD_MS)
     assert "delivered" not in book.entries and "new" in book.entries
     assert len(book.entries) == 20
 
@@ -286,28 +248,28 @@ def test_goal_check_leaves_one_row_place() -> None:
         *unreported_rows(18, start=3),
     ]
     book = full_book(*rows)
-    decision = decide_admission(book, request("g1", goal_id="weekly"))
-    assert isinstance(decision, Admit) and decision.evict == ["c1", "c2"]
-    apply_admission(book, request("g1", goal_id="weekly"), decision, T0, HARD_MS)
+    decision = admission.decide(book, request("g1", goal_id="weekly"))
+    assert isinstance(decision, admission.Admit) and decision.evict == ["c1", "c2"]
+    admission.take(book, request("g1", goal_id="weekly"), decision, T0, HARD_MS)
     assert len(book.entries) == 19  # one place left for the owner
 
 
 def test_goal_check_refused_when_it_would_take_the_last_row_place() -> None:
     """R3: 19 unevictable rows: an owner helper fits, a Goal check does not."""
     book = full_book(*unreported_rows(19))
-    refusal = decide_admission(book, request("g1", goal_id="weekly"))
+    refusal = admission.decide(book, request("g1", goal_id="weekly"))
     assert isinstance(refusal, Refusal)
     assert refusal.code is RefusalCode.GOAL_NEEDS_ROW_PLACE
     assert refusal.message == text("refused.goal_needs_row_place", "en", helper_id="g1")
-    decision = decide_admission(book, request("h1"))
-    assert isinstance(decision, Admit) and decision.evict == []
+    decision = admission.decide(book, request("h1"))
+    assert isinstance(decision, admission.Admit) and decision.evict == []
 
 
 def test_rows_below_the_limit_evict_nothing() -> None:
     """R3: no eviction while there is room."""
     book = full_book(entry("d1", 1, RowState.DELIVERED), *unreported_rows(5, start=2))
-    decision = decide_admission(book, request("h1"))
-    assert isinstance(decision, Admit) and decision.evict == []
+    decision = admission.decide(book, request("h1"))
+    assert isinstance(decision, admission.Admit) and decision.evict == []
 
 
 def test_closed_rows_still_written_by_their_helper_are_not_evicted() -> None:
@@ -315,7 +277,7 @@ def test_closed_rows_still_written_by_their_helper_are_not_evicted() -> None:
     closing = entry("closing", 1, RowState.CLOSED, helper_writes=True)
     closing.holds_slot = True
     book = full_book(closing, *unreported_rows(19, start=2))
-    decision = decide_admission(book, request("h1"))
+    decision = admission.decide(book, request("h1"))
     assert isinstance(decision, Refusal) and decision.code is RefusalCode.ROWS_FULL
 
 
@@ -325,12 +287,12 @@ def test_closed_rows_still_written_by_their_helper_are_not_evicted() -> None:
 def test_admit_says_whether_it_runs_now_and_how_many_are_ahead() -> None:
     """R4, R6: the answer says runs-now or waits, and how many are ahead."""
     book = book_of(max_running=1, max_open=5)
-    first = decide_admission(book, request("h1"))
-    assert isinstance(first, Admit) and first.ahead == 0 and first.seq == 1
+    first = admission.decide(book, request("h1"))
+    assert isinstance(first, admission.Admit) and first.ahead == 0 and first.seq == 1
     assert admit(book, "h1") == ["h1"]  # it runs now
     assert admit(book, "h2") == []
-    third = decide_admission(book, request("h3"))
-    assert isinstance(third, Admit) and third.ahead == 1 and third.seq == 3
+    third = admission.decide(book, request("h3"))
+    assert isinstance(third, admission.Admit) and third.ahead == 1 and third.seq == 3
     assert admit(book, "h3") == [] and book.queue == ["h2", "h3"]
 
 
@@ -339,9 +301,9 @@ def test_undo_admission_forgets_the_helper() -> None:
     book = book_of(max_running=1)
     admit(book, "h1")
     admit(book, "h2")
-    undo_admission(book, "h2", [])
+    admission.undo(book, "h2", [])
     assert "h2" not in book.entries and book.queue == []
-    undo_admission(book, "never", [])  # harmless
+    admission.undo(book, "never", [])  # harmless
 
 
 def test_undo_admission_puts_back_the_rows_it_would_have_evicted() -> None:
@@ -351,12 +313,12 @@ def test_undo_admission_puts_back_the_rows_it_would_have_evicted() -> None:
     finish(book, "old")
     deliver(book, "old")
     admit(book, "keep")
-    decision = decide_admission(book, request("new"))
-    assert isinstance(decision, Admit) and decision.evict == ["old"]
+    decision = admission.decide(book, request("new"))
+    assert isinstance(decision, admission.Admit) and decision.evict == ["old"]
     evicted = [book.entries["old"]]
-    apply_admission(book, request("new"), decision, T0, 2_820_000)
+    admission.take(book, request("new"), decision, T0, 2_820_000)
     assert "old" not in book.entries
-    undo_admission(book, "new", evicted)
+    admission.undo(book, "new", evicted)
     assert set(book.entries) == {"old", "keep"}
 
 
@@ -371,7 +333,7 @@ def test_slots_are_granted_in_admission_order_and_never_more_than_max_running() 
     assert admit(book, "h3") == []
     assert admit(book, "h4") == []
     assert book.slot_holders() == ["h1", "h2"] and book.queue == ["h3", "h4"]
-    assert grant_slots(book, T0) == []
+    assert slots.grant(book, T0) == []
     assert finish(book, "h2") == ["h3"]
     assert book.entries["h3"].state is RowState.RUNNING and book.entries["h3"].holds_slot
     assert finish(book, "h1") == ["h4"]
@@ -384,11 +346,11 @@ def test_grant_sets_a_lease_beyond_the_hard_ceiling() -> None:
     admit(book, "h1", now=T0)
     lease = T0 + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
     assert book.entries["h1"].lease_until == lease
-    assert expired_leases(book, lease - timedelta(seconds=1)) == []
-    assert expired_leases(book, lease) == ["h1"]
-    assert release_slot(book, "h1")
-    assert not release_slot(book, "h1"), "releasing twice does nothing"
-    assert not release_slot(book, "unknown")
+    assert slots.expired_leases(book, lease - timedelta(seconds=1)) == []
+    assert slots.expired_leases(book, lease) == ["h1"]
+    assert slots.release(book, "h1")
+    assert not slots.release(book, "h1"), "releasing twice does nothing"
+    assert not slots.release(book, "unknown")
     assert book.slot_holders() == [] and book.entries["h1"].lease_until is None
 
 
@@ -397,12 +359,12 @@ def test_closed_running_helper_is_not_open_but_keeps_its_slot() -> None:
     book = book_of()
     for helper_id in ("h1", "h2", "h3"):
         admit(book, helper_id)
-    assert decide_close(book, "h1") is CloseAction.FORWARD_TO_HELPER
+    assert closing.decide(book, "h1") is closing.CloseAction.FORWARD_TO_HELPER
     book.entries["h1"].state = RowState.CLOSED  # the helper's HELPER_CLOSED signal, as the coordinator applies it
     assert book.open_ids() == ["h2", "h3"]
     assert book.slot_holders() == ["h1", "h2", "h3"]
-    decision = decide_admission(book, request("h4"))
-    assert isinstance(decision, Admit) and decision.ahead == 0
+    decision = admission.decide(book, request("h4"))
+    assert isinstance(decision, admission.Admit) and decision.ahead == 0
     assert admit(book, "h4") == []  # it waits: the closed helper still holds its slot
     assert finish(book, "h1", OutcomeKind.CLOSED) == ["h4"]
     assert book.entries["h1"].state is RowState.CLOSED and not book.entries["h1"].holds_slot
@@ -416,7 +378,7 @@ def test_finished_notice_hands_the_row_back_and_frees_the_slot() -> None:
     book = book_of()
     admit(book, "h1")
     notice = FinishedNotice(helper_id="h1", kind=OutcomeKind.PARTIAL, generation=4, finished_at=T0)
-    e = apply_finished(book, notice)
+    e = slots.finished(book, notice)
     assert e is book.entries["h1"]
     assert (e.state, e.outcome_kind, e.generation, e.finished_at) == (RowState.UNREPORTED, OutcomeKind.PARTIAL, 4, T0)
     assert not e.helper_writes and not e.holds_slot and e.lease_until is None and e.keep_until is None
@@ -426,7 +388,7 @@ def test_closed_notice_starts_retention() -> None:
     """R29: a closed outcome is kept HELPER_KEEP_MS from its finish."""
     book = book_of()
     admit(book, "h1")
-    e = apply_finished(book, FinishedNotice(helper_id="h1", kind=OutcomeKind.CLOSED, generation=3, finished_at=T0))
+    e = slots.finished(book, FinishedNotice(helper_id="h1", kind=OutcomeKind.CLOSED, generation=3, finished_at=T0))
     assert e is not None and e.state is RowState.CLOSED and e.keep_until == T0 + KEEP
 
 
@@ -439,11 +401,11 @@ def test_repeated_finished_notice_changes_nothing() -> None:
     before = book.model_dump()
     for kind in OutcomeKind:
         notice = FinishedNotice(helper_id="h1", kind=kind, generation=99, finished_at=T0 + timedelta(hours=1))
-        assert apply_finished(book, notice) is None
-    assert grant_slots(book, T0) == []
+        assert slots.finished(book, notice) is None
+    assert slots.grant(book, T0) == []
     assert book.model_dump() == before
     unknown = FinishedNotice(helper_id="nobody", kind=OutcomeKind.FAILED, generation=1, finished_at=T0)
-    assert apply_finished(book, unknown) is None
+    assert slots.finished(book, unknown) is None
 
 
 def test_notice_keeps_the_newer_generation() -> None:
@@ -451,7 +413,7 @@ def test_notice_keeps_the_newer_generation() -> None:
     book = book_of()
     admit(book, "h1")
     book.entries["h1"].generation = 7
-    apply_finished(book, FinishedNotice(helper_id="h1", kind=OutcomeKind.COMPLETED, generation=5, finished_at=T0))
+    slots.finished(book, FinishedNotice(helper_id="h1", kind=OutcomeKind.COMPLETED, generation=5, finished_at=T0))
     assert book.entries["h1"].generation == 7
 
 
@@ -463,20 +425,20 @@ def test_an_outcome_the_owner_can_read_is_not_open_while_its_helper_keeps_its_sl
     for helper_id in ("h1", "h2", "h3"):
         admit(book, helper_id)
     held = FinishedNotice(helper_id="h1", seq=1, kind=OutcomeKind.FAILED, generation=3, finished_at=T0, slot_held=True)
-    e = apply_finished(book, held)
+    e = slots.finished(book, held)
     assert e is not None and e.state is RowState.UNREPORTED and e.finding_lost_session
     assert book.open_ids() == ["h2", "h3"] and book.slot_holders() == ["h1", "h2", "h3"]
-    decision = decide_admission(book, request("h4"))
-    assert isinstance(decision, Admit), "admitted"
+    decision = admission.decide(book, request("h4"))
+    assert isinstance(decision, admission.Admit), "admitted"
     assert admit(book, "h4") == [], "and it waits for the slot"
-    assert decide_read(book, ["h1"]) is None, "the outcome can be read"
-    assert apply_finished(book, held) is None, "a repeat of the first notice changes nothing"
-    assert grant_slots(book, T0) == []
+    assert delivery.decide_read(book, ["h1"]) is None, "the outcome can be read"
+    assert slots.finished(book, held) is None, "a repeat of the first notice changes nothing"
+    assert slots.grant(book, T0) == []
     freed = held.model_copy(update={"slot_held": False})
-    assert apply_finished(book, freed) is e
+    assert slots.finished(book, freed) is e
     assert not e.holds_slot and not e.finding_lost_session and e.lease_until is None
-    assert grant_slots(book, T0) == ["h4"]
-    assert apply_finished(book, freed) is None and grant_slots(book, T0) == []
+    assert slots.grant(book, T0) == ["h4"]
+    assert slots.finished(book, freed) is None and slots.grant(book, T0) == []
 
 
 def test_a_helper_that_keeps_its_slot_is_refused_by_nobody_and_its_refusals_name_only_open_helpers() -> None:
@@ -485,12 +447,12 @@ def test_a_helper_that_keeps_its_slot_is_refused_by_nobody_and_its_refusals_name
     book = book_of(max_running=4)
     for helper_id in ("h1", "h2", "h3"):
         admit(book, helper_id)
-    apply_finished(
+    slots.finished(
         book,
         FinishedNotice(helper_id="h1", seq=1, kind=OutcomeKind.FAILED, generation=3, finished_at=T0, slot_held=True),
     )
     admit(book, "h4")
-    refusal = decide_admission(book, request("h5"))
+    refusal = admission.decide(book, request("h5"))
     assert isinstance(refusal, Refusal) and refusal.open_ids == ["h2", "h3", "h4"]
     assert "h1" not in refusal.message
 
@@ -499,20 +461,20 @@ def test_a_lease_that_ends_frees_a_slot_kept_to_find_a_lost_session() -> None:
     """R7, R38: a helper that never sends its second notice loses its slot at its lease's end like any other."""
     book = book_of()
     admit(book, "h1")
-    apply_finished(
+    slots.finished(
         book,
         FinishedNotice(helper_id="h1", seq=1, kind=OutcomeKind.FAILED, generation=3, finished_at=T0, slot_held=True),
     )
     lease = book.entries["h1"].lease_until
-    assert lease is not None and expired_leases(book, lease) == ["h1"]
-    assert release_slot(book, "h1") and not book.entries["h1"].finding_lost_session
+    assert lease is not None and slots.expired_leases(book, lease) == ["h1"]
+    assert slots.release(book, "h1") and not book.entries["h1"].finding_lost_session
 
 
 def test_a_delivered_row_whose_helper_keeps_its_slot_is_closed_not_removed() -> None:
     """R23, R38: closing a delivered helper removes its row, except while its helper still holds the slot (the
     slot would leave with the row): then it is closed, and retention removes it once the slot is free."""
     row = entry("x", 1, RowState.DELIVERED).model_copy(update={"holds_slot": True, "finding_lost_session": True})
-    assert decide_close(full_book(row), "x") is CloseAction.WRITE_CLOSED
+    assert closing.decide(full_book(row), "x") is closing.CloseAction.WRITE_CLOSED
 
 
 def test_helper_closed_while_waiting_leaves_the_queue() -> None:
@@ -521,8 +483,8 @@ def test_helper_closed_while_waiting_leaves_the_queue() -> None:
     admit(book, "h1")
     admit(book, "h2")
     admit(book, "h3")
-    assert decide_close(book, "h2") is CloseAction.FORWARD_TO_HELPER
-    apply_finished(book, FinishedNotice(helper_id="h2", kind=OutcomeKind.CLOSED, generation=2, finished_at=T0))
+    assert closing.decide(book, "h2") is closing.CloseAction.FORWARD_TO_HELPER
+    slots.finished(book, FinishedNotice(helper_id="h2", kind=OutcomeKind.CLOSED, generation=2, finished_at=T0))
     assert book.queue == ["h3"]
     assert finish(book, "h1") == ["h3"]
 
@@ -533,28 +495,28 @@ def test_helper_closed_while_waiting_leaves_the_queue() -> None:
 @pytest.mark.parametrize(
     ("row", "expected"),
     [
-        (entry("x", 1, RowState.WAITING), CloseAction.FORWARD_TO_HELPER),
-        (entry("x", 1, RowState.RUNNING), CloseAction.FORWARD_TO_HELPER),
-        (entry("x", 1, RowState.CLOSED, helper_writes=True), CloseAction.FORWARD_TO_HELPER),
-        (entry("x", 1, RowState.UNREPORTED), CloseAction.WRITE_CLOSED),
-        (entry("x", 1, RowState.UNREPORTED, goal_id="weekly"), CloseAction.WRITE_CLOSED),
-        (entry("x", 1, RowState.DELIVERED), CloseAction.REMOVE),
-        (entry("x", 1, RowState.DELIVERED, goal_id="weekly"), CloseAction.WRITE_CLOSED),
-        (entry("x", 1, RowState.CLOSED), CloseAction.NOTHING),
-        (entry("x", 1, RowState.CLOSED, goal_id="weekly"), CloseAction.NOTHING),
+        (entry("x", 1, RowState.WAITING), closing.CloseAction.FORWARD_TO_HELPER),
+        (entry("x", 1, RowState.RUNNING), closing.CloseAction.FORWARD_TO_HELPER),
+        (entry("x", 1, RowState.CLOSED, helper_writes=True), closing.CloseAction.FORWARD_TO_HELPER),
+        (entry("x", 1, RowState.UNREPORTED), closing.CloseAction.WRITE_CLOSED),
+        (entry("x", 1, RowState.UNREPORTED, goal_id="weekly"), closing.CloseAction.WRITE_CLOSED),
+        (entry("x", 1, RowState.DELIVERED), closing.CloseAction.REMOVE),
+        (entry("x", 1, RowState.DELIVERED, goal_id="weekly"), closing.CloseAction.WRITE_CLOSED),
+        (entry("x", 1, RowState.CLOSED), closing.CloseAction.NOTHING),
+        (entry("x", 1, RowState.CLOSED, goal_id="weekly"), closing.CloseAction.NOTHING),
     ],
     ids=lambda v: (
-        v.value if isinstance(v, CloseAction) else f"{v.state.value}-goal={v.goal_id}-writes={v.helper_writes}"
+        v.value if isinstance(v, closing.CloseAction) else f"{v.state.value}-goal={v.goal_id}-writes={v.helper_writes}"
     ),
 )
-def test_decide_close_for_each_state(row: Entry, expected: CloseAction) -> None:
+def test_decide_close_for_each_state(row: Entry, expected: closing.CloseAction) -> None:
     """R21-R23: forward while the helper writes; withdraw unreported; remove delivered (Goal rows are kept)."""
-    assert decide_close(full_book(row.model_copy()), "x") is expected
+    assert closing.decide(full_book(row.model_copy()), "x") is expected
 
 
 def test_close_unknown_helper_is_refused() -> None:
     """R34: closing a helper the owner does not have is refused."""
-    refusal = decide_close(book_of(), "nobody")
+    refusal = closing.decide(book_of(), "nobody")
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.UNKNOWN_HELPER
     assert "nobody" in refusal.message
 
@@ -566,16 +528,16 @@ def test_closing_an_unreported_outcome_withdraws_its_report() -> None:
     admit(book, "h2")
     finish(book, "h1")
     finish(book, "h2")
-    event = next_event(book)
+    event = outbox.next_event(book)
     assert event is not None and event.helper_ids == ["h1", "h2"]
-    apply_read(book, "turn-1", ["h1", "h2"])
+    delivery.read(book, "turn-1", ["h1", "h2"])
     generation = book.entries["h1"].generation
-    e = apply_closed_by_coordinator(book, "h1")
+    e = closing.close_row(book, "h1")
     assert e.state is RowState.CLOSED and e.generation == generation + 1 and e.keep_until == T0 + KEEP
     assert book.turn_reads["turn-1"] == ["h2"]
     assert book.event is not None and book.event.helper_ids == ["h2"]
-    assert [d.helper_id for d in apply_delivered(book, "turn-1", T0)] == ["h2"]
-    assert decide_close(book, "h1") is CloseAction.NOTHING
+    assert [d.helper_id for d in delivery.deliver(book, "turn-1", T0)] == ["h2"]
+    assert closing.decide(book, "h1") is closing.CloseAction.NOTHING
 
 
 def test_withdrawing_the_last_outcome_drops_the_event() -> None:
@@ -583,13 +545,13 @@ def test_withdrawing_the_last_outcome_drops_the_event() -> None:
     book = book_of()
     admit(book, "h1")
     finish(book, "h1")
-    assert next_event(book) is not None
-    event = next_event(book)
+    assert outbox.next_event(book) is not None
+    event = outbox.next_event(book)
     assert event is not None
-    apply_closed_by_coordinator(book, "h1")
+    closing.close_row(book, "h1")
     assert book.event is None
-    assert next_event(book) is None
-    assert take_withdrawn(book) == [event.key] and take_withdrawn(book) == [], "the store is told once"
+    assert outbox.next_event(book) is None
+    assert outbox.take_withdrawn(book) == [event.key] and outbox.take_withdrawn(book) == [], "the store is told once"
 
 
 def test_withdraw_leaves_a_delivered_event_alone() -> None:
@@ -597,10 +559,10 @@ def test_withdraw_leaves_a_delivered_event_alone() -> None:
     book = book_of()
     admit(book, "h1")
     finish(book, "h1")
-    next_event(book)
-    apply_event_delivered(book, "receipt-1")
+    outbox.next_event(book)
+    outbox.delivered(book, "receipt-1")
     deliver(book, "h1")
-    withdraw_settled(book)
+    outbox.withdraw_settled(book)
     assert book.event is not None and book.event.helper_ids == ["h1"] and book.withdrawn == []
 
 
@@ -613,14 +575,14 @@ def test_an_event_whose_outcomes_were_all_read_and_delivered_is_withdrawn() -> N
         admit(book, helper_id)
     finish(book, "h1")
     finish(book, "h2")
-    event = next_event(book)
+    event = outbox.next_event(book)
     assert event is not None and event.helper_ids == ["h1", "h2"]
     deliver(book, "h1")
     assert book.event is event and event.helper_ids == ["h2"]
     deliver(book, "h2")
     assert book.event is None and book.withdrawn == [event.key]
     finish(book, "h3")
-    fresh = next_event(book)
+    fresh = outbox.next_event(book)
     assert fresh is not None and fresh.key != event.key and fresh.helper_ids == ["h3"]
 
 
@@ -629,12 +591,12 @@ def test_a_follow_up_takes_its_earlier_outcome_out_of_the_event() -> None:
     book = book_of()
     admit(book, "h1")
     finish(book, "h1", OutcomeKind.QUESTION)
-    event = next_event(book)
+    event = outbox.next_event(book)
     assert event is not None
     follow_up = HelperRequest(owner="anna", helper_id="h2", task="yes", model="m", follow_up="h1")
-    decision = decide_admission(book, follow_up)
-    assert isinstance(decision, Admit)
-    apply_admission(book, follow_up, decision, T0, HARD_MS)
+    decision = admission.decide(book, follow_up)
+    assert isinstance(decision, admission.Admit)
+    admission.take(book, follow_up, decision, T0, HARD_MS)
     assert book.entries["h1"].state is RowState.DELIVERED
     assert book.event is None and book.withdrawn == [event.key]
 
@@ -646,12 +608,12 @@ def test_an_offer_answered_after_its_event_was_withdrawn_is_not_retried() -> Non
         book = book_of()
         admit(book, "h1")
         finish(book, "h1")
-        event = next_event(book)
+        event = outbox.next_event(book)
         assert event is not None
         deliver(book, "h1")
-        outcome = apply_offer_result(book, event, state, receipt, "down", T0, timedelta(hours=1))
-        assert outcome is OfferOutcome.WITHDRAWN
-        assert book.event is None and next_event(book) is None
+        outcome = outbox.record_offer(book, event, state, receipt, "down", T0, timedelta(hours=1))
+        assert outcome is outbox.OfferOutcome.WITHDRAWN
+        assert book.event is None and outbox.next_event(book) is None
         assert (book.withdrawn == [event.key]) is still_withdrawn
 
 
@@ -662,12 +624,12 @@ def test_closing_a_delivered_helper_without_goal_removes_it() -> None:
     admit(book, "h1")
     finish(book, "h1")
     deliver(book, "h1")
-    assert decide_close(book, "h1") is CloseAction.REMOVE
-    close_to_remove(book, "h1")  # as the coordinator does once the row is removed
-    remove_entries(book, ["h1"])
+    assert closing.decide(book, "h1") is closing.CloseAction.REMOVE
+    closing.closed_for_removal(book, "h1")  # as the coordinator does once the row is removed
+    retention.forget(book, ["h1"])
     assert "h1" not in book.entries
-    assert decide_close(book, "h1") is CloseAction.ALREADY_REMOVED
-    assert isinstance(decide_close(book, "never-was"), Refusal)
+    assert closing.decide(book, "h1") is closing.CloseAction.ALREADY_REMOVED
+    assert isinstance(closing.decide(book, "never-was"), Refusal)
 
 
 def test_a_row_removed_without_the_owners_close_is_no_helper_to_close() -> None:
@@ -679,10 +641,10 @@ def test_a_row_removed_without_the_owners_close_is_no_helper_to_close() -> None:
         finish(book, helper_id)
     deliver(book, "delivered")
     book.entries["closed"].state = RowState.CLOSED
-    remove_entries(book, ["delivered", "closed"])
-    refusal = decide_close(book, "delivered")
+    retention.forget(book, ["delivered", "closed"])
+    refusal = closing.decide(book, "delivered")
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.UNKNOWN_HELPER
-    assert decide_close(book, "closed") is CloseAction.ALREADY_REMOVED
+    assert closing.decide(book, "closed") is closing.CloseAction.ALREADY_REMOVED
 
 
 # --- reading and delivery (R27, R28) ---------------------------------------------------------------
@@ -696,27 +658,27 @@ def test_decide_read_accepts_only_unreported_outcomes() -> None:
         entry("d", 3, RowState.DELIVERED),
     )
     book.entries["r"].language = "ru"
-    assert decide_read(book, ["u"]) is None
-    assert decide_read(book, []) is None
-    unknown = decide_read(book, ["u", "nobody"])
+    assert delivery.decide_read(book, ["u"]) is None
+    assert delivery.decide_read(book, []) is None
+    unknown = delivery.decide_read(book, ["u", "nobody"])
     assert isinstance(unknown, Refusal) and unknown.code is RefusalCode.UNKNOWN_HELPER
-    running = decide_read(book, ["r"])
+    running = delivery.decide_read(book, ["r"])
     assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_UNREPORTED
     assert running.message == text("refused.not_unreported", "ru", helper_id="r")
-    delivered = decide_read(book, ["d"])
+    delivered = delivery.decide_read(book, ["d"])
     assert isinstance(delivered, Refusal) and delivered.code is RefusalCode.NOT_UNREPORTED
 
 
 def test_only_what_the_turn_read_is_delivered() -> None:
     """R28: delivery marks exactly what that turn read, and only outcomes still unreported."""
     book = full_book(*unreported_rows(4))
-    assert apply_read(book, "turn-a", ["u1", "u2"]) == ["u1", "u2"]
-    assert apply_read(book, "turn-a", ["u2", "u3"]) == ["u1", "u2", "u3"]
-    assert apply_read(book, "turn-b", ["u4"]) == ["u4"]
-    apply_closed_by_coordinator(book, "u3")  # closed after it was read: not delivered
+    assert delivery.read(book, "turn-a", ["u1", "u2"]) == ["u1", "u2"]
+    assert delivery.read(book, "turn-a", ["u2", "u3"]) == ["u1", "u2", "u3"]
+    assert delivery.read(book, "turn-b", ["u4"]) == ["u4"]
+    closing.close_row(book, "u3")  # closed after it was read: not delivered
     book.turn_reads["turn-a"].append("u3")  # even if it were still listed
     later = T0 + timedelta(minutes=3)
-    delivered = apply_delivered(book, "turn-a", later)
+    delivered = delivery.deliver(book, "turn-a", later)
     assert [e.helper_id for e in delivered] == ["u1", "u2"]
     for e in delivered:
         assert e.state is RowState.DELIVERED and e.delivered_at == later and e.keep_until == later + KEEP
@@ -724,32 +686,32 @@ def test_only_what_the_turn_read_is_delivered() -> None:
     assert book.entries["u3"].state is RowState.CLOSED
     assert book.entries["u4"].state is RowState.UNREPORTED
     assert book.turn_reads == {"turn-b": ["u4"]}
-    assert apply_delivered(book, "turn-a", later) == [], "a repeated delivery changes nothing"
+    assert delivery.deliver(book, "turn-a", later) == [], "a repeated delivery changes nothing"
 
 
 def test_an_outcome_read_but_not_answered_is_read_again() -> None:
     """R28: a turn that read but never answered delivers nothing; the next turn may read it again."""
     book = full_book(*unreported_rows(1))
-    apply_read(book, "turn-crashed", ["u1"])
+    delivery.read(book, "turn-crashed", ["u1"])
     assert book.entries["u1"].state is RowState.UNREPORTED
-    assert decide_read(book, ["u1"]) is None
-    apply_read(book, "turn-2", ["u1"])
-    assert [e.helper_id for e in apply_delivered(book, "turn-2", T0)] == ["u1"]
-    assert apply_delivered(book, "turn-crashed", T0) == []
+    assert delivery.decide_read(book, ["u1"]) is None
+    delivery.read(book, "turn-2", ["u1"])
+    assert [e.helper_id for e in delivery.deliver(book, "turn-2", T0)] == ["u1"]
+    assert delivery.deliver(book, "turn-crashed", T0) == []
 
 
 def test_unknown_turn_delivers_nothing() -> None:
     """R28: nothing is delivered without a read."""
     book = full_book(*unreported_rows(2))
-    assert apply_delivered(book, "never-read", T0) == []
+    assert delivery.deliver(book, "never-read", T0) == []
     assert all(e.state is RowState.UNREPORTED for e in book.entries.values())
 
 
 def test_removed_entries_leave_the_turn_reads() -> None:
     """R28, R29: a removed row is not delivered later."""
     book = full_book(*unreported_rows(2))
-    apply_read(book, "turn", ["u1", "u2"])
-    remove_entries(book, ["u1", "absent"])
+    delivery.read(book, "turn", ["u1", "u2"])
+    retention.forget(book, ["u1", "absent"])
     assert book.turn_reads == {"turn": ["u2"]}
 
 
@@ -767,10 +729,10 @@ def test_closed_rows_expire_keep_ms_after_their_finish_and_delivered_after_deliv
     finish(book, "unreported", now=T0)
     delivered_at = T0 + timedelta(hours=5)
     deliver(book, "delivered", now=delivered_at)
-    assert expired_rows(book, T0 + KEEP - timedelta(seconds=1)) == []
-    assert expired_rows(book, T0 + KEEP) == ["closed"]
-    assert expired_rows(book, delivered_at + KEEP) == ["closed", "delivered"]
-    assert "unreported" not in expired_rows(book, T0 + 100 * KEEP)
+    assert retention.expired(book, T0 + KEEP - timedelta(seconds=1)) == []
+    assert retention.expired(book, T0 + KEEP) == ["closed"]
+    assert retention.expired(book, delivered_at + KEEP) == ["closed", "delivered"]
+    assert "unreported" not in retention.expired(book, T0 + 100 * KEEP)
 
 
 def test_rows_still_written_or_holding_a_slot_never_expire() -> None:
@@ -782,20 +744,20 @@ def test_rows_still_written_or_holding_a_slot_never_expire() -> None:
     holder.holds_slot = True
     holder.keep_until = T0
     book = full_book(closing, holder)
-    assert expired_rows(book, T0 + 100 * KEEP) == []
+    assert retention.expired(book, T0 + 100 * KEEP) == []
 
 
 def test_next_wakeup_is_the_earliest_expiry_or_lease_end() -> None:
     """R8, R29: one timer for the earliest retention expiry or lease end; none when nothing is due."""
     book = book_of()
-    assert next_wakeup(book) is None
+    assert retention.next_wakeup(book) is None
     admit(book, "h1", now=T0)
     lease = T0 + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
-    assert next_wakeup(book) == lease
+    assert retention.next_wakeup(book) == lease
     finish(book, "h1", OutcomeKind.CLOSED, now=T0 + timedelta(minutes=1))
-    assert next_wakeup(book) == T0 + timedelta(minutes=1) + KEEP
+    assert retention.next_wakeup(book) == T0 + timedelta(minutes=1) + KEEP
     admit(book, "h2", now=T0 + timedelta(minutes=2))
-    assert next_wakeup(book) == T0 + timedelta(minutes=2) + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
+    assert retention.next_wakeup(book) == T0 + timedelta(minutes=2) + timedelta(milliseconds=HARD_MS) + LEASE_MARGIN
 
 
 def test_the_timer_is_armed_again_only_for_an_earlier_moment() -> None:
@@ -803,22 +765,22 @@ def test_the_timer_is_armed_again_only_for_an_earlier_moment() -> None:
     fires early, once, instead of being cancelled and started again. An earlier moment re-arms it."""
     book = book_of()
     admit(book, "h1", now=T0)
-    armed = next_wakeup(book)
-    assert timer_outdated(armed, None)  # nothing armed yet
+    armed = retention.next_wakeup(book)
+    assert retention.timer_outdated(armed, None)  # nothing armed yet
     finish(book, "h1", OutcomeKind.COMPLETED, now=T0 + timedelta(minutes=1))
-    assert next_wakeup(book) is None and not timer_outdated(next_wakeup(book), armed)
+    assert retention.next_wakeup(book) is None and not retention.timer_outdated(retention.next_wakeup(book), armed)
     admit(book, "h2", now=T0 + timedelta(minutes=2))
-    assert next_wakeup(book) > armed and not timer_outdated(next_wakeup(book), armed)  # type: ignore[operator]
+    assert retention.next_wakeup(book) > armed and not retention.timer_outdated(retention.next_wakeup(book), armed)  # type: ignore[operator]
     finish(book, "h2", OutcomeKind.CLOSED, now=T0 + timedelta(minutes=3))
-    assert next_wakeup(book) == T0 + timedelta(minutes=3) + KEEP
-    assert timer_outdated(T0, armed) and not timer_outdated(armed, armed)
+    assert retention.next_wakeup(book) == T0 + timedelta(minutes=3) + KEEP
+    assert retention.timer_outdated(T0, armed) and not retention.timer_outdated(armed, armed)
 
 
 def test_next_wakeup_ignores_rows_the_helper_still_writes() -> None:
     """R29: a helper's own row is not expired by the coordinator."""
     row = entry("x", 1, RowState.CLOSED, helper_writes=True)
     row.keep_until = T0
-    assert next_wakeup(full_book(row)) is None
+    assert retention.next_wakeup(full_book(row)) is None
 
 
 # --- the chat outbox (R26) ---------------------------------------------------------------------------
@@ -827,33 +789,33 @@ def test_next_wakeup_ignores_rows_the_helper_still_writes() -> None:
 def test_one_event_for_every_unannounced_outcome() -> None:
     """R26: one event carries several outcomes, with a key that makes a repeat harmless."""
     book = book_of()
-    assert next_event(book) is None
+    assert outbox.next_event(book) is None
     for helper_id in ("h1", "h2", "h3"):
         admit(book, helper_id)
     finish(book, "h2")
     finish(book, "h1")
-    event = next_event(book)
+    event = outbox.next_event(book)
     assert event is not None
     assert event.key == "helpers-ready:anna:1" and event.helper_ids == ["h1", "h2"]
     assert event.state is EventState.PENDING and event.attempts == 0
     finish(book, "h3")
-    assert next_event(book) is event, "the event in flight is offered again, unchanged"
+    assert outbox.next_event(book) is event, "the event in flight is offered again, unchanged"
     assert event.helper_ids == ["h1", "h2"]
-    apply_event_delivered(book, "receipt-9")
+    outbox.delivered(book, "receipt-9")
     delivered = book.event
     assert delivered is event and delivered.state is EventState.DELIVERED and delivered.receipt_id == "receipt-9"
     assert book.entries["h1"].announced and book.entries["h2"].announced
-    second = next_event(book)
+    second = outbox.next_event(book)
     assert second is not None and second.key == "helpers-ready:anna:2" and second.helper_ids == ["h3"]
-    apply_event_delivered(book, "receipt-10")
-    assert next_event(book) is None
+    outbox.delivered(book, "receipt-10")
+    assert outbox.next_event(book) is None
 
 
 def test_apply_event_delivered_without_event_is_harmless() -> None:
     """R26: a late receipt with nothing in flight changes nothing."""
     book = book_of()
     before = book.model_dump()
-    apply_event_delivered(book, "receipt")
+    outbox.delivered(book, "receipt")
     assert book.model_dump() == before
 
 
@@ -882,19 +844,19 @@ def asked_book(
     """A book whose helper h1 finished with `kind`, its notice saying what it takes as an answer."""
     book = book_of(**policy)
     admit(book, "h1")
-    asked = asked_of(kind, choices=choices, authorization_action=action, model="m-1", boundary=boundary)
+    asked = answering.asked_of(kind, choices=choices, authorization_action=action, model="m-1", boundary=boundary)
     notice = FinishedNotice(helper_id="h1", kind=kind, generation=3, finished_at=T0, asked=asked)
-    assert apply_finished(book, notice)
+    assert slots.finished(book, notice)
     return book
 
 
 def take(book: OwnerBook, answer: OwnerAnswer, helper_id: str = "h1") -> HelperRequest | None:
     """A first valid answer as the coordinator takes it: judged, recorded, and its follow-up admitted."""
-    judged = judge_answer(book, book.owner, helper_id, answer, arrived_at=ANSWERED_AT)
-    assert isinstance(judged, TakeAnswer), judged
-    record_answer(book, helper_id, answer)
+    judged = answering.judge(book, book.owner, helper_id, answer, arrived_at=ANSWERED_AT)
+    assert isinstance(judged, answering.TakeAnswer), judged
+    answering.record(book, helper_id, answer)
     if judged.follow_up is not None and judged.admission is not None:
-        apply_admission(book, judged.follow_up, judged.admission, T0, HARD_MS)
+        admission.take(book, judged.follow_up, judged.admission, T0, HARD_MS)
     return judged.follow_up
 
 
@@ -905,8 +867,8 @@ def test_an_answer_whose_follow_up_needs_room_names_the_rows_it_evicts() -> None
     admit(book, "old")
     finish(book, "old")
     deliver(book, "old")
-    judged = judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT)
-    assert isinstance(judged, TakeAnswer) and judged.admission is not None
+    judged = answering.judge(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT)
+    assert isinstance(judged, answering.TakeAnswer) and judged.admission is not None
     assert judged.admission.evict == ["old"]
 
 
@@ -916,11 +878,11 @@ def test_an_answer_whose_follow_up_would_be_refused_is_refused_and_not_recorded(
     book = asked_book(max_open=2)
     admit(book, "busy-1")
     admit(book, "busy-2")
-    judged = judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT)
+    judged = answering.judge(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(judged, Refusal) and judged.code is RefusalCode.TOO_MANY_OPEN
     assert book.entries["h1"].answer is None
     finish(book, "busy-1")
-    assert isinstance(judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT), TakeAnswer)
+    assert isinstance(answering.judge(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT), answering.TakeAnswer)
 
 
 def test_a_question_with_choices_takes_one_of_its_options_and_its_follow_up_carries_the_choice() -> None:
@@ -928,7 +890,7 @@ def test_a_question_with_choices_takes_one_of_its_options_and_its_follow_up_carr
     book = asked_book(boundary=("send_mail to anna@example.com",))
     follow = take(book, WALK)
     assert follow is not None
-    assert follow.helper_id == answer_helper_id("h1") == "h1.answer"
+    assert follow.helper_id == answering.answer_helper_id("h1") == "h1.answer"
     assert follow.follow_up == "h1" and follow.model == "m-1" and follow.language == "en"
     assert follow.boundary == ("send_mail to anna@example.com",)
     assert "Walking distance" in follow.task and "venue" in follow.task
@@ -942,10 +904,10 @@ def test_a_later_answer_gets_the_first_back_and_says_whether_it_is_the_same() ->
     """R49: any later answer, the same or another, is told the first and starts nothing."""
     book = asked_book()
     take(book, WALK)
-    again = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
-    assert isinstance(again, Repeated) and again.same
-    other = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT)
-    assert isinstance(other, Repeated) and not other.same
+    again = answering.decide(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    assert isinstance(again, answering.Repeated) and again.same
+    other = answering.decide(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT)
+    assert isinstance(other, answering.Repeated) and not other.same
     assert other.entry.answer == WALK
 
 
@@ -961,7 +923,7 @@ def test_an_answer_to_another_question_or_not_offered_is_refused_and_nothing_is_
     answer: OwnerAnswer, code: RefusalCode
 ) -> None:
     book = asked_book()
-    refusal = decide_answer(book, "h1", answer, arrived_at=ANSWERED_AT)
+    refusal = answering.decide(book, "h1", answer, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is code
     assert book.entries["h1"].answer is None
 
@@ -969,9 +931,11 @@ def test_an_answer_to_another_question_or_not_offered_is_refused_and_nothing_is_
 def test_what_the_question_never_took_is_refused_even_after_it_was_answered() -> None:
     book = asked_book()
     take(book, WALK)
-    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
+    stale = answering.decide(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
     assert isinstance(stale, Refusal) and stale.code is RefusalCode.STALE_QUESTION
-    not_offered = decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="bike"), arrived_at=ANSWERED_AT)
+    not_offered = answering.decide(
+        book, "h1", OwnerAnswer(question_id="venue", option_id="bike"), arrived_at=ANSWERED_AT
+    )
     assert isinstance(not_offered, Refusal) and not_offered.code is RefusalCode.NOT_OFFERED
 
 
@@ -981,17 +945,17 @@ def test_an_answer_that_came_before_the_question_is_not_answerable_however_right
     book = asked_book()
     asked_at = book.entries["h1"].finished_at
     assert asked_at is not None
-    early = decide_answer(book, "h1", WALK, arrived_at=asked_at - timedelta(milliseconds=1))
+    early = answering.decide(book, "h1", WALK, arrived_at=asked_at - timedelta(milliseconds=1))
     assert isinstance(early, Refusal) and early.code is RefusalCode.NOT_ANSWERABLE
     assert early.message == text("refused.answer_before_asked", "en", helper_id="h1")
     assert book.entries["h1"].answer is None
-    assert decide_answer(book, "h1", WALK, arrived_at=asked_at) is None
+    assert answering.decide(book, "h1", WALK, arrived_at=asked_at) is None
 
 
 def test_another_question_after_the_answer_says_the_question_was_answered() -> None:
     book = asked_book()
     take(book, WALK)
-    stale = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
+    stale = answering.decide(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
     assert isinstance(stale, Refusal)
     assert stale.message == text(
         "refused.answer_stale_answered", "en", helper_id="h1", question_id="date", asked="venue"
@@ -1000,40 +964,40 @@ def test_another_question_after_the_answer_says_the_question_was_answered() -> N
 
 def test_an_unknown_helper_a_running_one_and_an_outcome_that_waits_for_nobody_are_refused() -> None:
     book = asked_book()
-    assert decide_answer(book, "nobody", WALK, arrived_at=ANSWERED_AT) == Refusal(
+    assert answering.decide(book, "nobody", WALK, arrived_at=ANSWERED_AT) == Refusal(
         code=RefusalCode.UNKNOWN_HELPER, message=text("refused.unknown_helper", "en", helper_id="nobody")
     )
     admit(book, "h2")
-    running = decide_answer(book, "h2", WALK, arrived_at=ANSWERED_AT)
+    running = answering.decide(book, "h2", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(running, Refusal) and running.code is RefusalCode.NOT_ANSWERABLE
     finish(book, "h2")  # completed: nothing asked
-    completed = decide_answer(book, "h2", WALK, arrived_at=ANSWERED_AT)
+    completed = answering.decide(book, "h2", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(completed, Refusal) and completed.code is RefusalCode.NOT_ANSWERABLE
 
 
 def test_a_closed_question_or_one_followed_up_by_hand_takes_no_answer() -> None:
     book = asked_book()
     follow_up = HelperRequest(owner="anna", helper_id="h2", task="walk", model="m", follow_up="h1")
-    decision = decide_admission(book, follow_up)
-    assert isinstance(decision, Admit)
-    apply_admission(book, follow_up, decision, T0, HARD_MS)
-    refusal = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    decision = admission.decide(book, follow_up)
+    assert isinstance(decision, admission.Admit)
+    admission.take(book, follow_up, decision, T0, HARD_MS)
+    refusal = answering.decide(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
     assert "h2" in refusal.message
     closed = asked_book()
-    apply_closed_by_coordinator(closed, "h1")
-    refusal = decide_answer(closed, "h1", WALK, arrived_at=ANSWERED_AT)
+    closing.close_row(closed, "h1")
+    refusal = answering.decide(closed, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
 
 
 def test_a_plain_text_question_takes_free_text_under_the_id_question() -> None:
     book = asked_book(choices=None)
-    assert book.entries["h1"].asked is not None and book.entries["h1"].asked.question_id == PLAIN_QUESTION_ID
-    option = decide_answer(
-        book, "h1", OwnerAnswer(question_id=PLAIN_QUESTION_ID, option_id="walk"), arrived_at=ANSWERED_AT
+    assert book.entries["h1"].asked is not None and book.entries["h1"].asked.question_id == answering.PLAIN_QUESTION_ID
+    option = answering.decide(
+        book, "h1", OwnerAnswer(question_id=answering.PLAIN_QUESTION_ID, option_id="walk"), arrived_at=ANSWERED_AT
     )
     assert isinstance(option, Refusal) and option.code is RefusalCode.NOT_OFFERED
-    follow = take(book, OwnerAnswer(question_id=PLAIN_QUESTION_ID, text="Friday at seven"))
+    follow = take(book, OwnerAnswer(question_id=answering.PLAIN_QUESTION_ID, text="Friday at seven"))
     assert follow is not None and "Friday at seven" in follow.task
 
 
@@ -1041,17 +1005,17 @@ def test_the_follow_up_task_is_in_the_owner_language() -> None:
     """R32: the follow-up's task, like the refusals, is in the owner's language."""
     book = book_of()
     ru = request("h1", language="ru")
-    decision = decide_admission(book, ru)
-    assert isinstance(decision, Admit)
-    apply_admission(book, ru, decision, T0, HARD_MS)
-    grant_slots(book, T0)
-    asked = asked_of(OutcomeKind.QUESTION, choices=VENUE, authorization_action=None, model="m", boundary=())
-    apply_finished(
+    decision = admission.decide(book, ru)
+    assert isinstance(decision, admission.Admit)
+    admission.take(book, ru, decision, T0, HARD_MS)
+    slots.grant(book, T0)
+    asked = answering.asked_of(OutcomeKind.QUESTION, choices=VENUE, authorization_action=None, model="m", boundary=())
+    slots.finished(
         book, FinishedNotice(helper_id="h1", kind=OutcomeKind.QUESTION, generation=3, finished_at=T0, asked=asked)
     )
     follow = take(book, WALK)
     assert follow is not None and follow.language == "ru" and "Владелец ответил" in follow.task
-    refusal = decide_answer(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
+    refusal = answering.decide(book, "h1", OwnerAnswer(question_id="date", option_id="walk"), arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and "не задавал" in refusal.message
 
 
@@ -1060,9 +1024,9 @@ def test_an_answer_whose_follow_up_is_refused_is_not_recorded_and_can_be_given_a
     book = asked_book(max_open=2)
     admit(book, "h2")
     admit(book, "h3")
-    follow = follow_up_request(book, book.entries["h1"], WALK)
+    follow = answering.follow_up_request(book, book.entries["h1"], WALK)
     assert follow is not None
-    refusal = decide_admission(book, follow)
+    refusal = admission.decide(book, follow)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.TOO_MANY_OPEN
     assert book.entries["h1"].answer is None
     finish(book, "h2")
@@ -1071,38 +1035,43 @@ def test_an_answer_whose_follow_up_is_refused_is_not_recorded_and_can_be_given_a
 
 def test_withdrawing_an_answer_whose_follow_up_was_not_written_lets_it_be_given_again() -> None:
     book = asked_book()
-    decision = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    decision = answering.decide(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert decision is None
-    record_answer(book, "h1", WALK)
-    withdraw_answer(book, "h1")
-    assert decide_answer(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT) is None
+    answering.record(book, "h1", WALK)
+    answering.withdraw(book, "h1")
+    assert (
+        answering.decide(book, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT) is None
+    )
 
 
 def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_boundary() -> None:
     """R41, R49: the granted item is a boundary item; the earlier items stay."""
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, boundary=("send_mail to anna@example.com",))
-    grant = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT)
+    grant = OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT)
     follow = take(book, grant)
     assert follow is not None
     assert follow.boundary == ("send_mail to anna@example.com", "send_mail to bob@example.com")
     assert "send_mail to bob@example.com" in follow.task
-    again = decide_answer(
-        book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY), arrived_at=ANSWERED_AT
+    again = answering.decide(
+        book,
+        "h1",
+        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
+        arrived_at=ANSWERED_AT,
     )
-    assert isinstance(again, Repeated) and not again.same
+    assert isinstance(again, answering.Repeated) and not again.same
 
 
 def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
-    deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY)
-    assert decide_answer(book, "h1", deny, arrived_at=ANSWERED_AT) is None
+    deny = OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
+    assert answering.decide(book, "h1", deny, arrived_at=ANSWERED_AT) is None
     entry = book.entries["h1"]
-    assert follow_up_request(book, entry, deny) is None
-    record_answer(book, "h1", deny)
+    assert answering.follow_up_request(book, entry, deny) is None
+    answering.record(book, "h1", deny)
     generation = entry.generation
-    assert apply_deny(book, entry, T0)
+    assert answering.deny(book, entry, T0)
     assert entry.state is RowState.DELIVERED and entry.generation == generation + 1
-    assert not apply_deny(book, entry, T0)  # delivered already: nothing to write
+    assert not answering.deny(book, entry, T0)  # delivered already: nothing to write
     assert list(book.entries) == ["h1"]
 
 
@@ -1117,15 +1086,21 @@ def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
 )
 def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: str) -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=action)
-    refusal = decide_answer(
-        book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT), arrived_at=ANSWERED_AT
+    refusal = answering.decide(
+        book,
+        "h1",
+        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT),
+        arrived_at=ANSWERED_AT,
     )
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.GRANT_REFUSED
     assert why in refusal.message
     # deny is still possible
     assert (
-        decide_answer(
-            book, "h1", OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY), arrived_at=ANSWERED_AT
+        answering.decide(
+            book,
+            "h1",
+            OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
+            arrived_at=ANSWERED_AT,
         )
         is None
     )
@@ -1134,26 +1109,26 @@ def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: s
 def test_an_authorization_takes_only_grant_or_deny() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
     for answer in (
-        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id="yes"),
-        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, text="yes please"),
+        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id="yes"),
+        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, text="yes please"),
     ):
-        refusal = decide_answer(book, "h1", answer, arrived_at=ANSWERED_AT)
+        refusal = answering.decide(book, "h1", answer, arrived_at=ANSWERED_AT)
         assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_OFFERED
 
 
 def test_a_helper_id_taken_by_another_helper_refuses_the_answer() -> None:
     book = asked_book()
     admit(book, "h1.answer")
-    refusal = decide_answer(book, "h1", WALK, arrived_at=ANSWERED_AT)
+    refusal = answering.decide(book, "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_ANSWERABLE
 
 
 @pytest.mark.parametrize("helper_id", ["h", "a" * 57, "a" * 58, "b" * 64])
 def test_the_follow_up_id_is_a_valid_helper_id_derived_from_the_question(helper_id: str) -> None:
-    derived = answer_helper_id(helper_id)
-    assert len(derived) <= 64 and derived == answer_helper_id(helper_id)
+    derived = answering.answer_helper_id(helper_id)
+    assert len(derived) <= 64 and derived == answering.answer_helper_id(helper_id)
     assert derived.startswith(helper_id[:40]) and ".answer" in derived
-    assert answer_helper_id("b" * 63 + "c") != answer_helper_id("b" * 64)
+    assert answering.answer_helper_id("b" * 63 + "c") != answering.answer_helper_id("b" * 64)
 
 
 @pytest.mark.parametrize(
@@ -1171,7 +1146,7 @@ def test_the_follow_up_id_is_a_valid_helper_id_derived_from_the_question(helper_
     ],
 )
 def test_answer_problems_name_what_is_wrong(answer: OwnerAnswer, problem: str) -> None:
-    problems = answer_problems(answer)
+    problems = answering.answer_problems(answer)
     assert problems and problem in "; ".join(problems)
 
 
@@ -1180,8 +1155,8 @@ def test_the_answer_and_what_was_asked_survive_the_book_s_round_trip() -> None:
     book = asked_book()
     take(book, WALK)
     carried = OwnerBook.model_validate_json(book.model_dump_json())
-    again = decide_answer(carried, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT)
-    assert isinstance(again, Repeated) and again.entry.answer == WALK
+    again = answering.decide(carried, "h1", OwnerAnswer(question_id="venue", option_id="taxi"), arrived_at=ANSWERED_AT)
+    assert isinstance(again, answering.Repeated) and again.entry.answer == WALK
 
 
 def test_a_book_without_the_answer_fields_still_reads() -> None:
@@ -1198,10 +1173,10 @@ def test_a_request_for_another_owner_is_refused_in_its_language_and_changes_noth
     book = asked_book()
     before = book.model_dump()
     stray = HelperRequest(owner="boris", helper_id="h9", task="task", model="m", language="ru")
-    judged = judge_admission(book, stray)
+    judged = admission.judge(book, stray)
     assert isinstance(judged, Refusal) and judged.code is RefusalCode.WRONG_OWNER
     assert judged.message == text("refused.wrong_owner", "ru", owner="anna", asked="boris")
-    answered = judge_answer(book, "boris", "h1", WALK, arrived_at=ANSWERED_AT)
+    answered = answering.judge(book, "boris", "h1", WALK, arrived_at=ANSWERED_AT)
     assert isinstance(answered, Refusal) and answered.code is RefusalCode.WRONG_OWNER
     assert book.model_dump() == before
 
@@ -1210,11 +1185,11 @@ def test_the_judgements_check_what_a_raw_client_sends() -> None:
     """R40: an answer out of its bounds and a close of a malformed id are invalid requests, judged before the book."""
     book = asked_book()
     both = OwnerAnswer(question_id="venue", option_id="walk", text="walk")
-    judged = judge_answer(book, book.owner, "h1", both, arrived_at=ANSWERED_AT)
+    judged = answering.judge(book, book.owner, "h1", both, arrived_at=ANSWERED_AT)
     assert isinstance(judged, Refusal) and judged.code is RefusalCode.INVALID_REQUEST
     assert "exactly one of option_id and text" in judged.message
-    closing = judge_close(book, "../h1")
-    assert isinstance(closing, Refusal) and closing.code is RefusalCode.INVALID_REQUEST
+    close = closing.judge(book, "../h1")
+    assert isinstance(close, Refusal) and close.code is RefusalCode.INVALID_REQUEST
     assert book.entries["h1"].state is RowState.UNREPORTED
 
 
@@ -1224,9 +1199,9 @@ def test_a_follow_up_or_an_answer_of_a_helper_still_working_waits_for_its_notice
     book = book_of()
     admit(book, "h1")
     follow = HelperRequest(owner="anna", helper_id="h2", task="go on", model="m", follow_up="h1")
-    assert isinstance(judge_admission(book, follow), AwaitEarlier)
-    assert isinstance(judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT), AwaitEarlier)
-    refused = judge_admission(book, follow, waited=True)
+    assert isinstance(admission.judge(book, follow), AwaitEarlier)
+    assert isinstance(answering.judge(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT), AwaitEarlier)
+    refused = admission.judge(book, follow, waited=True)
     assert isinstance(refused, Refusal) and refused.code is RefusalCode.NOT_FOLLOWABLE
-    answered = judge_answer(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT, waited=True)
+    answered = answering.judge(book, book.owner, "h1", WALK, arrived_at=ANSWERED_AT, waited=True)
     assert isinstance(answered, Refusal) and answered.code is RefusalCode.NOT_ANSWERABLE

@@ -26,49 +26,20 @@ from hypothesis.stateful import (
 
 from contracts.core_api import QuestionChoices, QuestionOption
 from domain.book import (
-    AUTHORIZATION_QUESTION_ID,
-    DENY,
-    GRANT,
-    OFFER_GIVE_UP,
-    Admit,
-    AlreadyAdmitted,
-    CloseAction,
     Entry,
     EventState,
     FinishedNotice,
-    OfferOutcome,
     OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
-    Repeated,
-    answer_helper_id,
-    apply_admission,
-    apply_closed_by_coordinator,
-    apply_closed_by_helper,
-    apply_delivered,
-    apply_deny,
-    apply_event_delivered,
-    apply_finished,
-    apply_offer_result,
-    apply_read,
-    asked_of,
-    decide_admission,
-    decide_answer,
-    decide_close,
-    decide_read,
-    event_due,
-    expire_leases,
-    expired_leases,
-    expired_rows,
-    follow_up_request,
-    grant_slots,
-    next_event,
-    next_wakeup,
-    record_answer,
-    remove_entries,
-    request_close,
-    start_offer,
+    admission,
+    answering,
+    closing,
+    delivery,
+    outbox,
+    retention,
+    slots,
 )
 from domain.limits import Policy
 from domain.outcome import OutcomeKind
@@ -141,8 +112,8 @@ ANSWERS = [
     OwnerAnswer(question_id="venue", text="near the river"),
     OwnerAnswer(question_id="date", option_id="walk"),
     OwnerAnswer(question_id="question", text="Friday"),
-    OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=GRANT),
-    OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY),
+    OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT),
+    OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
 ]
 
 
@@ -182,7 +153,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
     def _grant(self, admitting: str | None = None) -> list[str]:
         """The coordinator's `_hand_out_slots`: grant, and remember the order of grants."""
         holders_before = self._holders()
-        granted = grant_slots(self.book, self.now)
+        granted = slots.grant(self.book, self.now)
         for helper_id in granted:
             entry = self.book.entries[helper_id]
             if helper_id != admitting:
@@ -194,7 +165,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
 
     def _finish(self, helper_id: str, kind: OutcomeKind, generation_step: int) -> None:
         entry = self.book.entries[helper_id]
-        asked = asked_of(
+        asked = answering.asked_of(
             kind,
             choices=CHOICES if entry.seq % 2 else None,
             authorization_action="send_mail to bob@example.com",
@@ -208,7 +179,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             finished_at=self.now,
             asked=asked,
         )
-        applied = apply_finished(self.book, notice)
+        applied = slots.finished(self.book, notice)
         assert applied is entry
         assert not entry.helper_writes and not entry.holds_slot and helper_id not in self.book.queue
         expected = RowState.CLOSED if kind is OutcomeKind.CLOSED else RowState.UNREPORTED
@@ -223,7 +194,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             assert entry.state in (RowState.DELIVERED, RowState.CLOSED), entry
             assert not entry.helper_writes and not entry.holds_slot, entry
             assert helper_id not in self.book.queue
-        remove_entries(self.book, helper_ids)
+        retention.forget(self.book, helper_ids)
         for helper_id in helper_ids:
             assert helper_id not in self.book.entries
             assert all(helper_id not in ids for ids in self.book.turn_reads.values())
@@ -317,8 +288,8 @@ class OwnerBookMachine(RuleBasedStateMachine):
         )
         needed = max(0, rows_before + 1 + reserve - policy.max_rows)
         before = book.model_dump()
-        decision = decide_admission(book, request)
-        assert not isinstance(decision, AlreadyAdmitted)
+        decision = admission.decide(book, request)
+        assert not isinstance(decision, admission.AlreadyAdmitted)
         if isinstance(decision, Refusal):
             STEPS.saw(f"refused {decision.code.value}")
             assert book.model_dump() == before, "a refusal changes nothing"
@@ -341,7 +312,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             assert out.evictable and out.goal_id is None
             assert out.state in (RowState.DELIVERED, RowState.CLOSED)
         STEPS.saw("evicted at admission", len(decision.evict))
-        apply_admission(book, request, decision, self.now, hard_ceiling_ms)
+        admission.take(book, request, decision, self.now, hard_ceiling_ms)
         STEPS.saw("goal check admitted" if goal else "owner helper admitted")
         for helper_id_out in decision.evict:
             assert helper_id_out not in book.entries
@@ -365,16 +336,16 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self.next_id += 1
         request = HelperRequest(owner="anna", helper_id=helper_id, task="the answer", model="m", follow_up=earlier_id)
         before = book.model_dump()
-        decision = decide_admission(book, request)
+        decision = admission.decide(book, request)
         if isinstance(decision, Refusal):
             assert book.model_dump() == before, "a refusal changes nothing"
             assert decision.code in (RefusalCode.TOO_MANY_OPEN, RefusalCode.ROWS_FULL), decision
             STEPS.saw(f"follow-up refused {decision.code.value}")
             return
-        assert isinstance(decision, Admit), decision
+        assert isinstance(decision, admission.Admit), decision
         assert earlier_id not in decision.evict
         was_unreported = earlier.state is RowState.UNREPORTED
-        apply_admission(book, request, decision, self.now, 2_820_000)
+        admission.take(book, request, decision, self.now, 2_820_000)
         later = book.entries[helper_id]
         assert (later.follow_up_of, earlier.followed_up_by) == (earlier_id, helper_id)
         assert earlier.state is RowState.DELIVERED
@@ -394,8 +365,8 @@ class OwnerBookMachine(RuleBasedStateMachine):
         chosen = earlier[which % len(earlier)]
         before = self.book.model_dump()
         request = HelperRequest(owner="anna", helper_id="another", task="t", model="m", follow_up=chosen.helper_id)
-        decision = decide_admission(self.book, request)
-        assert isinstance(decision, AlreadyAdmitted) and decision.entry.helper_id == chosen.followed_up_by
+        decision = admission.decide(self.book, request)
+        assert isinstance(decision, admission.AlreadyAdmitted) and decision.entry.helper_id == chosen.followed_up_by
         assert self.book.model_dump() == before
         STEPS.saw("follow-up answered with the first")
 
@@ -411,7 +382,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         chosen = others[which % len(others)]
         before = self.book.model_dump()
         request = HelperRequest(owner="anna", helper_id="another", task="t", model="m", follow_up=chosen.helper_id)
-        decision = decide_admission(self.book, request)
+        decision = admission.decide(self.book, request)
         assert isinstance(decision, Refusal) and decision.code is RefusalCode.NOT_FOLLOWABLE, (chosen, decision)
         assert self.book.model_dump() == before
         STEPS.saw("follow-up refused as not followable")
@@ -426,8 +397,8 @@ class OwnerBookMachine(RuleBasedStateMachine):
         existing = self.book.entries[helper_id]
         before = self.book.model_dump()
         request = HelperRequest(owner="anna", helper_id=helper_id, task="again", model="m", goal_id=existing.goal_id)
-        decision = decide_admission(self.book, request)
-        assert isinstance(decision, AlreadyAdmitted) and decision.entry is existing
+        decision = admission.decide(self.book, request)
+        assert isinstance(decision, admission.AlreadyAdmitted) and decision.entry is existing
         assert self.book.model_dump() == before
 
     @precondition(lambda self: bool(self._running_helpers()))
@@ -451,7 +422,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         notice = FinishedNotice(
             helper_id=helper_id, kind=kind, generation=entry.generation + 1, finished_at=self.now, slot_held=True
         )
-        assert apply_finished(self.book, notice) is entry
+        assert slots.finished(self.book, notice) is entry
         assert not entry.helper_writes and entry.holds_slot and entry.finding_lost_session
         assert helper_id not in self._open() and helper_id not in self.book.open_ids()
         assert entry.state in (RowState.UNREPORTED, RowState.CLOSED) and entry.outcome_kind is kind
@@ -472,7 +443,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             generation=entry.generation,
             finished_at=entry.finished_at,
         )
-        assert apply_finished(self.book, notice) is entry
+        assert slots.finished(self.book, notice) is entry
         assert not entry.holds_slot and not entry.finding_lost_session
         self._grant()
         STEPS.saw("slot freed after the lost session's search")
@@ -508,7 +479,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         entry = self.book.entries[helper_id]
         if entry.state is RowState.RUNNING:
             held = entry.holds_slot
-            assert apply_closed_by_helper(self.book, helper_id) is entry
+            assert slots.closed_by_helper(self.book, helper_id) is entry
             assert self.book.entries[helper_id].state is RowState.CLOSED
             assert helper_id not in self._open() and helper_id not in self.book.open_ids(), (
                 "a closed helper is not open"
@@ -536,7 +507,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             finished_at=self.now,
             slot_held=self.book.entries[helper_id].finding_lost_session,
         )
-        assert apply_finished(self.book, notice) is None
+        assert slots.finished(self.book, notice) is None
         assert self._grant() == []
         assert self.book.model_dump() == before
 
@@ -546,7 +517,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self._step()
         ids = {"any": self._ids(), "finished": sorted(self._finished()), "unknown": []}[target_rows]
         if target_rows == "unknown" or not ids:
-            refusal = decide_close(self.book, "nobody")
+            refusal = closing.decide(self.book, "nobody")
             assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.UNKNOWN_HELPER
             return
         self._close(ids[which % len(ids)])
@@ -585,10 +556,10 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self._step()
         event = self.book.event
         assert event is not None
-        assert decide_read(self.book, event.helper_ids) is None
-        apply_read(self.book, "turn-all", event.helper_ids)
+        assert delivery.decide_read(self.book, event.helper_ids) is None
+        delivery.read(self.book, "turn-all", event.helper_ids)
         self._answer("turn-all")
-        assert (self.book.event is None and not event_due(self.book)) or next_event(self.book) is not event
+        assert (self.book.event is None and not outbox.due(self.book)) or outbox.next_event(self.book) is not event
 
     @precondition(lambda self: any(e.state is RowState.DELIVERED for e in self.book.entries.values()))
     @rule(which=pick)
@@ -601,20 +572,20 @@ class OwnerBookMachine(RuleBasedStateMachine):
     def _close(self, helper_id: str) -> None:
         entry = self.book.entries[helper_id]
         state, goal = entry.state, entry.goal_id
-        action = decide_close(self.book, helper_id)
+        action = closing.decide(self.book, helper_id)
         if entry.helper_writes:
-            assert action is CloseAction.FORWARD_TO_HELPER
+            assert action is closing.CloseAction.FORWARD_TO_HELPER
             first = not entry.close_requested
-            assert request_close(self.book, helper_id) is first, "the helper is signalled once"
-            assert entry.close_requested and request_close(self.book, helper_id) is False
+            assert closing.request(self.book, helper_id) is first, "the helper is signalled once"
+            assert entry.close_requested and closing.request(self.book, helper_id) is False
             self.close_requested.add(helper_id)
         elif state is RowState.UNREPORTED or (state is RowState.DELIVERED and (goal is not None or entry.holds_slot)):
             # A delivered row whose helper still holds its slot (finding a lost session, R38) is closed, not
             # removed: it leaves with retention once the slot is free.
-            assert action is CloseAction.WRITE_CLOSED
+            assert action is closing.CloseAction.WRITE_CLOSED
             generation = entry.generation
             event_before = self.book.event
-            apply_closed_by_coordinator(self.book, helper_id)
+            closing.close_row(self.book, helper_id)
             STEPS.saw(f"coordinator closed a {state.value} row")
             assert entry.state is RowState.CLOSED and entry.generation == generation + 1
             assert entry.keep_until == (entry.finished_at or entry.admitted_at) + timedelta(
@@ -627,11 +598,11 @@ class OwnerBookMachine(RuleBasedStateMachine):
                 assert event_before.helper_ids == [], "only an event left with nothing to say is withdrawn"
                 STEPS.saw("event withdrawn by a close")
         elif state is RowState.DELIVERED:
-            assert action is CloseAction.REMOVE
+            assert action is closing.CloseAction.REMOVE
             STEPS.saw("removed on close")
             self._remove([helper_id])
         else:
-            assert state is RowState.CLOSED and action is CloseAction.NOTHING
+            assert state is RowState.CLOSED and action is closing.CloseAction.NOTHING
 
     @precondition(lambda self: any(e.asked is not None for e in self.book.entries.values()))
     @rule(which=pick, answer=st.sampled_from(ANSWERS) | st.none(), second=st.integers(0, 1))
@@ -654,20 +625,31 @@ class OwnerBookMachine(RuleBasedStateMachine):
         waiting = sorted(e.helper_id for e in self.book.entries.values() if _answerable(e))
         entry = self.book.entries[waiting[which % len(waiting)]]
         assert entry.asked is not None
-        if entry.asked.question_id == AUTHORIZATION_QUESTION_ID:
+        if entry.asked.question_id == answering.AUTHORIZATION_QUESTION_ID:
             # Denied and granted in turn, so that both are reached however rarely a wait is answered here.
             self.authorizations_answered += 1
             denied = self.authorizations_answered % 2 == 1
-            answer = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=DENY if denied else GRANT)
+            answer = OwnerAnswer(
+                question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY if denied else answering.GRANT
+            )
         else:
             answer = self._fitting_answer(entry, second % 2)
         self._take_owner_answer(entry.helper_id, answer)
 
+    @precondition(lambda self: any(_waits_for_authorization(e) for e in self.book.entries.values()))
+    @rule(which=pick)
+    def owner_denies(self, which: int) -> None:
+        """R49: the owner denies an authorization wait: its outcome is delivered and nothing starts."""
+        self._step()
+        waiting = sorted(e.helper_id for e in self.book.entries.values() if _waits_for_authorization(e))
+        denial = OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
+        self._take_owner_answer(waiting[which % len(waiting)], denial)
+
     def _take_owner_answer(self, helper_id: str, answer: OwnerAnswer) -> None:
         entry = self.book.entries[helper_id]
         before = self.book.model_dump()
-        decision = decide_answer(self.book, helper_id, answer, arrived_at=self.now)
-        if isinstance(decision, Repeated):
+        decision = answering.decide(self.book, helper_id, answer, arrived_at=self.now)
+        if isinstance(decision, answering.Repeated):
             assert entry.answer is not None and decision.same == (entry.answer == answer)
             STEPS.saw("answer repeated")
             return
@@ -676,24 +658,24 @@ class OwnerBookMachine(RuleBasedStateMachine):
             STEPS.saw("answer refused")
             return
         assert entry.answer is None and entry.followed_up_by is None and not entry.state.is_open
-        follow = follow_up_request(self.book, entry, answer)
+        follow = answering.follow_up_request(self.book, entry, answer)
         if follow is None:
-            assert answer.option_id == DENY
-            record_answer(self.book, helper_id, answer)
-            apply_deny(self.book, entry, self.now)
+            assert answer.option_id == answering.DENY
+            answering.record(self.book, helper_id, answer)
+            answering.deny(self.book, entry, self.now)
             assert entry.state is not RowState.UNREPORTED
             STEPS.saw("answer denied")
             self._answer_again(entry, answer)
             return
-        admission = decide_admission(self.book, follow)
-        assert not isinstance(admission, AlreadyAdmitted)
-        if isinstance(admission, Refusal):
+        admitted = admission.decide(self.book, follow)
+        assert not isinstance(admitted, admission.AlreadyAdmitted)
+        if isinstance(admitted, Refusal):
             assert self.book.model_dump() == before, "an answer whose follow-up is refused is not recorded"
             STEPS.saw("answer refused by admission")  # rare here; test_owner_book checks it by name
             return
-        record_answer(self.book, helper_id, answer)
-        apply_admission(self.book, follow, admission, self.now, 2_820_000)
-        assert entry.followed_up_by == follow.helper_id == answer_helper_id(helper_id)
+        answering.record(self.book, helper_id, answer)
+        admission.take(self.book, follow, admitted, self.now, 2_820_000)
+        assert entry.followed_up_by == follow.helper_id == answering.answer_helper_id(helper_id)
         self._grant(admitting=follow.helper_id)
         STEPS.saw("answer taken")
         self._answer_again(entry, answer)
@@ -702,11 +684,11 @@ class OwnerBookMachine(RuleBasedStateMachine):
         """Two answers at once: the second, the same or another, gets the first back and changes nothing."""
         before = self.book.model_dump()
         for again in (first, *(a for a in ANSWERS if a.question_id == first.question_id and a != first)):
-            decision = decide_answer(self.book, entry.helper_id, again, arrived_at=self.now)
+            decision = answering.decide(self.book, entry.helper_id, again, arrived_at=self.now)
             if isinstance(decision, Refusal):  # what the question never took is refused, answered or not
                 assert again != first and decision.code in (RefusalCode.NOT_OFFERED, RefusalCode.GRANT_REFUSED)
                 continue
-            assert isinstance(decision, Repeated) and decision.entry.answer == first
+            assert isinstance(decision, answering.Repeated) and decision.entry.answer == first
             assert decision.same == (again == first)
         assert self.book.model_dump() == before
         STEPS.saw("answer repeated")
@@ -720,13 +702,13 @@ class OwnerBookMachine(RuleBasedStateMachine):
     def _read(self, turn: str, which: list[int]) -> list[str]:
         unreported = sorted(self._unreported())
         chosen = sorted({unreported[w % len(unreported)] for w in which}) if unreported else []
-        assert decide_read(self.book, chosen) is None
+        assert delivery.decide_read(self.book, chosen) is None
         reads_before = list(self.book.turn_reads.get(turn, []))
-        reads = apply_read(self.book, turn, chosen)
+        reads = delivery.read(self.book, turn, chosen)
         assert reads == reads_before + [h for h in chosen if h not in reads_before]
         others = [h for h in self._ids() if h not in unreported]
         if others:
-            refusal = decide_read(self.book, [others[0]])
+            refusal = delivery.decide_read(self.book, [others[0]])
             assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_UNREPORTED
         return chosen
 
@@ -761,7 +743,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         expected = [h for h in reads if h in self.book.entries and self.book.entries[h].state is RowState.UNREPORTED]
         event_before = self.book.event
         announced = list(event_before.helper_ids) if event_before is not None else []
-        delivered = apply_delivered(self.book, turn, self.now)
+        delivered = delivery.deliver(self.book, turn, self.now)
         if event_before is not None and event_before.state is not EventState.DELIVERED:
             if self.book.event is None:
                 assert set(announced) <= set(expected), "only an event none of whose outcomes is unreported goes"
@@ -789,42 +771,68 @@ class OwnerBookMachine(RuleBasedStateMachine):
         evidence; otherwise offered again, and given up after an hour (its outcomes stay unreported). An event
         whose outcomes a turn read and delivered while it was offered is not offered again."""
         self._step()
-        if not event_due(self.book):
-            assert next_event(self.book) is None or self.book.event is not None
+        if not outbox.due(self.book):
+            assert outbox.next_event(self.book) is None or self.book.event is not None
             return
-        event = next_event(self.book)
+        event = outbox.next_event(self.book)
         assert event is not None
-        start_offer(event, self.now)
+        outbox.start_offer(event, self.now)
         offered = event.model_copy()
         assert offered.state is EventState.ATTEMPTING and event.first_offered_at is not None
         first_offered_at = event.first_offered_at
         attempts = event.attempts
         self.now += timedelta(minutes=minutes)
-        if delivered_meanwhile and decide_read(self.book, event.helper_ids) is None:
-            apply_read(self.book, "turn-meanwhile", event.helper_ids)
+        if delivered_meanwhile and delivery.decide_read(self.book, event.helper_ids) is None:
+            delivery.read(self.book, "turn-meanwhile", event.helper_ids)
             self._answer("turn-meanwhile")
         withdrawn = self.book.event is not event
-        outcome = apply_offer_result(
-            self.book, event, state, f"receipt-{event.key}" if receipt else None, "busy", self.now, OFFER_GIVE_UP
+        outcome = outbox.record_offer(
+            self.book, event, state, f"receipt-{event.key}" if receipt else None, "busy", self.now, outbox.OFFER_GIVE_UP
         )
         assert event.attempts == attempts + 1
         if withdrawn:
-            assert outcome is OfferOutcome.WITHDRAWN and self.book.event is None
+            assert outcome is outbox.OfferOutcome.WITHDRAWN and self.book.event is None
             assert (event.key in self.book.withdrawn) is not (state is EventState.DELIVERED and receipt)
             STEPS.saw("event withdrawn while offered")
         elif state is EventState.DELIVERED and receipt:
-            assert outcome is OfferOutcome.DELIVERED and event.state is EventState.DELIVERED
+            assert outcome is outbox.OfferOutcome.DELIVERED and event.state is EventState.DELIVERED
             STEPS.saw("event delivered")
-        elif self.now - first_offered_at >= OFFER_GIVE_UP:
-            assert outcome is OfferOutcome.GIVEN_UP and self.book.event is None
+        elif self.now - first_offered_at >= outbox.OFFER_GIVE_UP:
+            assert outcome is outbox.OfferOutcome.GIVEN_UP and self.book.event is None
             for helper_id in event.helper_ids:
                 entry = self.book.entries.get(helper_id)
                 assert entry is None or entry.announced, "a given-up event's outcomes are not offered again"
             STEPS.saw("event given up")
         else:
-            assert outcome is OfferOutcome.RETRY and event.state is not EventState.DELIVERED
-            assert self.book.event is event and event_due(self.book), "an unanswered event is offered again"
+            assert outcome is outbox.OfferOutcome.RETRY and event.state is not EventState.DELIVERED
+            assert self.book.event is event and outbox.due(self.book), "an unanswered event is offered again"
             STEPS.saw("event offered again")
+
+    @precondition(lambda self: outbox.due(self.book))
+    @rule()
+    def chat_down_past_give_up(self) -> None:
+        """R26: a chat busy or down for an hour: the event is offered again and again, then given up, and its
+        outcomes are not offered again (they stay unreported for the chat's next instruction)."""
+        self._step()
+        event = outbox.next_event(self.book)
+        assert event is not None
+        outbox.start_offer(event, self.now)
+        first_offered_at = event.first_offered_at
+        assert first_offered_at is not None
+        while True:
+            self.now += timedelta(minutes=20)
+            outcome = outbox.record_offer(
+                self.book, event, EventState.FAILED, None, "down", self.now, outbox.OFFER_GIVE_UP
+            )
+            if outcome is outbox.OfferOutcome.GIVEN_UP:
+                break
+            assert outcome is outbox.OfferOutcome.RETRY and self.now - first_offered_at < outbox.OFFER_GIVE_UP
+            outbox.start_offer(event, self.now)
+        assert self.book.event is None and self.now - first_offered_at >= outbox.OFFER_GIVE_UP
+        for helper_id in event.helper_ids:
+            entry = self.book.entries.get(helper_id)
+            assert entry is None or (entry.announced and entry.state is RowState.UNREPORTED)
+        STEPS.saw("event given up")
 
     @rule(received=st.booleans())
     def chat_outbox(self, received: bool) -> None:
@@ -836,7 +844,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             for e in sorted(self.book.entries.values(), key=lambda e: e.seq)
             if e.state is RowState.UNREPORTED and not e.announced
         ]
-        event = next_event(self.book)
+        event = outbox.next_event(self.book)
         if not in_flight:
             if not pending:
                 assert event is None
@@ -844,7 +852,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             assert event is not None and event.helper_ids == pending and event.state is EventState.PENDING
         assert event is not None
         if received:
-            apply_event_delivered(self.book, f"receipt-{event.key}")
+            outbox.delivered(self.book, f"receipt-{event.key}")
             STEPS.saw("event delivered")
             assert event.state is EventState.DELIVERED
             for helper_id in event.helper_ids:
@@ -857,25 +865,25 @@ class OwnerBookMachine(RuleBasedStateMachine):
         self._step()
         self._expire(self.now + timedelta(minutes=minutes))
 
-    @precondition(lambda self: next_wakeup(self.book) is not None)
+    @precondition(lambda self: retention.next_wakeup(self.book) is not None)
     @rule(helpers_finish_first=st.sampled_from([True, True, True, False]))
     def wakeup_fires(self, helpers_finish_first: bool) -> None:
         """R8, R29: the coordinator's one timer fires exactly at the next wakeup. Helpers usually finish
         before their lease ends, so most of the time this is the next retention expiry."""
         self._step()
-        moment = next_wakeup(self.book)
+        moment = retention.next_wakeup(self.book)
         assert moment is not None
-        retention = [e.keep_until for e in self.book.entries.values() if e.keep_until and not e.helper_writes]
-        if helpers_finish_first and retention:
-            assert min(retention) >= moment
-            moment = min(retention)
+        expiries = [e.keep_until for e in self.book.entries.values() if e.keep_until and not e.helper_writes]
+        if helpers_finish_first and expiries:
+            assert min(expiries) >= moment
+            moment = min(expiries)
         self._expire(max(moment, self.now))
 
     def _expire(self, now: datetime) -> None:
         """What the coordinator's timer does: take back ended leases, pass the slots on, remove expired rows."""
         self.now = now
-        ending = {h: self.book.entries[h].lease_until for h in expired_leases(self.book, now)}
-        released = expire_leases(self.book, now)
+        ending = {h: self.book.entries[h].lease_until for h in slots.expired_leases(self.book, now)}
+        released = slots.expire_leases(self.book, now)
         assert sorted(released) == sorted(ending)
         for helper_id in released:
             lease_until = ending[helper_id]
@@ -883,7 +891,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
             assert not self.book.entries[helper_id].holds_slot
             STEPS.saw("lease ended")
         self._grant()
-        expired = expired_rows(self.book, now)
+        expired = retention.expired(self.book, now)
         for helper_id in expired:
             keep_until = self.book.entries[helper_id].keep_until
             assert keep_until is not None and keep_until <= now
@@ -941,8 +949,10 @@ class OwnerBookMachine(RuleBasedStateMachine):
         """An answer to what the entry asked (valid unless its state refuses it): an option, free text, grant, deny."""
         assert entry.asked is not None
         question_id = entry.asked.question_id
-        if question_id == AUTHORIZATION_QUESTION_ID:
-            return OwnerAnswer(question_id=question_id, option_id=DENY if (entry.seq + second) % 3 == 0 else GRANT)
+        if question_id == answering.AUTHORIZATION_QUESTION_ID:
+            return OwnerAnswer(
+                question_id=question_id, option_id=answering.DENY if (entry.seq + second) % 3 == 0 else answering.GRANT
+            )
         if entry.asked.choices is None:
             return OwnerAnswer(question_id=question_id, text="Friday")
         return OwnerAnswer(question_id=question_id, option_id=entry.asked.choices.options[second].id)
@@ -956,10 +966,10 @@ class OwnerBookMachine(RuleBasedStateMachine):
                 continue
             assert entry.asked is not None and entry.answer.question_id == entry.asked.question_id
             assert entry.state is not RowState.UNREPORTED
-            if entry.answer.option_id == DENY:
-                assert entry.followed_up_by != answer_helper_id(entry.helper_id)
+            if entry.answer.option_id == answering.DENY:
+                assert entry.followed_up_by != answering.answer_helper_id(entry.helper_id)
             else:
-                assert entry.followed_up_by == answer_helper_id(entry.helper_id)
+                assert entry.followed_up_by == answering.answer_helper_id(entry.helper_id)
 
     @invariant()
     def an_event_announces_only_unreported_outcomes(self) -> None:
@@ -989,6 +999,14 @@ class OwnerBookMachine(RuleBasedStateMachine):
                 assert entry.outcome_kind is not None and entry.finished_at is not None
         for helper_id in self.book.queue:
             assert self.book.entries[helper_id].state is RowState.WAITING
+
+
+def _waits_for_authorization(entry: Entry) -> bool:
+    return (
+        _answerable(entry)
+        and entry.asked is not None
+        and entry.asked.question_id == answering.AUTHORIZATION_QUESTION_ID
+    )
 
 
 def _answerable(entry: Entry) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from domain.book.outbox import withdraw_settled
-from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, forget_reads, unknown_helper
+from domain.book import outbox
+from domain.book.state import Entry, Judgement, OwnerBook, Refusal, RefusalCode, forget_reads, unknown_helper
 from domain.ids import check_id
 from domain.limits import kept_until
 from domain.rows import RowState
@@ -20,17 +20,17 @@ class CloseAction(StrEnum):
     ALREADY_REMOVED = "already_removed"  # closed and since removed (retention, eviction): harmless too
 
 
-def judge_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
+def judge(book: OwnerBook, helper_id: str) -> Judgement[CloseAction]:
     """The whole judgement of a close, as the coordinator's validator and its handler both make it: the helper id
-    as any input is checked (a raw client sends whatever it likes, R40), then `decide_close`."""
+    as any input is checked (a raw client sends whatever it likes, R40), then `decide`."""
     try:
         check_id("helper id", helper_id)
     except ValueError as error:
         return Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))
-    return decide_close(book, helper_id)
+    return decide(book, helper_id)
 
 
-def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
+def decide(book: OwnerBook, helper_id: str) -> Judgement[CloseAction]:
     entry = book.entries.get(helper_id)
     if entry is None and helper_id in book.recently_removed:
         return CloseAction.ALREADY_REMOVED
@@ -46,7 +46,7 @@ def decide_close(book: OwnerBook, helper_id: str) -> CloseAction | Refusal:
     return CloseAction.NOTHING
 
 
-def close_to_remove(book: OwnerBook, helper_id: str) -> Entry:
+def closed_for_removal(book: OwnerBook, helper_id: str) -> Entry:
     """A delivered row the owner closed, once its removal is done (CloseAction.REMOVE): it counts as closed, so that
     closing it again is harmless."""
     entry = book.entries[helper_id]
@@ -54,7 +54,7 @@ def close_to_remove(book: OwnerBook, helper_id: str) -> Entry:
     return entry
 
 
-def request_close(book: OwnerBook, helper_id: str) -> bool:
+def request(book: OwnerBook, helper_id: str) -> bool:
     """Note the owner's close of a helper that owns its row; True the first time (then signal the helper)."""
     entry = book.entries[helper_id]
     if entry.close_requested:
@@ -63,11 +63,11 @@ def request_close(book: OwnerBook, helper_id: str) -> bool:
     return True
 
 
-def apply_closed_by_coordinator(book: OwnerBook, helper_id: str) -> Entry:
+def close_row(book: OwnerBook, helper_id: str) -> Entry:
     entry = book.entries[helper_id]
     entry.state = RowState.CLOSED
     entry.generation += 1
     entry.keep_until = kept_until(entry.finished_at or entry.admitted_at, book.policy.keep_ms)
     forget_reads(book, [helper_id])
-    withdraw_settled(book)  # a closed outcome is no longer announced (R22)
+    outbox.withdraw_settled(book)  # a closed outcome is no longer announced (R22)
     return entry

@@ -4,7 +4,7 @@ that goes on from it.
 - What an outcome takes comes with the helper's finished notice (`asked_of`): a structured question takes one
   of its options, or free text where it allows it; a plain-text question takes free text under the id
   `question`; an authorization wait takes `grant` or `deny` under the id `authorization`.
-- The first valid answer is recorded in the book entry (`record_answer`) and is the only one: a later answer to
+- The first valid answer is recorded in the book entry (`record`) and is the only one: a later answer to
   the same question, the same or another the question takes, gets the first back and starts nothing
   (`Repeated`). An answer to
   another question than the one waiting, an option not offered, free text where none is taken, a grant whose
@@ -21,19 +21,23 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, TypeAlias
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
-from domain.book.admission import Admit, AlreadyAdmitted, AwaitEarlier, decide_admission
+from domain.book.admission import Admit, AlreadyAdmitted
+from domain.book.admission import decide as decide_admission
 from domain.book.follow_up import deliver_answered
 from domain.book.state import (
     Asked,
+    AwaitEarlier,
     Entry,
+    Judgement,
     OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
     other_owner,
+    refusal,
     still_working,
     unknown_helper,
 )
@@ -63,15 +67,16 @@ class Repeated:
     same: bool
 
 
-AnswerDecision = Repeated | Refusal | None  # None: a first, valid answer
-
-
 @dataclass(frozen=True)
 class TakeAnswer:
     """A first, valid answer: record it, then admit its follow-up as decided (None: a denial, nothing starts)."""
 
     follow_up: HelperRequest | None
     admission: Admit | None
+
+
+# Take the answer, give the first one back, or wait for the helper's finished notice.
+Verdict: TypeAlias = Repeated | TakeAnswer | AwaitEarlier
 
 
 def asked_of(
@@ -129,30 +134,30 @@ def answer_helper_id(helper_id: str) -> str:
     return check_id("helper id", derived)
 
 
-def judge_answer(
+def judge(
     book: OwnerBook, owner: str, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime, waited: bool = False
-) -> Refusal | Repeated | TakeAnswer | AwaitEarlier:
+) -> Judgement[Verdict]:
     """The whole judgement of an owner's answer, as the coordinator's validator and its handler both make it: the
     owner, the answer's own bounds (`answer_problems`), then, once the helper's finished notice is in the book or was
-    `waited` for, the answer's rules (`decide_answer`) and its follow-up's admission by the admission rules. A
+    `waited` for, the answer's rules (`decide`) and its follow-up's admission by the admission rules. A
     follow-up that would be refused refuses the answer, which is then not recorded: the owner can answer again."""
-    refusal = other_owner(book, owner, book.language)
-    if refusal is not None:
-        return refusal
+    wrong_owner = other_owner(book, owner, book.language)
+    if wrong_owner is not None:
+        return wrong_owner
     problems = answer_problems(answer)
     if problems:
         return Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems))
     if not waited and still_working(book, helper_id):
         return AwaitEarlier()
-    decision = decide_answer(book, helper_id, answer, arrived_at=arrived_at)
+    decision = decide(book, helper_id, answer, arrived_at=arrived_at)
     if decision is not None:
         return decision
     follow_up = follow_up_request(book, book.entries[helper_id], answer)
     if follow_up is None:
         return TakeAnswer(None, None)
     admission = decide_admission(book, follow_up)
-    if isinstance(admission, AlreadyAdmitted):  # excluded by decide_answer: never admits over another helper
-        return _refusal(
+    if isinstance(admission, AlreadyAdmitted):  # excluded by `decide`: never admits over another helper
+        return refusal(
             RefusalCode.NOT_ANSWERABLE,
             "refused.answer_id_taken",
             follow_up.language,
@@ -164,8 +169,8 @@ def judge_answer(
     return TakeAnswer(follow_up, admission)
 
 
-def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime) -> AnswerDecision:
-    """None for a first valid answer; `Repeated` when the question was answered already; or the refusal.
+def decide(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime) -> Judgement[Repeated | None]:
+    """None for a first valid answer (take it); `Repeated` when the question was answered already; or the refusal.
 
     `arrived_at` is when the coordinator took the answer in. One that came before the helper's outcome was decided
     (its `finished_at`) answers a question nobody could have seen, however right it is: not answerable. The
@@ -178,11 +183,11 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arriv
     language = entry.language
     asked = entry.asked
     if asked is None or entry.state.is_open:
-        return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_nothing_asked", language, helper_id=helper_id)
+        return refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_nothing_asked", language, helper_id=helper_id)
     if entry.finished_at is not None and arrived_at < entry.finished_at:
-        return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_before_asked", language, helper_id=helper_id)
+        return refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_before_asked", language, helper_id=helper_id)
     if answer.question_id != asked.question_id:
-        return _refusal(
+        return refusal(
             RefusalCode.STALE_QUESTION,
             "refused.answer_stale" if entry.answer is None else "refused.answer_stale_answered",
             language,
@@ -190,15 +195,15 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arriv
             question_id=answer.question_id,
             asked=asked.question_id,
         )
-    refusal = _offered(asked, answer, helper_id, language)
-    if refusal is not None:
-        return refusal
+    not_offered = _offered(asked, answer, helper_id, language)
+    if not_offered is not None:
+        return not_offered
     if entry.answer is not None:
         return Repeated(entry, same=entry.answer == answer)
     if entry.state is RowState.CLOSED or entry.close_requested:
-        return _refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_closed", language, helper_id=helper_id)
+        return refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_closed", language, helper_id=helper_id)
     if entry.followed_up_by is not None:
-        return _refusal(
+        return refusal(
             RefusalCode.NOT_ANSWERABLE,
             "refused.answer_followed_up",
             language,
@@ -207,7 +212,7 @@ def decide_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arriv
         )
     follow_up_id = answer_helper_id(helper_id)
     if follow_up_id in book.entries:  # a helper of that id was started by hand: the answer cannot take its place
-        return _refusal(
+        return refusal(
             RefusalCode.NOT_ANSWERABLE, "refused.answer_id_taken", language, helper_id=helper_id, follow_up=follow_up_id
         )
     return None
@@ -217,18 +222,18 @@ def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -
     """An option that was offered, free text where it is taken, a grant whose item is a boundary item (R41)."""
     if asked.question_id == AUTHORIZATION_QUESTION_ID:
         if answer.option_id not in (GRANT, DENY):
-            return _refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
+            return refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
         if answer.option_id == GRANT:
             problem = grant_problem(asked)
             if problem is not None:
-                return _refusal(
+                return refusal(
                     RefusalCode.GRANT_REFUSED, "refused.grant_unparsed", language, helper_id=helper_id, why=problem
                 )
         return None
     options = [option.id for option in asked.choices.options] if asked.choices is not None else []
     free_text = asked.choices.free_text if asked.choices is not None else True
     if answer.option_id is not None and answer.option_id not in options:
-        return _refusal(
+        return refusal(
             RefusalCode.NOT_OFFERED,
             "refused.answer_not_offered",
             language,
@@ -237,7 +242,7 @@ def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -
             options=", ".join(options) or "-",
         )
     if answer.text is not None and not free_text:
-        return _refusal(
+        return refusal(
             RefusalCode.NOT_OFFERED,
             "refused.answer_no_free_text",
             language,
@@ -296,27 +301,23 @@ def follow_up_request(book: OwnerBook, entry: Entry, answer: OwnerAnswer) -> Hel
     return request
 
 
-def record_answer(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> Entry:
-    """The first valid answer becomes the one: later answers get it back (`decide_answer`)."""
+def record(book: OwnerBook, helper_id: str, answer: OwnerAnswer) -> Entry:
+    """The first valid answer becomes the one: later answers get it back (`decide`)."""
     entry = book.entries[helper_id]
     entry.answer = answer
     return entry
 
 
-def withdraw_answer(book: OwnerBook, helper_id: str) -> None:
+def withdraw(book: OwnerBook, helper_id: str) -> None:
     """The follow-up could not be admitted after all (its write failed): the answer was not taken."""
     entry = book.entries.get(helper_id)
     if entry is not None:
         entry.answer = None
 
 
-def apply_deny(book: OwnerBook, entry: Entry, now: datetime) -> bool:
+def deny(book: OwnerBook, entry: Entry, now: datetime) -> bool:
     """A denied authorization is answered: its outcome is delivered, nothing starts. True if the row changes."""
     changed = deliver_answered(book, entry, now)
     if changed:
         entry.generation += 1
     return changed
-
-
-def _refusal(code: RefusalCode, key: str, language: str, **fields: str) -> Refusal:
-    return Refusal(code=code, message=text(key, language, **fields))
