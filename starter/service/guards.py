@@ -8,15 +8,17 @@ import hmac
 import re
 import time
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import Settings
+from contracts.http_service import BodyTooLarge, plain_error, read_capped, too_large
 from protocol.deadlines import reply_by
 from starter.service import metrics
 from starter.service.connections import Connections
 from starter.service.context import ARRIVED
 from starter.service.read_timeout import READ_TIMED_OUT
-from starter.service.replies import error_response, plain_error
+from starter.service.replies import error_response
 
 # The writes that go through the gate: start, close, answer, read, delivered.
 WRITES = re.compile(r"^/v1/owners/[^/]+/(helpers|helpers/[^/]+/(close|answer)|read|delivered)$")
@@ -44,28 +46,20 @@ class Guard:
             )
             await response(scope, receive, send)
             return
-        body = bytearray()
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        too_large = declared.isdigit() and int(declared) > self.max_body_bytes
-        while not too_large:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the caller went away before its body arrived
-            body += message.get("body", b"")
-            too_large = len(body) > self.max_body_bytes
-            if not message.get("more_body", False):
-                break
-        if too_large:
-            too_much = f"the request body is over {self.max_body_bytes} bytes (HELPER_API_MAX_BODY_BYTES)"
-            await plain_error(413, "too_large", too_much)(scope, receive, send)
+        try:
+            body = await read_capped(scope, receive, self.max_body_bytes)
+        except BodyTooLarge:
+            await too_large(self.max_body_bytes, "HELPER_API_MAX_BODY_BYTES")(scope, receive, send)
             return
+        except ClientDisconnect:
+            return  # the caller went away before its body arrived
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)

@@ -1,6 +1,7 @@
 """How a command's result or error becomes the service's reply: the console script's JSON (`starter.output`)
 with the HTTP status each kind of error carries (`protocol.errors`; the table is in docs/api.md), and the app's
-own errors (a body that is not JSON or not valid, an unknown path, a fault) in the same error object."""
+own errors (a body that is not JSON or not valid, an unknown path, a fault) in the same error object
+(`contracts.http_service`, the codec server's too)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from contracts.http_service import plain_error
 from protocol.deadlines import reply_by
 from protocol.errors import InvalidRequest, StarterError, Unavailable
 from starter.commands import Command
@@ -35,10 +37,6 @@ def error_response(error: StarterError, inputs: Iterable[str] = (), status: int 
     if status in (429, 503):
         headers = {"Retry-After": str(getattr(error, "retry_after_s", None) or RETRY_AFTER_S)}
     return JSONResponse(error_json(error, list(inputs)), status, headers=headers)
-
-
-def plain_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
 async def reply(

@@ -114,7 +114,7 @@ async def test_without_or_with_a_bad_credential_the_answer_is_401(
         answer = await oidc_client.post("/decode", content=body, headers=_headers(authorization))
         assert answer.status_code == 401
         assert answer.headers["www-authenticate"].startswith("Bearer")
-        assert answer.json()["code"] == "unauthorized"
+        assert answer.json()["error"]["code"] == "unauthorized"
         assert expired not in answer.text and "wrong-token" not in answer.text
 
 
@@ -125,9 +125,9 @@ async def test_a_reader_not_allowed_or_another_namespace_is_403(
     body = _body(await _sealed(codec))
     stranger = idp.token(sub="mallory", groups=["writers"])
     answer = await oidc_client.post("/decode", content=body, headers=_headers(f"Bearer {stranger}"))
-    assert (answer.status_code, answer.json()["code"]) == (403, "forbidden")
+    assert (answer.status_code, answer.json()["error"]["code"]) == (403, "forbidden")
     elsewhere = await oidc_client.post("/decode", content=body, headers=_headers(f"Bearer {idp.token()}", "other"))
-    assert elsewhere.status_code == 403 and "namespace" in elsewhere.json()["message"]
+    assert elsewhere.status_code == 403 and "namespace" in elsewhere.json()["error"]["message"]
 
 
 async def test_a_body_over_the_cap_is_413_declared_or_streamed(oidc_client: httpx.AsyncClient) -> None:
@@ -136,7 +136,7 @@ async def test_a_body_over_the_cap_is_413_declared_or_streamed(oidc_client: http
     declared = await oidc_client.post(
         "/decode", content=b"x" * (SMALL_CAP + 1), headers=_headers(f"Bearer {STATIC_TOKEN}")
     )
-    assert (declared.status_code, declared.json()["code"]) == (413, "too_large")
+    assert (declared.status_code, declared.json()["error"]["code"]) == (413, "too_large")
 
     sent = 0
 
@@ -161,7 +161,7 @@ async def test_a_chunked_body_over_the_cap_is_413_over_real_http(codec: Encrypti
 
     async with serving(app) as url, httpx.AsyncClient() as http:
         answer = await http.post(f"{url}/decode", content=chunks(), headers=_headers(f"Bearer {STATIC_TOKEN}"))
-    assert answer.status_code == 413 and answer.json()["code"] == "too_large"
+    assert answer.status_code == 413 and answer.json()["error"]["code"] == "too_large"
 
 
 def _encrypted(data: bytes, key_id: bytes = b"k1") -> Payload:
@@ -201,7 +201,7 @@ async def test_malformed_input_is_422_never_500(oidc_client: httpx.AsyncClient, 
         for case, body in bodies.items():
             answer = await client.post("/decode", content=body, headers=_headers(f"Bearer {STATIC_TOKEN}"))
             assert answer.status_code == 422, (case, answer.text)
-            assert answer.json()["code"] in {"invalid_request", "cannot_decode"}, case
+            assert answer.json()["error"]["code"] in {"invalid_request", "cannot_decode"}, case
 
 
 async def test_probes_answer_without_credentials(idp: IdentityProvider, codec: EncryptionCodec) -> None:
