@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers import free_stack_ports
+from tools.demo.__main__ import resumed_text
 from tools.demo.stack import Stack
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -79,3 +80,14 @@ def test_the_settings_file_is_named_as_a_second_shell_finds_it(tmp_path: Path) -
         f"{tmp_path}/data/demo/local.env (the starter reads data/local.env by itself; for this one: "
         f"export HELPER_ENV_FILE={tmp_path}/data/demo/local.env)"
     )
+
+
+def test_a_second_make_run_says_the_demo_helpers_are_not_started_again_and_how_to_see_them(tmp_path: Path) -> None:
+    """A restart on a kept data folder resumes without the demo scenario: it says so, and how to start over (`make
+    clean` for the checkout's data/, removing the folder for one named with DATA=)."""
+    said = resumed_text({"anna": 9, "boris": 1}, tmp_path / "data", tmp_path)
+    assert said.startswith("Resumed the stack of an earlier run: the store still holds its rows (anna 9, boris 1)")
+    assert "The demo helpers are not started again: they run only on a fresh data folder." in said
+    assert "stop this (Ctrl-C), then `make clean` and `make run` again, or `make demo`, which runs them" in said
+    elsewhere = resumed_text({"anna": 0, "boris": 0}, tmp_path / "mine", tmp_path)
+    assert f"then remove {tmp_path}/mine/ and start it again" in elsewhere and "make clean" not in elsewhere

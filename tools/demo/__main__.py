@@ -1,9 +1,9 @@
 """`python -m tools.demo run` (keeps the stack up until stopped) and `python -m tools.demo demo` (exits with a verdict).
 
-`run` keeps its data folder across restarts: a restarted stack resumes with its rows, histories and codec key
-(`make clean` starts over). `demo` always starts from an empty folder of its own. Both stop every process they
-started however they are stopped: Ctrl-C in a terminal or through a pipe, SIGTERM, SIGHUP (the terminal
-closed), and, on Linux, even when this process is killed outright.
+`run` keeps its data folder across restarts: a restarted stack resumes with its rows, histories and codec key,
+and does not start the demo helpers again (`make clean` starts over). `demo` always starts from an empty folder of
+its own. Both stop every process they started however they are stopped: Ctrl-C in a terminal or through a pipe,
+SIGTERM, SIGHUP (the terminal closed), and, on Linux, even when this process is killed outright.
 """
 
 from __future__ import annotations
@@ -153,11 +153,20 @@ async def _show_resumed(stack: Stack) -> None:
         counts = {owner: len(await client.list_helpers(owner)) for owner in (ANNA, BORIS)}
     finally:
         await client.aclose()
+    print(resumed_text(counts, stack.data, Path.cwd()), flush=True)
+
+
+def resumed_text(counts: dict[str, int], data: Path, cwd: Path) -> str:
+    """What a restart on a kept data folder says: what it kept, that the demo helpers are not started again, and
+    how to see them again (`make clean` forgets only the checkout's own data/)."""
     rows = ", ".join(f"{owner} {count}" for owner, count in counts.items())
-    print(
+    own = data.resolve() == (cwd / "data").resolve()
+    start_over = "`make clean` and `make run` again" if own else f"remove {data}/ and start it again"
+    return (
         f"Resumed the stack of an earlier run: the store still holds its rows ({rows}), Temporal its histories, and"
-        " helpers that were running go on. The demo scenario runs only on a fresh data folder.",
-        flush=True,
+        " helpers that were running go on. The demo helpers are not started again: they run only on a fresh data"
+        f" folder. To see them again, stop this (Ctrl-C), then {start_over}, or `make demo`, which runs them in a"
+        " folder of its own and leaves this one as it is."
     )
 
 
