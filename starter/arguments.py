@@ -84,9 +84,10 @@ a helper-script block in the task: tests and the demo) and, when an OpenAI-compa
 (GET /v1/models at HELPER_CORE_URL) and refuses any other name with exit 2, listing those offered."""
 ENV_WATCH = f"""{ENV_READ}
 
-Output: human lines, not JSON ("HH:MM:SS  owner/helper  what changed"), polled about every 0.5 s from the
-store only (Temporal may be down), until Ctrl-C (exit 0); a watch of one helper (--id) ends by itself, exit 0,
-once the helper has its outcome. An error is still one JSON object and its code."""
+Output: human lines, not JSON ("HH:MM:SS  owner/helper  what changed"), each at the time it happened and in
+that order across helpers, polled about every 0.5 s from the store only (Temporal may be down), until Ctrl-C
+(exit 0); a watch of one helper (--id) ends by itself, exit 0, once the helper has its outcome. An error is still
+one JSON object and its code."""
 
 
 def _epilog(*sections: str) -> str:
@@ -259,7 +260,9 @@ def _add_watch_and_serve(commands: Commands) -> None:
         help=f"only this helper, until it has its outcome: {ID_RULE} (default: every helper of the owner)",
     )
     watching.add_argument(
-        "--once", action="store_true", help="print the current lines and exit (an unknown --id: exit 1)"
+        "--once",
+        action="store_true",
+        help="print the current lines in the order they happened and exit (an unknown --id: exit 1)",
     )
 
     serve = commands.add_parser(

@@ -10,7 +10,8 @@ A line is one statement about one row, made when a poll finds the row changed fr
 question's headline, its options and its actions share one change of its row. A line's time is when that happened, as
 the row records it (admitted, got its slot, finished, delivered), so lines printed later, as `watch --once` prints
 them, keep their times; what the row does not date (a step count, a place in the queue, a removal) is dated when the
-poll saw it.
+poll saw it. `watch` prints each poll's lines in the order of their times across helpers (`in_time_order`); the
+event stream keeps its ids' order, helper by helper, each line with its time.
 Each line's id (`Mark`) says where the watch is after it: its place in the watch's order, and what the lines have
 said of each row. The store's moments cannot say that: the lines depend on what the watcher saw (a row changed
 twice between polls gets one line), a waiting helper's place changes with other rows' writes, not its own, and
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -372,6 +374,15 @@ def watch_over(views: list[HelperView]) -> bool:
     return not views or has_outcome(views)
 
 
+def in_time_order(lines: Iterable[LiveLine]) -> list[LiveLine]:
+    """One poll's lines in the order they happened across helpers. Each helper's own lines keep their order: a line
+    dated when the poll saw it must not pass its row's dated ones, whatever the workers' clocks say."""
+    by_helper: dict[str, list[LiveLine]] = {}
+    for line in lines:
+        by_helper.setdefault(line.who, []).append(line)
+    return list(heapq.merge(*by_helper.values(), key=lambda line: line.at))
+
+
 async def live_lines(
     client: StoreReader,
     owner: str,
@@ -385,7 +396,23 @@ async def live_lines(
     """The live lines of the owner's helpers (or one), polled from the store, until `stop` is set; with `once`,
     the current ones. A watch of one helper ends by itself once the helper has its outcome or its row is gone
     (after its `removed` line, at the first poll that finds it gone); one that never had a line of the helper and
-    finds no row raises unknown_helper. From `mark`, the lines after the one whose id it is."""
+    finds no row raises unknown_helper. From `mark`, the lines after the one whose id it is, in the ids' order."""
+    async for lines in polled_lines(client, owner, helper_id, once=once, stop=stop, interval_s=interval_s, mark=mark):
+        for line in lines:
+            yield line
+
+
+async def polled_lines(
+    client: StoreReader,
+    owner: str,
+    helper_id: str | None,
+    *,
+    once: bool = False,
+    stop: asyncio.Event | None = None,
+    interval_s: float = POLL_INTERVAL_S,
+    mark: Mark | None = None,
+) -> AsyncIterator[list[LiveLine]]:
+    """`live_lines`, each poll's lines together."""
     live = LiveLines(mark)
     while True:
         views = await client.list_helpers(owner)
@@ -393,8 +420,9 @@ async def live_lines(
             views = [view for view in views if view.helper_id == helper_id]
             if not views and live.count == 0:
                 raise unknown_helper(helper_id)
-        for line in live.update(owner, views):
-            yield line
+        lines = live.update(owner, views)
+        if lines:
+            yield lines
         if once or (helper_id is not None and watch_over(views)) or (stop is not None and stop.is_set()):
             return
         if stop is None:
@@ -416,9 +444,10 @@ async def follow(
     stop: asyncio.Event | None = None,
     interval_s: float = POLL_INTERVAL_S,
 ) -> None:
-    """Print the live lines of `live_lines`, each with the local time it happened."""
-    async for line in live_lines(client, owner, helper_id, once=once, stop=stop, interval_s=interval_s):
-        write(render(line.who, line.text, line.at))
+    """Print the live lines of `live_lines`, each with the local time it happened, each poll's in time order."""
+    async for lines in polled_lines(client, owner, helper_id, once=once, stop=stop, interval_s=interval_s):
+        for line in in_time_order(lines):
+            write(render(line.who, line.text, line.at))
 
 
 async def follow_until_interrupted(

@@ -22,7 +22,7 @@ import pytest
 from contracts.core_api import Action
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
-from starter.watch import LiveLines, cut, headline, plural, render
+from starter.watch import LiveLine, LiveLines, cut, headline, in_time_order, plural, render
 from store.helper_store import HelperStore
 from tests.helpers import admitted_row
 
@@ -239,11 +239,11 @@ def _first_line(process: subprocess.Popen[bytes]) -> str:
     return process.stdout.readline().decode()
 
 
-def test_watch_once_prints_the_current_lines_from_the_store_each_at_the_time_it_happened(
+def test_watch_once_prints_the_current_lines_from_the_store_in_the_order_they_happened(
     watched_store: dict[str, str],
 ) -> None:
     """An admission at its admission time and an outcome at its finish time, however long ago; a step count, which
-    the row does not date, when the watch read it."""
+    the row does not date, when the watch read it; the lines of every helper in the order of those times."""
     began = datetime.now(UTC).replace(microsecond=0)
     done = subprocess.run(
         [sys.executable, "-m", "starter", "watch", "--owner", "anna", "--once"],
@@ -255,16 +255,41 @@ def test_watch_once_prints_the_current_lines_from_the_store_each_at_the_time_it_
     assert done.returncode == 0 and done.stderr == b""
     lines = done.stdout.decode().splitlines()
     assert [_message(line) for line in lines] == [
-        "anna/mail-report         admitted · running now",
-        "anna/mail-report         running · 1 step · 2,300 work tokens",
-        "anna/later               admitted · waiting for a slot · nobody ahead",
         "anna/done                unreported · outcome completed: Done: 'Find the Q3 note' after 3 steps. No actions "
         "were performed.",
+        "anna/mail-report         admitted · running now",
+        "anna/later               admitted · waiting for a slot · nobody ahead",
+        "anna/mail-report         running · 1 step · 2,300 work tokens",
     ]
     times = [line[:8] for line in lines]
-    assert times[0] == times[2] == "14:00:00" and times[3] == "13:50:07", lines
-    seen = datetime.combine(began.date(), datetime.strptime(times[1], "%H:%M:%S").time(), UTC)
+    assert times[0] == "13:50:07" and times[1] == times[2] == "14:00:00", lines
+    seen = datetime.combine(began.date(), datetime.strptime(times[3], "%H:%M:%S").time(), UTC)
     assert abs((seen - began).total_seconds()) < 60, lines
+
+
+def test_a_polls_lines_come_in_time_order_across_helpers_and_in_their_own_order_within_one() -> None:
+    """`watch` prints a poll's lines by their times, not helper by helper; a helper's own lines keep their order even
+    when a line the poll dates (a step count) is earlier than its row's own time (a worker's clock ahead)."""
+
+    def line(helper_id: str, text: str, at: datetime) -> LiveLine:
+        return LiveLine(f"anna/{helper_id}", text, helper_id, RowState.RUNNING, at, None, "")
+
+    polled = [  # as LiveLines gives them: helper by helper
+        line("early", "admitted · running now", NOW - timedelta(minutes=5)),
+        line("early", "running · 2 steps · 0 work tokens", NOW),
+        line("waits", "admitted · waiting for a slot · nobody ahead", NOW - timedelta(minutes=7)),
+        line("skewed", "admitted · running now", NOW + timedelta(hours=1)),
+        line("skewed", "running · 1 step · 0 work tokens", NOW),
+        line("done", "unreported · outcome completed: Done.", NOW - timedelta(minutes=6)),
+    ]
+    assert [(line.helper_id, line.text) for line in in_time_order(polled)] == [
+        ("waits", "admitted · waiting for a slot · nobody ahead"),
+        ("done", "unreported · outcome completed: Done."),
+        ("early", "admitted · running now"),
+        ("early", "running · 2 steps · 0 work tokens"),
+        ("skewed", "admitted · running now"),
+        ("skewed", "running · 1 step · 0 work tokens"),
+    ]
 
 
 def test_watch_one_helper_until_ctrl_c_exits_0_without_a_traceback(watched_store: dict[str, str]) -> None:
