@@ -62,9 +62,15 @@ GOAL_EXISTS = "goal_exists"
 
 
 class InvalidRequest(StarterError):
+    """The request breaks a limit; nothing was written. It always carries `problems` (docs/api.md), one line per
+    field, each naming it: those given, else its message as the one problem."""
+
     code = INVALID_REQUEST
     exit_code = 2
     http_status = 422
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None, *, shown: tuple[str, ...] = ()) -> None:
+        super().__init__(message, {"problems": [message], **(details or {})}, shown=shown)
 
 
 class InvalidConfiguration(StarterError):

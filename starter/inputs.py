@@ -37,13 +37,25 @@ def parse_request(request: HelperRequest | dict[str, Any], settings: Settings) -
         raise InvalidRequest(str(error), {"problems": error.problems}) from None
 
 
-def check_ids(owner: str, helper_ids: Iterable[str], kind: str = "helper id") -> None:
+def check_ids(owner: str, helper_ids: Iterable[str], field: str = "helper_id") -> None:
+    """The owner's id and helper ids (`field` names where they came from); InvalidRequest names each bad one."""
+    problems = _id_problems("owner", "owner", owner)
+    for helper_id in helper_ids:
+        problems += _id_problems(field, "helper id", helper_id)
+    if problems:
+        raise InvalidRequest("; ".join(problems), {"problems": problems})
+
+
+def _id_problems(field: str, kind: str, value: str, max_chars: int | None = None) -> list[str]:
+    """Why `value` is not a valid id, as a problem line naming its field (the API's name: a path parameter, a
+    body's field), or none."""
     try:
-        check_id("owner", owner)
-        for helper_id in helper_ids:
-            check_id(kind, helper_id)
+        check_id(kind, value)
     except ValueError as error:
-        raise InvalidRequest(str(error)) from None
+        return [f"{field}: {error}"]
+    if max_chars is not None and len(value) > max_chars:
+        return [f"{field}: {kind} is {len(value)} characters; at most {max_chars}"]
+    return []
 
 
 def _invalid(problem: str) -> InvalidRequest:
@@ -68,7 +80,7 @@ def check_read(owner: str, turn: str, helper_ids: list[str]) -> None:
         raise _invalid("helper_ids: name at least one helper id to read")
     if len(helper_ids) > READ_MAX_HELPERS:
         raise _invalid(f"helper_ids: {len(helper_ids)} helper ids; one read names at most {READ_MAX_HELPERS}")
-    check_ids(owner, helper_ids)
+    check_ids(owner, helper_ids, "helper_ids")
     check_turn(turn)
 
 
@@ -171,13 +183,10 @@ def parse_goal(data: dict[str, Any]) -> Goal:
 
 
 def check_goal_ids(owner: str, goal_id: str) -> None:
-    try:
-        check_id("owner", owner)
-        check_id("goal id", goal_id)
-    except ValueError as error:
-        raise InvalidRequest(str(error)) from None
-    if len(goal_id) > GOAL_ID_MAX:
-        raise InvalidRequest(f"goal id is {len(goal_id)} characters; at most {GOAL_ID_MAX}")
+    """The owner's id and a Goal's; InvalidRequest names each bad one."""
+    problems = _id_problems("owner", "owner", owner) + _id_problems("goal_id", "goal id", goal_id, GOAL_ID_MAX)
+    if problems:
+        raise InvalidRequest("; ".join(problems), {"problems": problems})
 
 
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"]*@")

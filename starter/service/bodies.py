@@ -149,7 +149,8 @@ class ErrorDetail(BaseModel):
     message: str = Field(description="why, for a person; none of the caller's input is echoed whole")
     problems: list[str] | SkipJsonSchema[None] = Field(
         default=None,
-        description="invalid_request: one line per field, named with the field and the limit",
+        description="invalid_request (always): one line per field, path parameter or header, each naming it and "
+        "the limit",
         json_schema_extra=_absent_not_null,
     )
     open_ids: list[str] | SkipJsonSchema[None] = Field(

@@ -150,6 +150,31 @@ async def test_a_write_without_temporal_is_unavailable_and_safe_to_repeat(api: h
     assert answered.json()["error"]["code"] == "unavailable"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "problems"),
+    [
+        ("GET", "/v1/owners/a%20b/helpers", ["owner: owner 'a b'"]),
+        ("GET", "/v1/owners/anna/helpers/-dash", ["helper_id: helper id '-dash'"]),
+        ("POST", "/v1/owners/_anna/helpers/-dash/close", ["owner: owner '_anna'", "helper_id: helper id '-dash'"]),
+        ("GET", "/v1/owners/anna/helpers/a~b/watch", ["helper_id: helper id 'a~b'"]),
+        ("POST", "/v1/owners/anna/goals/in%20box/pause", ["goal_id: goal id 'in box'"]),
+        ("DELETE", f"/v1/owners/anna/goals/{'g' * 41}", ["goal_id: goal id is 41 characters; at most 40"]),
+    ],
+)
+async def test_a_path_parameter_that_is_not_valid_is_named_in_the_problems(
+    api: httpx.AsyncClient, method: str, path: str, problems: list[str]
+) -> None:
+    """docs/api.md: every invalid_request carries `problems`; a bad id in the path is one, naming its parameter."""
+    answered = await api.request(method, path)
+    assert answered.status_code == 422
+    error = answered.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert len(error["problems"]) == len(problems), error
+    for problem, starts in zip(error["problems"], problems, strict=True):
+        assert problem.startswith(starts), error
+    assert error["message"] == "; ".join(error["problems"])
+
+
 async def test_a_body_that_is_not_json_is_400_and_an_unknown_field_422(api: httpx.AsyncClient) -> None:
     headers = {"content-type": "application/json"}
     answered = await api.post("/v1/owners/anna/read", content=b"{not json", headers=headers)

@@ -721,7 +721,7 @@ HTTP_CASES = [case for case in CASES if case.method]
 def _assert_invalid(case: Case, error: dict[str, Any], everything: str) -> None:
     assert UNEXPECTED not in everything, everything[-2000:]
     assert error["code"] == "invalid_request", error
-    assert error["message"]
+    assert error["message"] and error["problems"], error  # every invalid_request names its problems (docs/api.md)
     for word in case.says:
         said = " ".join([error["message"], *error.get("problems", [])]).lower()
         assert word.lower() in said, (word, error)
