@@ -41,7 +41,7 @@ ERRORS: Responses = {
     422: _error_doc(
         "invalid_request (with `problems`, one per field or parameter, each naming it): the request does not pass "
         "the starter's checks (a limit, an id, a model the core does not offer, the boundary's grammar, a watch's "
-        "Last-Event-ID); nothing was written"
+        "Last-Event-ID, a body sent without Content-Type: application/json); nothing was written"
     ),
     500: _error_doc("invalid_configuration: the service's own settings (the codec keys)"),
     503: _error_doc(

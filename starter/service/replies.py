@@ -6,6 +6,7 @@ own errors (a body that is not JSON or not valid, an unknown path, a fault) in t
 from __future__ import annotations
 
 import asyncio
+import email.message
 import logging
 import sys
 from collections.abc import Callable, Iterable
@@ -18,6 +19,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from contracts.http_service import plain_error
+from domain.ids import echo
 from protocol.deadlines import reply_by
 from protocol.errors import InvalidRequest, StarterError, Unavailable
 from starter.commands import Command
@@ -92,7 +94,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-    problems = _problems(error)
+    problems = _problems(error, request.headers.get("content-type"))
     not_json = any(problem.get("type") == "json_invalid" for problem in error.errors())
     refusal = InvalidRequest("; ".join(problems[:3]), {"problems": problems})
     return error_response(refusal, inputs_of(request), 400 if not_json else 422)
@@ -122,15 +124,42 @@ async def _unexpected(_: Request, error: Exception) -> JSONResponse:
     return error_response(Unavailable(f"the starter failed unexpectedly ({kind}); it is safe to ask again"))
 
 
-def _problems(error: RequestValidationError) -> list[str]:
+# What every body route takes, as a refusal says it.
+SEND_JSON = "send a JSON object with Content-Type: application/json"
+
+
+def _problems(error: RequestValidationError, content_type: str | None) -> list[str]:
     problems = []
     for problem in error.errors():
         if problem.get("type") == "json_invalid":  # its location is the offset, not a field
             problems.append(f"body: not JSON ({problem.get('ctx', {}).get('error', 'it does not parse')})")
             continue
+        if tuple(problem.get("loc", ())) == ("body",):  # the body as a whole, in the caller's terms, not pydantic's
+            problems.append(_whole_body(problem.get("type"), content_type))
+            continue
         where = ".".join(str(part) for part in problem.get("loc", ())[1:]) or "body"
         problems.append(f"{where}: {problem.get('msg', 'is not valid')}")
     return problems
+
+
+def _whole_body(kind: object, content_type: str | None) -> str:
+    """Why the body as a whole was refused: missing, not sent as JSON (FastAPI reads a body as JSON only when its
+    Content-Type says so), or JSON that is not an object."""
+    if kind == "missing":
+        return f"body: missing; {SEND_JSON}"
+    if content_type is None:
+        return f"body: sent without a Content-Type, so it is not read as JSON; {SEND_JSON}"
+    if not _is_json(content_type):
+        return f"body: sent as Content-Type {echo(content_type)}, so it is not read as JSON; {SEND_JSON}"
+    return f"body: not a JSON object; {SEND_JSON}"
+
+
+def _is_json(content_type: str) -> bool:
+    """Whether FastAPI reads a body of this Content-Type as JSON: application/json or application/<anything>+json."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 def _unparsed(cause: BaseException | None) -> str:

@@ -184,6 +184,38 @@ async def test_a_body_that_is_not_json_is_400_and_an_unknown_field_422(api: http
     assert answered.json()["error"]["problems"] == ["owner: Extra inputs are not permitted"]
 
 
+@pytest.mark.parametrize(
+    ("headers", "content", "problem"),
+    [
+        ({}, b'{"turn": "t", "helper_ids": ["h"]}', "body: sent without a Content-Type, so it is not read as JSON"),
+        (
+            {"content-type": "text/plain"},
+            b'{"turn": "t", "helper_ids": ["h"]}',
+            "body: sent as Content-Type 'text/plain', so it is not read as JSON",
+        ),
+        (
+            {"content-type": "application/x-www-form-urlencoded"},
+            b"turn=t&helper_ids=h",
+            "body: sent as Content-Type 'application/x-www-form-urlencoded', so it is not read as JSON",
+        ),
+        ({}, b"", "body: missing"),
+        ({"content-type": "application/json"}, b"[1, 2]", "body: not a JSON object"),
+    ],
+)
+async def test_a_body_not_sent_as_json_is_refused_naming_its_content_type(
+    api: httpx.AsyncClient, headers: dict[str, str], content: bytes, problem: str
+) -> None:
+    """A body is read as JSON only with a JSON Content-Type: any other is the service's own invalid_request (422, as
+    every body that does not pass the checks), naming what came and what is expected."""
+    answered = await api.post("/v1/owners/anna/read", content=content, headers=headers)
+    assert answered.status_code == 422
+    expected = f"{problem}; send a JSON object with Content-Type: application/json"
+    assert answered.json() == {"error": {"code": "invalid_request", "message": expected, "problems": [expected]}}
+    for charset in ("application/json; charset=utf-8", "application/merge-patch+json"):  # JSON all the same
+        answered = await api.post("/v1/owners/anna/read", content=b'{"turn": "t"}', headers={"content-type": charset})
+        assert answered.json()["error"]["problems"] == ["helper_ids: Field required"]
+
+
 async def test_a_caller_without_the_token_reads_and_changes_nothing(guarded_api: httpx.AsyncClient) -> None:
     """R34, R47: 401 before anything is read, validated or written."""
     start = {"helper_id": "h1", "model": "scripted", "task": "Find the Q3 report"}
