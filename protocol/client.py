@@ -214,6 +214,7 @@ async def update_reply(
         f"again is safe (is a worker polling task queue {settings.task_queue!r} on {settings.temporal_address}?)"
     )
     pause = FIRST_PAUSE
+    turned_away: str | None = None  # the last answer that meant "ask again", kept as the cause if time runs out
     while True:
         update_id = new_id()
         try:
@@ -253,9 +254,10 @@ async def update_reply(
             if error.status is RPCStatusCode.NOT_FOUND and absent is not None and not is_transient(error):
                 return absent()
             if not is_transient(error):
-                raise refusal_of_rpc(error, what) from None
+                raise refusal_of_rpc(error, what, settings.temporal_address) from None
+            turned_away = f"{error.status.name}: {error.message}"
         if by.left() <= pause:
-            raise Unavailable(not_accepted)
+            raise Unavailable(not_accepted, cause=turned_away)
         await asyncio.sleep(pause)
         pause = min(pause * 2, LONGEST_PAUSE)
 

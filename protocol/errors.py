@@ -99,7 +99,9 @@ def unknown_helper(helper_id: str) -> HelperRefused:
 
 class Unavailable(StarterError):
     """Nothing was taken: the store or Temporal did not answer, or did not accept the write within its bound (and
-    will not take it later, protocol.deadlines). Asking again is safe; `retry_after_s`, when given, says when."""
+    will not take it later, protocol.deadlines). Asking again is safe; `retry_after_s`, when given, says when. The
+    message says what a caller can do; `cause`, when given, keeps the failure underneath in its own words (the
+    transport's, the driver's, the server's), for whoever reads the logs."""
 
     code = "unavailable"
     exit_code = 3
@@ -112,9 +114,11 @@ class Unavailable(StarterError):
         *,
         retry_after_s: int | None = None,
         shown: tuple[str, ...] = (),
+        cause: str | None = None,
     ):
         retry = {"retry_after_s": retry_after_s} if retry_after_s else {}
-        super().__init__(message, {**(details or {}), **retry}, shown=shown)
+        underneath = {"cause": cause} if cause else {}
+        super().__init__(message, {**(details or {}), **underneath, **retry}, shown=shown)
         self.retry_after_s = retry_after_s
 
 

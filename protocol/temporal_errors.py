@@ -59,10 +59,29 @@ def is_transient(error: Exception) -> bool:
     return error.status is RPCStatusCode.NOT_FOUND and "run" in error.message.lower()
 
 
-def refusal_of_rpc(error: RPCError, what: str) -> StarterError:
-    """A refusal Temporal answered before taking the write."""
+# The statuses of a call that did not reach Temporal or got no answer in time: the transport's word, not the server's.
+UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+
+
+def unreachable(address: str, cause: str, *, timed_out: bool = False) -> Unavailable:
+    """Temporal could not be reached (or did not answer in time): the message says what a caller can do, `cause`
+    keeps the transport's own words."""
+    what = f"Temporal at {address} did not answer in time" if timed_out else f"Temporal is not reachable at {address}"
+    return Unavailable(
+        f"{NOT_TAKEN}: {what}. Try again once it answers there (is it running, and does TEMPORAL_ADDRESS name it?); "
+        "asking again is safe",
+        cause=cause,
+        shown=(address,),
+    )
+
+
+def refusal_of_rpc(error: RPCError, what: str, address: str) -> StarterError:
+    """A refusal Temporal (at `address`) answered before taking the write, or a call that did not reach it."""
     if error.status is RPCStatusCode.RESOURCE_EXHAUSTED:
         return Busy(f"{NOT_TAKEN}: Temporal is over its rate limits ({error.message})", SERVER_BUSY_RETRY_S)
+    if error.status in UNREACHABLE:
+        cause = f"{what}: {error.status.name}: {error.message}"
+        return unreachable(address, cause, timed_out=error.status is RPCStatusCode.DEADLINE_EXCEEDED)
     return Unavailable(f"{NOT_TAKEN}: Temporal refused {what} ({error.status.name}): {error.message}")
 
 

@@ -16,6 +16,7 @@ from temporalio.client import (
     Client,
 )
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+from temporalio.service import RPCError
 
 from codec.encryption import CodecError
 from config.settings import Settings
@@ -40,6 +41,7 @@ from protocol.messages import (
     ReadAnswer,
     ReadRequest,
 )
+from protocol.temporal_errors import refusal_of_rpc, unreachable
 from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
     check_goal_ids,
@@ -138,7 +140,8 @@ class HelperClient(StoreReader):
                 return await send()
         except Unavailable as error:
             if error.retry_after_s is None:  # not taken in time: ask again once this process has worked off its own
-                raise Unavailable(error.message, retry_after_s=self.gate.promise_retry_s(by)) from None
+                retry = self.gate.promise_retry_s(by)
+                raise Unavailable(error.message, error.details, retry_after_s=retry, shown=error.shown) from None
             raise
 
     # --- Goals: Temporal Schedules whose checks are helpers (R30) --------------------------------------
@@ -179,13 +182,18 @@ async def connect_temporal_client(settings: Settings, by: ReplyBy | None = None)
     """The Temporal client with the runtime's data converter and codec, by `by` (HELPER_STARTER_TIMEOUT_MS from now
     unless given); InvalidConfiguration when the codec keys are wrong, Unavailable when Temporal does not answer."""
     by = by or reply_by(settings)
+    address, seconds = settings.temporal_address, by.left()
     try:
-        async with asyncio.timeout(by.left()):
+        async with asyncio.timeout(seconds):
             return await connect_for(settings, _quiet_runtime())
     except CodecError as error:
         raise InvalidConfiguration(scrub(str(error))) from None
-    except Exception as error:
-        raise Unavailable(scrub(f"Temporal at {settings.temporal_address} does not answer: {error}")) from None
+    except TimeoutError:
+        raise unreachable(address, f"no answer within {seconds:.1f} s", timed_out=True) from None
+    except RPCError as error:
+        raise refusal_of_rpc(error, "the connection", address) from None
+    except Exception as error:  # the SDK's connect error: the transport's words, not the caller's to act on
+        raise unreachable(address, scrub(f"{type(error).__name__}: {error}")) from None
 
 
 # --- input checks: pure, so the console script runs them before it connects to anything (R42) -----------

@@ -83,7 +83,7 @@ async def add_goal(temporal: Client, settings: Settings, goal: Goal) -> GoalView
     except ScheduleAlreadyRunningError:
         raise HelperRefused(GOAL_EXISTS, f"Goal {goal.goal_id} already exists; remove it first") from None
     except RPCError as error:
-        raise refusal_of_rpc(error, "the Goal's schedule") from None
+        raise refusal_of_rpc(error, "the Goal's schedule", _address(temporal)) from None
     return await describe_goal(temporal, goal.owner, goal.goal_id)
 
 
@@ -93,7 +93,7 @@ async def describe_goal(temporal: Client, owner: str, goal_id: str) -> GoalView:
     except RPCError as error:
         if error.status is RPCStatusCode.NOT_FOUND:
             raise HelperRefused(UNKNOWN_GOAL, f"There is no Goal {goal_id}.") from None
-        raise refusal_of_rpc(error, "the Goal's description") from None
+        raise refusal_of_rpc(error, "the Goal's description", _address(temporal)) from None
     action = description.schedule.action
     assert isinstance(action, ScheduleActionStartWorkflow)
     goal = await _goal_of(temporal, action)
@@ -124,7 +124,7 @@ async def _goal_of(temporal: Client, action: ScheduleActionStartWorkflow) -> Goa
 
 async def list_goals(temporal: Client, owner: str) -> list[GoalView]:
     prefix = goal_schedule_id(owner, "")
-    with _refused_as("the list of schedules"):
+    with _refused_as(temporal, "the list of schedules"):
         ids = [entry.id async for entry in await temporal.list_schedules() if entry.id.startswith(prefix)]
     return [await describe_goal(temporal, owner, schedule_id.removeprefix(prefix)) for schedule_id in sorted(ids)]
 
@@ -132,7 +132,7 @@ async def list_goals(temporal: Client, owner: str) -> list[GoalView]:
 async def pause_goal(temporal: Client, owner: str, goal_id: str, *, paused: bool, note: str = "") -> GoalView:
     handle = temporal.get_schedule_handle(goal_schedule_id(owner, goal_id))
     await describe_goal(temporal, owner, goal_id)  # a clear error for an unknown Goal
-    with _refused_as("the Goal's pause or resume"):
+    with _refused_as(temporal, "the Goal's pause or resume"):
         if paused:
             await handle.pause(note=note or "paused by the owner")
         else:
@@ -142,7 +142,7 @@ async def pause_goal(temporal: Client, owner: str, goal_id: str, *, paused: bool
 
 async def run_goal_now(temporal: Client, owner: str, goal_id: str) -> GoalView:
     await describe_goal(temporal, owner, goal_id)
-    with _refused_as("the Goal's check"):
+    with _refused_as(temporal, "the Goal's check"):
         await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).trigger()
     return await describe_goal(temporal, owner, goal_id)
 
@@ -150,15 +150,20 @@ async def run_goal_now(temporal: Client, owner: str, goal_id: str) -> GoalView:
 async def remove_goal(temporal: Client, owner: str, goal_id: str) -> GoalRemoved:
     """Stop future checks. Checks already admitted stay helpers; their Goal rows expire like any other."""
     await describe_goal(temporal, owner, goal_id)
-    with _refused_as("the Goal's removal"):
+    with _refused_as(temporal, "the Goal's removal"):
         await temporal.get_schedule_handle(goal_schedule_id(owner, goal_id)).delete()
     return GoalRemoved(owner=owner, goal_id=goal_id, removed=True)
 
 
 @contextlib.contextmanager
-def _refused_as(what: str) -> Iterator[None]:
+def _refused_as(temporal: Client, what: str) -> Iterator[None]:
     """A Goal's schedule call that Temporal refuses answers as every write does (protocol.temporal_errors)."""
     try:
         yield
     except RPCError as error:
-        raise refusal_of_rpc(error, what) from None
+        raise refusal_of_rpc(error, what, _address(temporal)) from None
+
+
+def _address(temporal: Client) -> str:
+    """Where the client reaches Temporal, for a refusal that says it could not."""
+    return temporal.service_client.config.target_host

@@ -46,6 +46,8 @@ def error_json(error: StarterError, inputs: Sequence[str]) -> dict[str, Any]:
     output = error.as_json()
     body = next(iter(output.values()))  # {"error": …}, or {"pending": …} for a write accepted but not yet answered
     body["message"] = safe_text(str(body.get("message", "")), inputs, error.shown)
+    if isinstance(body.get("cause"), str):
+        body["cause"] = safe_text(body["cause"], inputs, error.shown)
     if isinstance(body.get("problems"), list):
         body["problems"] = [safe_text(str(problem), inputs) for problem in body["problems"][:PROBLEMS_MAX]]
     return output

@@ -34,7 +34,15 @@ class UsageReport(BaseModel):
 
 
 def _unopened(address: StoreAddress, error: BaseException) -> Unavailable:
-    return Unavailable(scrub(f"the store at {address.described} cannot be opened: {error}", address))
+    """A store that does not open: what to check in the message, the driver's own words in `cause`."""
+    return Unavailable(
+        scrub(
+            f"the store at {address.described} cannot be opened: nothing was read or written. Try again once it "
+            "answers there (is it running, and does HELPER_STORE_URL name it with its credentials?)",
+            address,
+        ),
+        cause=scrub(f"{type(error).__name__}: {error}", address),
+    )
 
 
 def _not_ready(settings: Settings, error: NoStore | SchemaNotCurrent) -> Unavailable:

@@ -164,6 +164,12 @@ class ErrorDetail(BaseModel):
         ge=1,
         json_schema_extra=_absent_not_null,
     )
+    cause: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="unavailable (when known): the failure underneath in its own words (the transport's, the store "
+        "driver's, Temporal's), for logs; `message` says what to do",
+        json_schema_extra=_absent_not_null,
+    )
 
 
 class PendingDetail(BaseModel):

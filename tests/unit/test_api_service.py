@@ -143,11 +143,40 @@ async def test_reads_answer_from_the_store_without_temporal(api: httpx.AsyncClie
     assert ready.status_code == 200 and ready.json()["ok"] is True
 
 
-async def test_a_write_without_temporal_is_unavailable_and_safe_to_repeat(api: httpx.AsyncClient) -> None:
+REACH_TEMPORAL = (
+    f"nothing was taken: Temporal is not reachable at {NOWHERE}. Try again once it answers there (is it running, and "
+    "does TEMPORAL_ADDRESS name it?); asking again is safe"
+)
+
+
+async def test_a_write_without_temporal_is_unavailable_and_safe_to_repeat(
+    api: httpx.AsyncClient, cli_env: dict[str, str]
+) -> None:
+    """The message says where Temporal was looked for and what to do; the transport's own words are the `cause`,
+    the same from the service and the console script."""
     answered = await api.post("/v1/owners/anna/helpers/h1/close")
     assert answered.status_code == 503
     assert answered.headers["retry-after"] == "1"
-    assert answered.json()["error"]["code"] == "unavailable"
+    error = answered.json()["error"]
+    assert (error["code"], error["message"]) == ("unavailable", REACH_TEMPORAL)
+    assert "Connection refused" in error["cause"] and "Connection refused" not in error["message"]
+    exit_code, printed = _cli(["close", "--owner", "anna", "--id", "h1"], cli_env)
+    assert exit_code == 3 and printed["error"]["message"] == REACH_TEMPORAL
+    assert "Connection refused" in printed["error"]["cause"]
+
+
+async def test_a_store_that_does_not_open_says_what_to_check_and_keeps_the_drivers_words(tmp_path: Path) -> None:
+    store = "postgresql+asyncpg://anna:pw-never-shown@127.0.0.1:9/helpers"
+    down = Settings(store=store, results_dir=tmp_path / "results", temporal_address=NOWHERE)
+    async with service_client(down) as client:
+        answered = await client.get("/v1/owners/anna/helpers")
+    assert answered.status_code == 503
+    error = answered.json()["error"]
+    assert error["message"] == (
+        "the store at postgresql+asyncpg://127.0.0.1:9/helpers cannot be opened: nothing was read or written. Try "
+        "again once it answers there (is it running, and does HELPER_STORE_URL name it with its credentials?)"
+    )
+    assert "Connect call failed" in error["cause"] and "pw-never-shown" not in answered.text
 
 
 @pytest.mark.parametrize(

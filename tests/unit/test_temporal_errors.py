@@ -33,6 +33,7 @@ BUSY_WORKFLOW = ResourceExhaustedFailure(
 CLOSING = "workflow operation can not be applied because workflow is closing"
 ABORTED_BY_CLOSING = "workflow update was aborted by closing workflow"
 TASK_FAILED = "Unable to perform workflow execution update due to unexpected workflow task failure."
+ADDRESS = "temporal.example:7233"
 RATE_LIMITED = ResourceExhaustedFailure(
     cause=ResourceExhaustedCause.RESOURCE_EXHAUSTED_CAUSE_RPS_LIMIT,
     scope=ResourceExhaustedScope.RESOURCE_EXHAUSTED_SCOPE_NAMESPACE,
@@ -65,14 +66,39 @@ def test_which_answers_mean_ask_again(error: RPCError, transient: bool) -> None:
 
 
 def test_rate_limits_are_busy_with_a_retry_after() -> None:
-    refusal = refusal_of_rpc(server_error("rate limit", RPCStatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED), "a close")
+    error = server_error("rate limit", RPCStatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED)
+    refusal = refusal_of_rpc(error, "a close", ADDRESS)
     assert isinstance(refusal, Busy)
     assert refusal.retry_after_s > 0
     assert refusal.exit_code == 5
 
 
 def test_any_other_refusal_is_unavailable_and_says_nothing_was_taken() -> None:
-    refusal = refusal_of_rpc(server_error("denied", RPCStatusCode.PERMISSION_DENIED), "a close")
+    refusal = refusal_of_rpc(server_error("denied", RPCStatusCode.PERMISSION_DENIED), "a close", ADDRESS)
     assert isinstance(refusal, Unavailable)
     assert refusal.message.startswith("nothing was taken")
     assert "a close" in refusal.message and "PERMISSION_DENIED" in refusal.message
+
+
+TRANSPORT = "error trying to connect: tcp connect error: Connection refused (os error 111)"
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        (RPCStatusCode.UNAVAILABLE, f"Temporal is not reachable at {ADDRESS}."),
+        (RPCStatusCode.DEADLINE_EXCEEDED, f"Temporal at {ADDRESS} did not answer in time."),
+    ],
+)
+def test_a_call_that_did_not_reach_temporal_says_where_and_what_to_do_and_keeps_the_transports_words(
+    status: RPCStatusCode, says: str
+) -> None:
+    """The message is what a caller can act on; the transport's own text is the `cause`, not the message."""
+    refusal = refusal_of_rpc(server_error(TRANSPORT, status), "the list of schedules", ADDRESS)
+    assert isinstance(refusal, Unavailable) and refusal.exit_code == 3
+    assert refusal.message == (
+        f"nothing was taken: {says} Try again once it answers there (is it running, and does TEMPORAL_ADDRESS name "
+        "it?); asking again is safe"
+    )
+    assert refusal.details["cause"] == f"the list of schedules: {status.name}: {TRANSPORT}"
+    assert refusal.as_json()["error"]["cause"] == refusal.details["cause"]
