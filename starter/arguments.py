@@ -294,10 +294,12 @@ def _add_goal_commands(commands: Commands) -> None:
     )
     add.add_argument("--task", required=True, help="the task each check runs (1-20,000 characters)")
     _request_options(add)
-    goal_list = goal_commands.add_parser("list", help="the owner's Goals", epilog=_epilog(ENV_WRITE))
+    goal_list = goal_commands.add_parser(
+        "list", help="the owner's Goals, each with its next runs (none while paused)", epilog=_epilog(ENV_WRITE)
+    )
     _owner(goal_list)
     for name, text in (
-        ("pause", "stop the checks for now"),
+        ("pause", "stop the checks for now (the Goal lists no next runs until resumed)"),
         ("resume", "start the checks again"),
         ("run", "run one check now"),
         ("remove", "remove the Goal and its Schedule"),

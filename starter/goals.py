@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
+    ScheduleInfo,
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
@@ -47,7 +48,9 @@ class GoalView(BaseModel):
     note: str = ""
     task: str
     model: str
-    next_runs: list[str] = []
+    next_runs: list[str] = Field(
+        default=[], description="when the next checks run (up to three, ISO 8601); none while the Goal is paused"
+    )
     recent_checks: list[str] = []
 
 
@@ -97,17 +100,24 @@ async def describe_goal(temporal: Client, owner: str, goal_id: str) -> GoalView:
     action = description.schedule.action
     assert isinstance(action, ScheduleActionStartWorkflow)
     goal = await _goal_of(temporal, action)
-    intervals = description.schedule.spec.intervals
+    return goal_view(owner, goal_id, description.schedule, description.info, goal)
+
+
+def goal_view(owner: str, goal_id: str, schedule: Schedule, info: ScheduleInfo, goal: Goal | None) -> GoalView:
+    """What a Goal's Schedule shows its owner. A paused Schedule still computes its next action times, but none of
+    them runs until it is resumed: a paused Goal lists no next runs."""
+    intervals = schedule.spec.intervals
+    paused = schedule.state.paused
     return GoalView(
         owner=owner,
         goal_id=goal_id,
         every_ms=int(intervals[0].every.total_seconds() * 1000) if intervals else 0,
-        paused=description.schedule.state.paused,
-        note=description.schedule.state.note or "",
+        paused=paused,
+        note=schedule.state.note or "",
         task=goal.task if goal else "",
         model=goal.model if goal else "",
-        next_runs=[moment.isoformat() for moment in description.info.next_action_times[:3]],
-        recent_checks=[str(action.action.workflow_id) for action in description.info.recent_actions[-5:]],  # type: ignore[attr-defined]
+        next_runs=[] if paused else [moment.isoformat() for moment in info.next_action_times[:3]],
+        recent_checks=[str(action.action.workflow_id) for action in info.recent_actions[-5:]],  # type: ignore[attr-defined]
     )
 
 

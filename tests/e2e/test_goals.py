@@ -48,8 +48,11 @@ async def test_a_goal_check_runs_as_a_helper_with_the_goal_id(stack: Stack):
 
     listed = await stack.client.list_goals(stack.owner)
     assert [goal.goal_id for goal in listed] == ["inbox"]
-    assert (await stack.client.pause_goal(stack.owner, "inbox", paused=True)).paused
-    assert not (await stack.client.pause_goal(stack.owner, "inbox", paused=False)).paused
+    paused = await stack.client.pause_goal(stack.owner, "inbox", paused=True)
+    assert paused.paused and paused.next_runs == []  # nothing runs while paused
+    assert [goal.next_runs for goal in await stack.client.list_goals(stack.owner)] == [[]]
+    resumed = await stack.client.pause_goal(stack.owner, "inbox", paused=False)
+    assert not resumed.paused and resumed.next_runs
     await stack.client.remove_goal(stack.owner, "inbox")
     with pytest.raises(HelperRefused) as unknown:
         await stack.client.run_goal_now(stack.owner, "inbox")
