@@ -97,7 +97,7 @@ async def _watch(client: Client, store: HelperStore, identity: str) -> None:
 
 
 async def _restart_follows_of(client: Client, store: HelperStore, replica: str, limit: asyncio.Semaphore) -> None:
-    helpers = await asyncio.wait_for(store.followed_by(replica), CALL_BOUND_S)
+    helpers = await asyncio.wait_for(store.follows_on(replica), CALL_BOUND_S)
     log.warning("replica %s silent for %s: starting its %d follows again", replica, REPLICA_SILENT, len(helpers))
 
     async def one(owner: str, helper_id: str) -> None:

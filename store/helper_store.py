@@ -32,7 +32,7 @@ from store.statements import (
     Prepared,
     RowChanges,
     events_table,
-    follower_update,
+    follow_replica_update,
     insert_or_skip,
     kept_table,
     link_follow_up,
@@ -197,13 +197,15 @@ class HelperStore:
             return bool((await connection.execute(*statement)).rowcount)
 
     @store_write("progress")
-    async def record_follower(
+    async def record_follow_replica(
         self, owner: str, helper_id: str, seq: int, generation: int, replica: str | None, *, starts_following: bool
     ) -> bool:
         """Record which replica's follow attempt runs the running row's session now; with `starts_following`, also
         that a worker began following it, once: a later follow (after a finish-now, or on another replica) keeps
         the first moment."""
-        statement = follower_update(owner, helper_id, seq, generation, replica, now() if starts_following else None)
+        statement = follow_replica_update(
+            owner, helper_id, seq, generation, replica, now() if starts_following else None
+        )
         async with self.engine.begin() as connection:
             return bool((await connection.execute(*statement)).rowcount)
 
@@ -227,12 +229,12 @@ class HelperStore:
             )
             return [identity for (identity,) in taken]
 
-    async def followed_by(self, identity: str) -> list[tuple[str, str]]:
+    async def follows_on(self, replica: str) -> list[tuple[str, str]]:
         """The running helpers (owner, helper id) whose follow last started on this replica."""
         async with self.engine.connect() as connection:
             found = await connection.execute(
                 select(row_table.c.owner, row_table.c.helper_id).where(
-                    row_table.c.followed_by == identity, row_table.c.state == RowState.RUNNING.value
+                    row_table.c.follow_replica == replica, row_table.c.state == RowState.RUNNING.value
                 )
             )
             return [(owner, helper_id) for owner, helper_id in found]

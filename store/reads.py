@@ -58,7 +58,7 @@ HELPER_ROW_COLUMNS = (
     "choices",
 )
 # Columns of the row the runtime keeps for itself, which no read decodes: the replica a follow runs on (liveness.py).
-RUNTIME_ONLY_COLUMNS = frozenset({"followed_by"})
+RUNTIME_ONLY_COLUMNS = frozenset({"follow_replica"})
 USAGE_COLUMNS = (
     "owner",
     "helper_id",

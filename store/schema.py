@@ -74,9 +74,10 @@ class HelperRowRecord(Base):
     # A question outcome's choices (migration 0005): its id, options and free-text rule; none for any other
     # outcome and for a plain-text question. NULL, not JSON null, when there are none.
     choices: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
-    # The replica whose follow attempt last started on the running session (migration 0006): when that replica
-    # falls silent, another starts the follow again at once.
-    followed_by: Mapped[str | None] = mapped_column(String(200))
+    # The worker replica whose follow attempt last started on the running session (migration 0007): when that
+    # replica falls silent, another starts the follow again at once. The column followed_by (0006) held it before
+    # and is unused: 1.3.0 workers still write it during a rollout, and it stays until a later migration drops it.
+    follow_replica: Mapped[str | None] = mapped_column(String(200))
 
 
 class FollowReplicaRecord(Base):

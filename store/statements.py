@@ -150,8 +150,8 @@ def progress_update(owner: str, helper_id: str, seq: int, generation: int, value
     return _progress_update(tuple(sorted(values))), params
 
 
-_FOLLOWER_BOUND = _bound(row_table, ("followed_by", "follow_started_at"))
-_FOLLOWER = (
+_FOLLOW_REPLICA_BOUND = _bound(row_table, ("follow_replica", "follow_started_at"))
+_FOLLOW_REPLICA = (
     update(row_table)
     .where(
         *_BOUND_ADMISSION,
@@ -159,20 +159,20 @@ _FOLLOWER = (
         row_table.c.state == RowState.RUNNING.value,
     )
     .values(
-        followed_by=_FOLLOWER_BOUND["followed_by"],
-        follow_started_at=func.coalesce(row_table.c.follow_started_at, _FOLLOWER_BOUND["follow_started_at"]),
+        follow_replica=_FOLLOW_REPLICA_BOUND["follow_replica"],
+        follow_started_at=func.coalesce(row_table.c.follow_started_at, _FOLLOW_REPLICA_BOUND["follow_started_at"]),
     )
 )
 
 
-def follower_update(
+def follow_replica_update(
     owner: str, helper_id: str, seq: int, generation: int, replica: str | None, started_at: datetime | None
 ) -> Prepared:
     """The replica whose follow attempt starts on a running row's session; with `started_at`, when a worker began
     following it, of which the first moment is kept."""
-    params = _values({"followed_by": replica, "follow_started_at": started_at})
+    params = _values({"follow_replica": replica, "follow_started_at": started_at})
     params.update(_admission_params(owner, helper_id, seq, generation))
-    return _FOLLOWER, params
+    return _FOLLOW_REPLICA, params
 
 
 @functools.lru_cache(maxsize=32)

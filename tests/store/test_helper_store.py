@@ -156,6 +156,34 @@ async def test_connect_on_an_existing_store_keeps_its_rows(tmp_path: Any) -> Non
         await second.close()
 
 
+# Columns the migrations made that the code no longer declares nor uses: left in place, as a contraction waits for a
+# release that drops them (docs/operations.md, "Upgrading"); each has a server default or is nullable, so inserts
+# need not name it. Each leaves this list in the release whose migration drops it.
+UNDECLARED_COLUMNS = {
+    ("helper_rows", "finish_requested"),  # 0001; has a server default
+    ("helper_rows", "followed_by"),  # 0006, replaced by follow_replica (0007); may go once no 1.3.0 worker runs
+}
+
+
+async def test_the_migrations_make_the_schema_the_code_declares(store: HelperStore) -> None:
+    """The migrated tables, columns, types and indexes are those of `store.schema`, but for the columns no longer
+    declared: a migration that adds a column agrees with the code that uses it."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from store.schema import Base
+
+    def differences(connection: Connection) -> list[Any]:
+        found: list[Any] = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+        return found
+
+    async with store.engine.connect() as connection:
+        found = await connection.run_sync(differences)
+    undeclared = {(change[2], change[3].name) for change in found if change[0] == "remove_column"}
+    assert undeclared == UNDECLARED_COLUMNS
+    assert [change for change in found if change[0] != "remove_column"] == []
+
+
 # --- insert_admitted (R4, R5) ---------------------------------------------------------------------------
 
 
@@ -341,18 +369,20 @@ async def test_write_progress_never_touches_a_row_that_is_not_running(store: Hel
 async def test_each_follow_attempt_names_its_replica_and_the_first_start_is_kept(store: HelperStore) -> None:
     """R46: the row names the replica whose attempt runs now; the moment a worker began following stays the first."""
     await running(store)
-    assert await store.record_follower("anna", "h1", 1, 2, "111@a", starts_following=True)
+    assert await store.record_follow_replica("anna", "h1", 1, 2, "111@a", starts_following=True)
     first = await store.get("anna", "h1")
     assert first is not None and first.follow_started_at is not None
-    assert await store.followed_by("111@a") == [("anna", "h1")]
-    assert await store.record_follower("anna", "h1", 1, 2, "222@b", starts_following=True)
+    assert await store.follows_on("111@a") == [("anna", "h1")]
+    assert await store.record_follow_replica("anna", "h1", 1, 2, "222@b", starts_following=True)
     again = await store.get("anna", "h1")
     assert again is not None and again.follow_started_at == first.follow_started_at
-    assert await store.followed_by("111@a") == []
-    assert await store.followed_by("222@b") == [("anna", "h1")]
-    assert await store.record_follower("anna", "h1", 1, 1, "333@c", starts_following=False) is False, "older writer"
+    assert await store.follows_on("111@a") == []
+    assert await store.follows_on("222@b") == [("anna", "h1")]
+    assert await store.record_follow_replica("anna", "h1", 1, 1, "333@c", starts_following=False) is False, (
+        "older writer"
+    )
     assert await store.write_state("anna", "h1", 1, 2, state=RowState.CLOSED)
-    assert await store.followed_by("222@b") == [], "only running helpers have a follow to start again"
+    assert await store.follows_on("222@b") == [], "only running helpers have a follow to start again"
 
 
 async def test_a_silent_replica_is_taken_by_one_caller_and_a_stopped_one_by_none(store: HelperStore) -> None:
@@ -632,29 +662,55 @@ async def test_a_question_outcome_keeps_its_choices_and_any_other_keeps_none(sto
         assert [name for (name,) in nulls] == ["plain"]
 
 
-async def test_the_choices_migration_goes_down_and_up_again_keeping_the_rows(store: HelperStore) -> None:
-    """Migration 0005 adds the nullable choices column; its downgrade drops only that column, rows intact, and the
-    upgrade adds it again."""
+def _downgrade(connection: Connection, revision: str) -> None:
     from alembic import command
 
     from store.database import _config
 
-    def downgrade(connection: Connection, revision: str) -> None:
-        config = _config()
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+    config = _config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
 
-    def columns(connection: Connection) -> list[str]:
-        return [column["name"] for column in inspect(connection).get_columns("helper_rows")]
 
+def _columns(connection: Connection) -> list[str]:
+    return [column["name"] for column in inspect(connection).get_columns("helper_rows")]
+
+
+async def test_the_choices_migration_goes_down_and_up_again_keeping_the_rows(store: HelperStore) -> None:
+    """Migration 0005 adds the nullable choices column; its downgrade drops only that column, rows intact, and the
+    upgrade adds it again."""
     await running(store, "h1")
     async with store.engine.begin() as connection:
-        await connection.run_sync(downgrade, "0004")
-        assert "choices" not in await connection.run_sync(columns)
+        await connection.run_sync(_downgrade, "0004")
+        assert "choices" not in await connection.run_sync(_columns)
         assert (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalar() == "0004"
         assert (await connection.execute(text("SELECT helper_id FROM helper_rows"))).scalars().all() == ["h1"]
     await migrate(store.engine)
     async with store.engine.connect() as connection:
-        assert "choices" in await connection.run_sync(columns)
+        assert "choices" in await connection.run_sync(_columns)
     shown = await store.get("anna", "h1")
     assert shown is not None and shown.choices is None and shown.state is RowState.RUNNING
+
+
+async def test_the_follow_replica_migration_only_adds_and_leaves_followed_by_alone(store: HelperStore) -> None:
+    """Migration 0007 adds `follow_replica` and keeps `followed_by`, which 1.3.0 workers write during a rollout:
+    what they wrote there stays, this code neither reads nor writes it, and the downgrade drops only the new
+    column."""
+    await running(store, "h1")
+    async with store.engine.begin() as connection:
+        await connection.run_sync(_downgrade, "0006")
+        names = await connection.run_sync(_columns)
+        assert "followed_by" in names and "follow_replica" not in names
+        await connection.execute(text("UPDATE helper_rows SET followed_by = '111@a' WHERE helper_id = 'h1'"))
+    await migrate(store.engine)
+    async with store.engine.connect() as connection:
+        assert {"followed_by", "follow_replica"} <= set(await connection.run_sync(_columns))
+    assert await store.follows_on("111@a") == [], "a 1.3.0 follow is found by its heartbeat timeout"
+    assert await store.record_follow_replica("anna", "h1", 1, 2, "222@b", starts_following=True)
+    assert await store.follows_on("222@b") == [("anna", "h1")]
+    # A 1.3.0 worker goes on writing the old column beside this code, and neither write touches the other's.
+    async with store.engine.begin() as connection:
+        await connection.execute(text("UPDATE helper_rows SET followed_by = '333@c' WHERE helper_id = 'h1'"))
+        both = await connection.execute(text("SELECT followed_by, follow_replica FROM helper_rows"))
+        assert both.all() == [("333@c", "222@b")]
+    assert await store.follows_on("222@b") == [("anna", "h1")]
