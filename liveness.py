@@ -30,6 +30,7 @@ from temporalio.api.workflowservice.v1 import UpdateActivityOptionsRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from protocol.messages import FOLLOW_SESSION
 from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore
 from store.statements import now
@@ -49,7 +50,6 @@ RESTORE_WITHIN_S = 10.0
 RESTARTS_AT_ONCE = 20
 # A store or server call of the watch gives up after this, and the watch tries again at its next beat.
 CALL_BOUND_S = 10.0
-FOLLOW_ACTIVITY = "follow_session"
 
 
 @contextlib.asynccontextmanager
@@ -135,7 +135,7 @@ async def restart_follow(client: Client, workflow_id: str, lost_replica: str) ->
 async def _follow_of(client: Client, workflow_id: str) -> PendingActivityInfo | None:
     description = await asyncio.wait_for(client.get_workflow_handle(workflow_id).describe(), CALL_BOUND_S)
     for pending in description.raw_description.pending_activities:
-        if pending.activity_type.name == FOLLOW_ACTIVITY:
+        if pending.activity_type.name == FOLLOW_SESSION:
             return pending
     return None
 

@@ -27,7 +27,7 @@ from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelpe
 from domain.rows import HelperRow, RowState
 from observability import recording
 from protocol.errors import ErrorType
-from protocol.messages import CLOSE, HELPER_WORKFLOW, SLOT_GRANTED, Token
+from protocol.messages import ADMIT_HELPER, CLOSE, HELPER_WORKFLOW, REGRANT_HELPER, SLOT_GRANTED, Token
 from protocol.names import (
     FOLLOW_UP_OF_MEMO,
     HELPER_OWNER,
@@ -45,7 +45,7 @@ class AdmissionActivities:
         self.store = store
         self.results = results
 
-    @activity.defn(name="admit_helper")
+    @activity.defn(name=ADMIT_HELPER)
     async def admit_helper(self, admitted: AdmitHelper) -> None:
         """Remove the rows evicted for room, write the admitted row at generation 1, then start the helper's
         workflow; each idempotent."""
@@ -143,7 +143,7 @@ class AdmissionActivities:
                 raise
             # The run has already ended (it finished before this admission was recorded): its notice counts.
 
-    @activity.defn(name="regrant_helper")
+    @activity.defn(name=REGRANT_HELPER)
     async def regrant_helper(self, regrant: RegrantHelper) -> Regranted:
         """The coordinator's slot signal found no workflow for a helper it admitted. Its row decides: still
         waiting or running, the admission's workflow is signalled if it now runs, or started from the row if

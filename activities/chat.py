@@ -10,6 +10,7 @@ from domain.activity_io import OfferEvent, OfferResult, WithdrawnEvent
 from domain.book import EventState
 from domain.texts import text
 from observability import recording
+from protocol.messages import OFFER_CHAT_EVENT, WITHDRAW_CHAT_EVENT
 from store.helper_store import HelperStore
 
 
@@ -18,7 +19,7 @@ class ChatActivities:
         self.store = store
         self.chat = chat
 
-    @activity.defn(name="offer_chat_event")
+    @activity.defn(name=OFFER_CHAT_EVENT)
     async def offer_chat_event(self, offer: OfferEvent) -> OfferResult:
         """Ask whether the chat is idle; if so, send the event. `delivered` only with the chat's receipt."""
         attempts = offer.attempts + 1
@@ -45,7 +46,7 @@ class ChatActivities:
         await self._record(offer, EventState.DELIVERED, attempts, receipt_id=receipt.event_id)
         return OfferResult(state=EventState.DELIVERED, receipt_id=receipt.event_id)
 
-    @activity.defn(name="withdraw_chat_event")
+    @activity.defn(name=WITHDRAW_CHAT_EVENT)
     async def withdraw_chat_event(self, withdrawn: WithdrawnEvent) -> None:
         """None of the event's outcomes is unreported any more (each was closed, or read and delivered): it is
         never offered again (R22, R26), and the store says so."""

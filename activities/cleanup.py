@@ -9,7 +9,7 @@ from clients.core_client import CoreClient, CoreUnavailable, SessionNotFound
 async def reset(core: CoreClient, session_id: str, timeout_s: float | None = None) -> bool:
     """Reset the session: True when the core reset it, False when it no longer knows it (lost, or reset already:
     nothing is left to clean up). Raises CoreError when the call fails or the core answers that it did not reset
-    it; the caller's cleanup tries again or parks the session (`domain.cleanup.parks`)."""
+    it; the caller's cleanup tries again or parks the session (`domain.run.cleanup.parks`)."""
     try:
         answer = await core.reset(session_id, timeout_s=timeout_s)
     except SessionNotFound:

@@ -4,7 +4,7 @@
   was kept; otherwise (or when the core refuses the continuation) its task carries the earlier outcome.
 - A session whose outcome waits for the owner is kept instead of reset when its helper finalizes, on a core
   that can continue it; it is reset once the follow-up has its own session (at once, by the follow-up's
-  open), or by the hourly sweep when its row is closed or gone, or after `domain.kept_sessions.KEPT_AT_MOST`.
+  open), or by the hourly sweep when its row is closed or gone, or after `domain.run.kept_sessions.KEPT_AT_MOST`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from activities import cleanup
 from clients.core_client import CoreClient, CoreError
 from contracts.core_api import CreateSession, SessionLimits, SessionStatus
 from domain.book.follow_up import FOLLOWABLE_KINDS
-from domain.cleanup import KEPT, parks
-from domain.follow_up_task import carried_task
-from domain.kept_sessions import reset_reason
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
+from domain.run.cleanup import KEPT, parks
+from domain.run.follow_up_task import carried_task
+from domain.run.kept_sessions import reset_reason
 from store.helper_store import HelperStore
 from store.records import KeptSession
 from store.results import ResultDirectories
@@ -134,7 +134,7 @@ class FollowUps:
 
     async def _reset(self, kept: KeptSession, reason: str, bound_s: float | None, now: datetime | None = None) -> bool:
         """Reset a kept session, which is then no longer kept; True if it is no longer kept. One whose reset fails
-        stays kept for the next sweep, or is parked once the park rule says so (`domain.cleanup.KEPT`)."""
+        stays kept for the next sweep, or is parked once the park rule says so (`domain.run.cleanup.KEPT`)."""
         try:
             await cleanup.reset(self.core, kept.session_id, bound_s)
         except CoreError as error:

@@ -11,6 +11,7 @@ from domain.goals import Goal
 from protocol.client import admit
 from protocol.deadlines import reply_by
 from protocol.errors import Accepted, Busy, ErrorType, HelperRefused, InvalidRequest, Unavailable
+from protocol.messages import START_GOAL_CHECK
 
 
 class GoalCheck(BaseModel):
@@ -30,7 +31,7 @@ class GoalActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    @activity.defn(name="start_goal_check")
+    @activity.defn(name=START_GOAL_CHECK)
     async def start_goal_check(self, check: GoalCheck) -> GoalCheckResult:
         """A refused check (no place left for it) is a result, not an error: the next one may fit."""
         request = check.goal.check_request(check.helper_id)

@@ -27,11 +27,12 @@ from domain.activity_io import (
     WrittenOutcome,
 )
 from domain.bounds import ROW_ACTIONS_MAX, first
-from domain.follow import authorization_text, session_message
 from domain.outcome import Outcome, compose_outcome_text, summarize
 from domain.rows import HelperRow, RowState
+from domain.run.follow import authorization_text, session_message
 from domain.work import Usage
 from observability import recording
+from protocol.messages import COORDINATOR_WRITE, FINALIZE_OUTCOME, MARK_CLOSED, REMOVE_ROWS, SWEEP_ORPHAN_DIRECTORIES
 from store.helper_store import HelperStore, RowChanges, RowGone
 from store.results import SESSION_JSON, ResultDirectories
 
@@ -81,12 +82,12 @@ class RowActivities:
         self.store = store
         self.results = results
 
-    @activity.defn(name="remove_rows")
+    @activity.defn(name=REMOVE_ROWS)
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:
         """Remove rows, then their directories (R29)."""
         return await remove_rows(self.store, self.results, removal)
 
-    @activity.defn(name="sweep_orphan_directories")
+    @activity.defn(name=SWEEP_ORPHAN_DIRECTORIES)
     async def sweep_orphan_directories(self, older_than_s: int) -> int:
         """Remove result directories no row points at, older than `older_than_s` (a crash or a failed
         removal left them); young ones may belong to a row being written right now."""
@@ -96,14 +97,14 @@ class RowActivities:
             log.info("swept %d orphan result directories", len(removed))
         return len(removed)
 
-    @activity.defn(name="mark_closed")
+    @activity.defn(name=MARK_CLOSED)
     @recording.names_store_writes("close")
     async def mark_closed(self, close: MarkClosed) -> bool:
         """Close a waiting or running helper's row at once, keeping its last completed message (R21)."""
         key = close.row
         return await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, state=RowState.CLOSED)
 
-    @activity.defn(name="finalize_outcome")
+    @activity.defn(name=FINALIZE_OUTCOME)
     @recording.names_store_writes("finalize")
     async def finalize_outcome(self, final: Finalize) -> Finalized:
         """The one finalizer's write: full text to the result directory, then the row (R18, R19)."""
@@ -215,7 +216,7 @@ class RowActivities:
             return None
         return WholeSession(snapshot)
 
-    @activity.defn(name="coordinator_write")
+    @activity.defn(name=COORDINATOR_WRITE)
     @recording.names_store_writes("coordinator")
     async def coordinator_write(self, write: CoordinatorWrite) -> bool:
         """A write after the helper handed its row back: delivered (R28) or closed (R22)."""

@@ -42,8 +42,10 @@ from domain.activity_io import (
     SessionRef,
 )
 from domain.bounds import ROW_MESSAGE_MAX, cut
-from domain.cleanup import FOUND_BY_KEY, parks
-from domain.follow import (
+from domain.limits import Limits
+from domain.rows import HelperRow
+from domain.run.cleanup import FOUND_BY_KEY, parks
+from domain.run.follow import (
     FollowCursor,
     FollowRequest,
     FollowResult,
@@ -54,11 +56,19 @@ from domain.follow import (
     result_from,
     session_message,
 )
-from domain.limits import Limits
-from domain.rows import HelperRow
 from domain.work import fold_usage
 from observability import recording
 from protocol.errors import ErrorType
+from protocol.messages import (
+    CANCEL_SESSION,
+    FINISH_SESSION,
+    FOLLOW_SESSION,
+    OPEN_SESSION,
+    PARK_SESSION,
+    RECOVER_SESSION,
+    RESET_KEPT_SESSIONS,
+    RESET_SESSION,
+)
 from store.helper_store import HelperStore, RowGone
 from store.results import ResultDirectories
 
@@ -85,7 +95,7 @@ class SessionActivities:
         self.results = results
         self.follow_ups = FollowUps(store, core, results)
 
-    @activity.defn(name="open_session")
+    @activity.defn(name=OPEN_SESSION)
     @recording.names_store_writes("open")
     async def open_session(self, request: OpenSession) -> OpenedSession:
         """Mark the row running and create the session; the key makes a retry return the same session (R9)."""
@@ -121,7 +131,7 @@ class SessionActivities:
                 )
         return await self.core.create(requests[-1], timeout_s=timeout_s)
 
-    @activity.defn(name="follow_session")
+    @activity.defn(name=FOLLOW_SESSION)
     async def follow_session(self, request: FollowRequest) -> FollowResult:
         recording.follow_attempt()
         details = activity.info().heartbeat_details
@@ -254,7 +264,7 @@ class SessionActivities:
         directory = self.results.path_for(request.owner, request.helper_id, request.seq)
         await asyncio.to_thread(self.results.write_session, directory, snapshot.model_dump(mode="json"))
 
-    @activity.defn(name="finish_session")
+    @activity.defn(name=FINISH_SESSION)
     async def finish_session(self, ref: SessionRef) -> bool:
         """Ask the core to finish now, without tools (R13, R15). False if the session is already gone."""
         try:
@@ -265,7 +275,7 @@ class SessionActivities:
             raise _retry_or_refuse(error) from None
         return True
 
-    @activity.defn(name="cancel_session")
+    @activity.defn(name=CANCEL_SESSION)
     async def cancel_session(self, ref: SessionRef) -> CancelResult:
         """Cancel the turn; `stopped` only when the core answers that the turn has stopped (R7, R21). A core that
         does not know the session (404) has not said it stopped: the follow sees what became of it. A failure is
@@ -286,7 +296,7 @@ class SessionActivities:
         )
         return CancelResult(stopped=stopped, detail=answer.status.value)
 
-    @activity.defn(name="reset_session")
+    @activity.defn(name=RESET_SESSION)
     async def reset_session(self, ref: SessionRef) -> bool:
         """Cleanup after the outcome (R20): reset the session, or keep it for a follow-up. Every failure is
         retried by the activity's policy (`workflows.options.reset`); when its budget is spent the workflow
@@ -300,7 +310,7 @@ class SessionActivities:
             ) from None
         return True
 
-    @activity.defn(name="park_session")
+    @activity.defn(name=PARK_SESSION)
     async def park_session(self, park: ParkSession) -> None:
         """List a session whose reset kept failing; the hourly sweep tries it again (R20)."""
         log.warning("session %s of %s/%s parked: %s", park.session_id, park.owner, park.helper_id, park.error)
@@ -312,7 +322,7 @@ class SessionActivities:
             return
         await cleanup.reset(self.core, ref.session_id, _seconds(ref.check_ms))
 
-    @activity.defn(name="reset_kept_sessions")
+    @activity.defn(name=RESET_KEPT_SESSIONS)
     async def reset_kept_sessions(self) -> int:
         """The hourly sweep's cleanup of sessions (R20): reset the kept sessions nothing can need any more, and
         try the parked ones again. Returns how many sessions it reset."""
@@ -333,7 +343,7 @@ class SessionActivities:
             reset += 1
         return reset
 
-    @activity.defn(name="recover_session")
+    @activity.defn(name=RECOVER_SESSION)
     @recording.names_store_writes("open")
     async def recover_session(self, request: RecoverSession) -> RecoveredSession:
         """The create was never answered: ask again with the same key, which names the session if the core

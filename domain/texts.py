@@ -138,7 +138,7 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Владелец дал разрешение, которое вы просили: {item}. Теперь оно входит в ваши полномочия; "
         "продолжайте работу.",
     },
-    # A follow-up's task when the core cannot continue the earlier session itself (domain.follow_up_task).
+    # A follow-up's task when the core cannot continue the earlier session itself (domain.run.follow_up_task).
     "follow_up.task": {
         "en": "This continues earlier work: helper {earlier} ended with {ended_with}. Its outcome, in full:\n\n"
         "{context}\n\nThe owner's answer, which is your task now:\n\n{answer}",

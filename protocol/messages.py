@@ -1,8 +1,9 @@
 """The messages between the workflows, and from the starter to a coordinator: every name in one place.
 
 A workflow declares its handlers with these names; a sender (`protocol.senders` inside workflows,
-`protocol.client` outside) uses the same names with typed arguments and results. No other module spells a
-signal or update name, and a rename here is a rename everywhere (a replay test guards the recorded ones).
+`protocol.client` outside) uses the same names with typed arguments and results; an activity is registered and
+scheduled under its name here. No other module spells a signal, update or activity name, and a rename here is a
+rename everywhere (a replay test guards the recorded ones).
 """
 
 from __future__ import annotations
@@ -33,6 +34,25 @@ HELPER_CLOSED: Final = "helper_closed"
 # Signals a coordinator sends a helper.
 SLOT_GRANTED: Final = "slot_granted"
 CLOSE: Final = "close"
+# Activities, by the names the workflows schedule them under (a test's stand-in registers the same name).
+ADMIT_HELPER: Final = "admit_helper"
+REGRANT_HELPER: Final = "regrant_helper"
+COORDINATOR_WRITE: Final = "coordinator_write"
+REMOVE_ROWS: Final = "remove_rows"
+OFFER_CHAT_EVENT: Final = "offer_chat_event"
+WITHDRAW_CHAT_EVENT: Final = "withdraw_chat_event"
+OPEN_SESSION: Final = "open_session"
+FOLLOW_SESSION: Final = "follow_session"
+FINISH_SESSION: Final = "finish_session"
+CANCEL_SESSION: Final = "cancel_session"
+RECOVER_SESSION: Final = "recover_session"
+RESET_SESSION: Final = "reset_session"
+PARK_SESSION: Final = "park_session"
+MARK_CLOSED: Final = "mark_closed"
+FINALIZE_OUTCOME: Final = "finalize_outcome"
+SWEEP_ORPHAN_DIRECTORIES: Final = "sweep_orphan_directories"
+RESET_KEPT_SESSIONS: Final = "reset_kept_sessions"
+START_GOAL_CHECK: Final = "start_goal_check"
 # Queries.
 OWNER_BOOK: Final = "owner_book"
 COUNTS: Final = "counts"

@@ -49,7 +49,7 @@ from config.settings import Settings
 from domain.activity_io import AdmitHelper, FollowedUp, OfferEvent, OfferResult
 from domain.rows import HelperRow
 from protocol.connection import connect_for
-from protocol.messages import ADMIT
+from protocol.messages import ADMIT, ADMIT_HELPER, OFFER_CHAT_EVENT
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from worker import CACHED_WORKFLOWS, WORKFLOWS, activities_of, deployment_of, follows_worker, promote
@@ -68,8 +68,8 @@ AFTER_RETURN = "after_return"
 IN_OFFER = "in_offer"
 POINTS = (AFTER_ROW, AFTER_START, AFTER_RETURN, IN_OFFER)
 CRASH_EXIT = 137
-ADMIT_ACTIVITY = "admit_helper"
-OFFER_ACTIVITY = "offer_chat_event"
+ADMIT_ACTIVITY = ADMIT_HELPER
+OFFER_ACTIVITY = OFFER_CHAT_EVENT
 
 log = logging.getLogger("helper.crash_worker")
 

@@ -25,20 +25,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
-    from domain.activity_io import (
-        AdmitHelper,
-        CoordinatorWrite,
-        OfferEvent,
-        OfferResult,
-        Regranted,
-        RegrantHelper,
-        WithdrawnEvent,
-        entry_row,
-        helper_start,
-        new_row,
-        rows_to_remove,
-    )
-    from domain.book import (
+    from domain import activity_io
+    from domain.book import admission, answering, closing, delivery, outbox, retention, slots
+    from domain.book.state import (
         AwaitEarlier,
         ChatEventRecord,
         Entry,
@@ -47,41 +36,15 @@ with workflow.unsafe.imports_passed_through():
         Judgement,
         OwnerBook,
         Refusal,
-        admission,
-        answering,
-        closing,
-        delivery,
-        outbox,
-        retention,
-        slots,
+        still_working,
+        summarize_book,
     )
-    from domain.book.state import still_working, summarize_book
     from domain.limits import effective_limits
     from domain.requests import HelperRequest
     from domain.rows import RowState
+    from protocol import messages
     from protocol.deadlines import too_late
     from protocol.errors import ErrorType
-    from protocol.messages import (
-        ADMIT,
-        ANSWER,
-        CLOSE_HELPER,
-        COORDINATOR_WORKFLOW,
-        COUNTS,
-        HELPER_CLOSED,
-        HELPER_FINISHED,
-        MARK_DELIVERED,
-        MARK_READ,
-        OWNER_BOOK,
-        Admission,
-        AnswerRequest,
-        AnswerResult,
-        CloseAnswer,
-        CoordinatorStart,
-        DeliveredAnswer,
-        DeliveredRequest,
-        ReadAnswer,
-        ReadRequest,
-    )
     from protocol.names import owner_of_coordinator
     from protocol.senders import ask_to_close, grant_slot
     from workflows import options
@@ -109,15 +72,15 @@ OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
 
-@workflow.defn(name=COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=messages.COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class CoordinatorWorkflow:
     @workflow.init
     def __init__(self, start: RawValue) -> None:
-        begun = read_start(start, CoordinatorStart)
+        begun = read_start(start, messages.CoordinatorStart)
         # A start that cannot be read leaves an empty book: every update is turned away, and the run ends at once.
         self.unreadable_start = begun if isinstance(begun, ApplicationError) else None
         if isinstance(begun, ApplicationError):
-            begun = CoordinatorStart(owner=owner_of_coordinator(workflow.info().workflow_id))
+            begun = messages.CoordinatorStart(owner=owner_of_coordinator(workflow.info().workflow_id))
         self.book = begun.book or OwnerBook(owner=begun.owner, policy=begun.policy)
         self.messages_this_run = 0
         self.stopping = False  # draining handlers to continue as new: new updates are turned away
@@ -152,7 +115,7 @@ class CoordinatorWorkflow:
         await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
-            CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book),
+            messages.CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book),
             # The next run starts on the deployment's current build, and stays on it.
             initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
@@ -199,8 +162,8 @@ class CoordinatorWorkflow:
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
-    @workflow.update(name=ADMIT)
-    async def admit(self, request: HelperRequest) -> Admission:
+    @workflow.update(name=messages.ADMIT)
+    async def admit(self, request: HelperRequest) -> messages.Admission:
         self.messages_this_run += 1
         waited = False
         while True:
@@ -226,7 +189,7 @@ class CoordinatorWorkflow:
                 timeout_summary="wait for the helper's finished notice",
             )
 
-    async def _admit_decided(self, request: HelperRequest, decision: admission.Admit) -> Admission:
+    async def _admit_decided(self, request: HelperRequest, decision: admission.Admit) -> messages.Admission:
         """Carry out an admission decided in this task: the book first, then the row and the workflow."""
         policy = self.book.policy
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
@@ -236,12 +199,12 @@ class CoordinatorWorkflow:
         earlier_before = earlier.model_copy(deep=True) if earlier is not None else None
         entry = admission.take(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = slots.grant(self.book, now)
-        admitting = AdmitHelper(
-            row=new_row(self.book, request, entry, limits, now),
-            start=helper_start(
+        admitting = activity_io.AdmitHelper(
+            row=activity_io.new_row(self.book, request, entry, limits, now),
+            start=activity_io.helper_start(
                 policy, request, seq=entry.seq, limits=limits, slot_granted=request.helper_id in granted
             ),
-            evict=rows_to_remove(self.book.owner, evicted) if evicted else None,
+            evict=activity_io.rows_to_remove(self.book.owner, evicted) if evicted else None,
         )
         # The decision is committed with this task before the row is written and the helper started: the write is
         # an activity scheduled in the task that accepts the update, so a worker killed during the write leaves a
@@ -260,7 +223,9 @@ class CoordinatorWorkflow:
             # The row may exist without its workflow: take it away again, so nothing half-admitted stays.
             with contextlib.suppress(*CALL_FAILED):
                 await workflow.execute_local_activity_method(
-                    RowActivities.remove_rows, rows_to_remove(self.book.owner, [entry]), **options.ADMISSION_WRITE
+                    RowActivities.remove_rows,
+                    activity_io.rows_to_remove(self.book.owner, [entry]),
+                    **options.ADMISSION_WRITE,
                 )
             admission.undo(self.book, request.helper_id, evicted, earlier_before)
             await self._hand_out_slots()
@@ -291,7 +256,7 @@ class CoordinatorWorkflow:
         # Where the helper is now: a slot may have come to it while its row and workflow were written (and a quick
         # helper may even have ended; it ran, so it is answered as running).
         waiting = request.helper_id in self.book.queue
-        return Admission(
+        return messages.Admission(
             owner=request.owner,
             helper_id=request.helper_id,
             status=RowState.WAITING if waiting else RowState.RUNNING,
@@ -305,9 +270,9 @@ class CoordinatorWorkflow:
         self._refuse_late_or_draining()
         refuse_if_refused(admission.judge(self.book, request))
 
-    def _admission_of(self, entry: Entry, *, existing: bool) -> Admission:
+    def _admission_of(self, entry: Entry, *, existing: bool) -> messages.Admission:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
-        return Admission(
+        return messages.Admission(
             owner=self.book.owner, helper_id=entry.helper_id, status=entry.state, ahead=ahead, existing=existing
         )
 
@@ -315,8 +280,8 @@ class CoordinatorWorkflow:
     # The first valid answer is recorded in the book before anything is awaited, so of two answers handled in one
     # task the second already finds it; its follow-up is admitted in the same task, by the admission rules.
 
-    @workflow.update(name=ANSWER)
-    async def answer(self, request: AnswerRequest) -> AnswerResult:
+    @workflow.update(name=messages.ANSWER)
+    async def answer(self, request: messages.AnswerRequest) -> messages.AnswerResult:
         self.messages_this_run += 1
         arrived_at = workflow.now()
         waited = False
@@ -341,7 +306,9 @@ class CoordinatorWorkflow:
     def _written(self, helper_id: str) -> bool:
         return helper_id not in self.writing
 
-    async def _take_answer(self, request: AnswerRequest, judged: answering.TakeAnswer) -> AnswerResult:
+    async def _take_answer(
+        self, request: messages.AnswerRequest, judged: answering.TakeAnswer
+    ) -> messages.AnswerResult:
         """Record a first valid answer and admit its follow-up, or, for `deny`, deliver the outcome. An answer whose
         follow-up fails to be admitted is withdrawn: the owner can answer again."""
         entry = answering.record(self.book, request.helper_id, request.answer)
@@ -357,7 +324,7 @@ class CoordinatorWorkflow:
         return self._answer_of(request, follow_up=admitted)
 
     @answer.validator
-    def _validate_answer(self, request: AnswerRequest) -> None:
+    def _validate_answer(self, request: messages.AnswerRequest) -> None:
         # Rejected here, the answer leaves no trace in the history and writes nothing.
         self._refuse_late_or_draining()
         refuse_if_refused(
@@ -366,19 +333,19 @@ class CoordinatorWorkflow:
 
     def _answer_of(
         self,
-        request: AnswerRequest,
+        request: messages.AnswerRequest,
         *,
         repeated: bool = False,
         same: bool = True,
-        follow_up: Admission | None = None,
-    ) -> AnswerResult:
+        follow_up: messages.Admission | None = None,
+    ) -> messages.AnswerResult:
         """The recorded answer, with the follow-up it started: as its admission answered (with the rows it evicted),
         or as it is now for a repeated answer."""
         entry = self.book.entries[request.helper_id]
         answer = entry.answer or request.answer
         if follow_up is None and entry.followed_up_by is not None and entry.followed_up_by in self.book.entries:
             follow_up = self._admission_of(self.book.entries[entry.followed_up_by], existing=repeated)
-        return AnswerResult(
+        return messages.AnswerResult(
             owner=self.book.owner,
             helper_id=entry.helper_id,
             question_id=answer.question_id,
@@ -391,7 +358,7 @@ class CoordinatorWorkflow:
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------
 
-    @workflow.signal(name=HELPER_FINISHED)
+    @workflow.signal(name=messages.HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:
         self.messages_this_run += 1
         entry = slots.finished(self.book, notice)
@@ -400,7 +367,7 @@ class CoordinatorWorkflow:
             workflow.logger.info("%s/%s finished: %s%s", self.book.owner, notice.helper_id, notice.kind.value, holding)
         await self._hand_out_slots()
 
-    @workflow.signal(name=HELPER_CLOSED)
+    @workflow.signal(name=messages.HELPER_CLOSED)
     def helper_closed(self, helper_id: str) -> None:
         """A running helper closed its row; it keeps its slot until the core confirms the stop (R7, R21)."""
         self.messages_this_run += 1
@@ -419,20 +386,20 @@ class CoordinatorWorkflow:
                 await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:
                 regranted = await self._regrant(helper_id)
-                if regranted in (Regranted.GRANTED, Regranted.STARTED):
+                if regranted in (activity_io.Regranted.GRANTED, activity_io.Regranted.STARTED):
                     continue
                 # Only an operator can remove a helper workflow; its row is left for them to read.
                 workflow.logger.error(
                     "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
                 )
                 entry = slots.forget_gone_helper(self.book, helper_id, workflow.now())
-                if entry is not None and regranted is Regranted.ENDED:
+                if entry is not None and regranted is activity_io.Regranted.ENDED:
                     await self._close_ended_row(entry)
                 gone = True
         if gone:
             await self._hand_out_slots()
 
-    async def _regrant(self, helper_id: str) -> Regranted | None:
+    async def _regrant(self, helper_id: str) -> activity_io.Regranted | None:
         """The slot's signal found no workflow: an admission whose start was lost still has its row, from which the
         helper is started holding the slot; only a helper that really ended lets its slot pass on. None: the row
         could not be read."""
@@ -442,13 +409,15 @@ class CoordinatorWorkflow:
         try:
             regranted = await workflow.execute_local_activity_method(
                 AdmissionActivities.regrant_helper,
-                RegrantHelper(owner=self.book.owner, helper_id=helper_id, seq=entry.seq, policy=self.book.policy),
+                activity_io.RegrantHelper(
+                    owner=self.book.owner, helper_id=helper_id, seq=entry.seq, policy=self.book.policy
+                ),
                 **options.ADMISSION_WRITE,
             )
         except CALL_FAILED as error:
             workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
             return None
-        if regranted is Regranted.STARTED:
+        if regranted is activity_io.Regranted.STARTED:
             workflow.logger.warning("%s/%s had no workflow: started from its row", self.book.owner, helper_id)
         return regranted
 
@@ -463,8 +432,8 @@ class CoordinatorWorkflow:
 
     # --- close (R21-R23) -------------------------------------------------------------------------------
 
-    @workflow.update(name=CLOSE_HELPER)
-    async def close(self, helper_id: str) -> CloseAnswer:
+    @workflow.update(name=messages.CLOSE_HELPER)
+    async def close(self, helper_id: str) -> messages.CloseAnswer:
         self.messages_this_run += 1
         # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded by the
         # admission's own writes (options.ADMISSION_WRITE).
@@ -473,7 +442,7 @@ class CoordinatorWorkflow:
         if isinstance(action, Refusal):
             raise refused(action)
         if action is closing.CloseAction.ALREADY_REMOVED:
-            return CloseAnswer(
+            return messages.CloseAnswer(
                 owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True, already_closed=True
             )
         was_closed = self.book.entries[helper_id].state is RowState.CLOSED
@@ -495,11 +464,11 @@ class CoordinatorWorkflow:
             await self._write_row(entry, RowState.CLOSED)
         elif action is closing.CloseAction.REMOVE:
             await self._remove_rows([self.book.entries[helper_id]], closed_by_owner=True)
-            return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
+            return messages.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         remaining = self.book.entries.get(helper_id)
         if remaining is None:
-            return CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
-        return CloseAnswer(
+            return messages.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
+        return messages.CloseAnswer(
             owner=self.book.owner,
             helper_id=helper_id,
             state=remaining.state,
@@ -516,8 +485,8 @@ class CoordinatorWorkflow:
     # A chat turn reads unreported outcomes (`mark_read`), answers, then reports the answer (`mark_delivered`):
     # only what that turn read becomes delivered.
 
-    @workflow.update(name=MARK_READ)
-    async def mark_read(self, request: ReadRequest) -> ReadAnswer:
+    @workflow.update(name=messages.MARK_READ)
+    async def mark_read(self, request: messages.ReadRequest) -> messages.ReadAnswer:
         self.messages_this_run += 1
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -527,24 +496,26 @@ class CoordinatorWorkflow:
             )
         refuse_if_refused(delivery.judge_read(self.book, request.owner, request.helper_ids))
         read = delivery.read(self.book, request.turn, request.helper_ids)
-        return ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
+        return messages.ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
 
     @mark_read.validator
-    def _validate_read(self, request: ReadRequest) -> None:
+    def _validate_read(self, request: messages.ReadRequest) -> None:
         self._refuse_late_or_draining()
         refuse_if_refused(delivery.judge_read(self.book, request.owner, request.helper_ids, allow_finishing=True))
 
-    @workflow.update(name=MARK_DELIVERED)
-    async def mark_delivered(self, request: DeliveredRequest) -> DeliveredAnswer:
+    @workflow.update(name=messages.MARK_DELIVERED)
+    async def mark_delivered(self, request: messages.DeliveredRequest) -> messages.DeliveredAnswer:
         """The turn that read these outcomes sent a nonempty answer and completed (R28)."""
         self.messages_this_run += 1
         delivered = delivery.deliver(self.book, request.turn, workflow.now())
         for entry in delivered:
             await self._write_row(entry, RowState.DELIVERED)
-        return DeliveredAnswer(owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered])
+        return messages.DeliveredAnswer(
+            owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered]
+        )
 
     @mark_delivered.validator
-    def _validate_delivered(self, request: DeliveredRequest) -> None:
+    def _validate_delivered(self, request: messages.DeliveredRequest) -> None:
         self._refuse_late_or_draining()
         refuse_if_refused(delivery.judge_delivered(self.book, request.owner, request.answer_chars))
 
@@ -567,14 +538,14 @@ class CoordinatorWorkflow:
             for key in outbox.take_withdrawn(self.book):
                 await workflow.execute_local_activity_method(
                     ChatActivities.withdraw_chat_event,
-                    WithdrawnEvent(owner=self.book.owner, key=key),
+                    activity_io.WithdrawnEvent(owner=self.book.owner, key=key),
                     **options.STORE_WRITE,
                 )
             event = outbox.next_event(self.book)
             if event is None:
                 continue
             outbox.start_offer(event, workflow.now())
-            offer = OfferEvent(
+            offer = activity_io.OfferEvent(
                 owner=self.book.owner,
                 key=event.key,
                 helper_ids=event.helper_ids,
@@ -599,7 +570,7 @@ class CoordinatorWorkflow:
                 await workflow.wait_condition(backoff_over, timeout=backoff, timeout_summary="chat busy or down")
             backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
 
-    async def _offer(self, offer: OfferEvent) -> OfferResult:
+    async def _offer(self, offer: activity_io.OfferEvent) -> activity_io.OfferResult:
         """One offer, outside the coordinator's task, so the owner's next admission never waits for the chat. An
         offer that timed out or whose worker died is uncertain: the chat may have it, and a repeat with the same
         key is harmless."""
@@ -607,15 +578,15 @@ class CoordinatorWorkflow:
             return await workflow.execute_activity_method(ChatActivities.offer_chat_event, offer, **options.CHAT_OFFER)
         except ActivityError as error:
             workflow.logger.warning("offer of system event %s failed: %s", offer.key, error.cause or error)
-            return OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
+            return activity_io.OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
 
     # --- rows (R29) -------------------------------------------------------------------------------------
 
     async def _write_row(self, entry: Entry, state: RowState) -> None:
         await workflow.execute_local_activity_method(
             RowActivities.coordinator_write,
-            CoordinatorWrite(
-                row=entry_row(self.book.owner, entry),
+            activity_io.CoordinatorWrite(
+                row=activity_io.entry_row(self.book.owner, entry),
                 state=state,
                 delivered_at=entry.delivered_at if state is RowState.DELIVERED else None,
                 keep_until=entry.keep_until,
@@ -625,7 +596,7 @@ class CoordinatorWorkflow:
 
     async def _remove_rows(self, entries: list[Entry], *, closed_by_owner: bool = False) -> None:
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows, rows_to_remove(self.book.owner, entries), **options.STORE_WRITE
+            RowActivities.remove_rows, activity_io.rows_to_remove(self.book.owner, entries), **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
@@ -636,11 +607,11 @@ class CoordinatorWorkflow:
 
     # --- queries ------------------------------------------------------------------------------------
 
-    @workflow.query(name=OWNER_BOOK)
+    @workflow.query(name=messages.OWNER_BOOK)
     def owner_book(self) -> OwnerBook:
         return self.book
 
-    @workflow.query(name=COUNTS)
+    @workflow.query(name=messages.COUNTS)
     def counts(self) -> dict[str, int]:
         summary = summarize_book(self.book)
         return {

@@ -4,11 +4,11 @@ It waits for a running slot, opens the core session with a key derived from itse
 with one long heartbeating activity, keeps the deadline and the hard ceiling on durable timers, writes
 exactly one outcome, tells the coordinator (the slot passes on), and resets the session as cleanup.
 
-The run's whole state is one plain record, `domain.helper_run.HelperRun`, and every rule of it is a pure
+The run's whole state is one plain record, `domain.run.helper_run.HelperRun`, and every rule of it is a pure
 function there; this class keeps the timers, the activity tasks and the I/O. The running phase is
 wait -> trigger -> step: every activity (open, follow, finish-now, cancel, closing the row) runs as a task
 beside the timers, the loop waits until `next_trigger` names one, `take` records its answer and looks the
-step up in the table (`domain.ending.decide`), and `apply_step` says what to start. The hard ceiling's
+step up in the table (`domain.run.ending.decide`), and `apply_step` says what to start. The hard ceiling's
 timer ends the loop, so no await of the running phase outlives it (R35).
 
 Every wait, with its bound:
@@ -47,10 +47,12 @@ with workflow.unsafe.imports_passed_through():
         RecoverSession,
         RowKey,
     )
-    from domain.ending import Ending, Explanation, Step, Trigger
-    from domain.ending_texts import explain
-    from domain.follow import FollowResult, Verdict
-    from domain.helper_run import (
+    from domain.outcome import OutcomeKind
+    from domain.rows import RowState
+    from domain.run.ending import Ending, Explanation, Step, Trigger
+    from domain.run.ending_texts import explain
+    from domain.run.follow import FollowResult, Verdict
+    from domain.run.helper_run import (
         Job,
         Starts,
         apply_step,
@@ -66,8 +68,6 @@ with workflow.unsafe.imports_passed_through():
         session_ref,
         take,
     )
-    from domain.outcome import OutcomeKind
-    from domain.rows import RowState
     from protocol.errors import ErrorType
     from protocol.messages import CLOSE, HELPER_STATUS, HELPER_WORKFLOW, SLOT_GRANTED, HelperResult, Token
     from protocol.names import HELPER_OUTCOME, HELPER_STATE, follows_task_queue

@@ -106,7 +106,7 @@ def first_open(check_ms: int) -> LocalActivityOptions:
 
 # The reset after the outcome is cleanup (R20): neither the outcome nor the slot waits for it, so it may keep
 # trying a core that fails some of its calls, with backoff, for minutes; then the workflow parks the session
-# and the hourly sweep tries it again (the park rule: `domain.cleanup`).
+# and the hourly sweep tries it again (the park rule: `domain.run.cleanup`).
 RESET_BUDGET = timedelta(minutes=5)
 
 
@@ -129,7 +129,7 @@ RECOVERY_BUDGET = timedelta(minutes=3)
 def recovery(check_ms: int) -> ActivityOptions:
     return {
         # The search itself may take a few slow calls (create again, cancel, reset), each bounded. A reset that
-        # fails is tried on the next attempts, then the session is parked (`domain.cleanup.FOUND_BY_KEY`).
+        # fails is tried on the next attempts, then the session is parked (`domain.run.cleanup.FOUND_BY_KEY`).
         "start_to_close_timeout": timedelta(milliseconds=6 * check_ms) + timedelta(seconds=10),
         "schedule_to_close_timeout": RECOVERY_BUDGET,
         "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
@@ -144,7 +144,7 @@ def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) ->
         + timedelta(seconds=30),
         # A dead worker shows after this; heartbeats go out at most every 80 % of it (the SDK's throttle), so
         # it sets the heartbeats a helper costs too (R44). A read is shortened to fit inside it
-        # (domain.follow.long_poll_wait_ms); a core call alone may take HELPER_CHECK_MS.
+        # (domain.run.follow.long_poll_wait_ms); a core call alone may take HELPER_CHECK_MS.
         "heartbeat_timeout": max(timedelta(milliseconds=tuning.liveness_ms), core_call_bound(check_ms)),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(milliseconds=tuning.resume_ms),

@@ -11,9 +11,9 @@ import pytest
 from activities.follow_ups import FollowUps
 from clients.core_client import CoreClient, SessionNotFound
 from contracts.core_api import CreateSession, SessionLimits
-from domain.kept_sessions import KEPT_AT_MOST, reset_reason
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.run.kept_sessions import KEPT_AT_MOST, reset_reason
 from reference.core.script import scripted_task
 from reference.core.server import running_core
 from store.helper_store import HelperStore

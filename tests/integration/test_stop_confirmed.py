@@ -22,10 +22,10 @@ from activities.session import SessionActivities
 from clients.core_client import CoreClient
 from contracts.core_api import CreateSession, SessionLimits, SessionStatus
 from domain.activity_io import RecoverSession, RowKey, SessionRef
-from domain.cleanup import FOUND_BY_KEY
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
+from domain.run.cleanup import FOUND_BY_KEY
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core
 from tests.helpers import eventually, eventually_skipping, helper_request, parked_of

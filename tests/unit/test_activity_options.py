@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from temporalio.workflow import ActivityCancellationType
 
-from domain.follow import long_poll_wait_ms
 from domain.limits import HELPER_CHECK_MS, FollowTuning
+from domain.run.follow import long_poll_wait_ms
 from protocol.errors import ErrorType
 from workflows import options
 from workflows.maintenance import SWEEP_EVERY

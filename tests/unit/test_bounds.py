@@ -23,10 +23,10 @@ from domain.activity_io import Finalize, HelperStart, RowKey
 from domain.book import Entry, FinishedNotice, OwnerBook
 from domain.book.state import EARLY_NOTICES_KEPT
 from domain.bounds import PAYLOAD_ACTIONS_MAX, PAYLOAD_MAX_BYTES, PAYLOAD_REFUSALS_MAX, PAYLOAD_TEXT_MAX
-from domain.follow import FollowResult, Verdict, result_from
 from domain.limits import HELPER_MAX_ROWS, FollowTuning, Limits
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.run.follow import FollowResult, Verdict, result_from
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 HUGE = "я" * 500_000  # two bytes a character in UTF-8; far above every cap

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from domain.cleanup import FOUND_BY_KEY, KEPT, Budget, parks
-from domain.kept_sessions import KEPT_AT_MOST
+from domain.run.cleanup import FOUND_BY_KEY, KEPT, Budget, parks
+from domain.run.kept_sessions import KEPT_AT_MOST
 
 
 def test_a_session_found_by_its_key_is_parked_on_the_recoverys_last_attempt() -> None:

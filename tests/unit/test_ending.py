@@ -8,7 +8,11 @@ import pytest
 
 from contracts.core_api import SessionStatus
 from domain.activity_io import helper_start
-from domain.ending import (
+from domain.limits import Limits, Policy
+from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest
+from domain.rows import RowState
+from domain.run.ending import (
     CLOSED,
     Ending,
     Explanation,
@@ -18,13 +22,9 @@ from domain.ending import (
     decide,
     row_state_of,
 )
-from domain.ending_texts import explain
-from domain.follow import Verdict
-from domain.helper_run import HelperRun
-from domain.limits import Limits, Policy
-from domain.outcome import OutcomeKind
-from domain.requests import HelperRequest
-from domain.rows import RowState
+from domain.run.ending_texts import explain
+from domain.run.follow import Verdict
+from domain.run.helper_run import HelperRun
 
 REQUEST = HelperRequest(owner="anna", helper_id="h1", task="task", model="m")
 START = helper_start(Policy(), REQUEST, seq=1, limits=Limits(), slot_granted=True)

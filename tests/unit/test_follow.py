@@ -17,8 +17,8 @@ from contracts.core_api import (
     StepUsage,
     StopReason,
 )
-from domain.follow import Verdict, judge, long_poll_wait_ms, next_read_waits, result_from
 from domain.limits import FollowTuning
+from domain.run.follow import Verdict, judge, long_poll_wait_ms, next_read_waits, result_from
 from domain.work import Usage
 
 TERMINAL = [

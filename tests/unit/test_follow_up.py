@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from domain.book import OwnerBook, Refusal, RefusalCode, admission, closing, slots
-from domain.follow_up_task import CARRIED_CONTEXT_MAX_CHARS, carried_task
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, RequestError
 from domain.rows import RowState
+from domain.run.follow_up_task import CARRIED_CONTEXT_MAX_CHARS, carried_task
 from tests.unit.test_owner_book import HARD_MS, KEEP, T0, admit, book_of, deliver, finish
 
 

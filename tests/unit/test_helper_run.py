@@ -8,9 +8,13 @@ import pytest
 
 from contracts.core_api import Action, QuestionChoices, QuestionOption, SessionStatus
 from domain.activity_io import HelperStart, helper_start
-from domain.ending import CLOSED, Ending, Explanation, FinishReason, Step, Trigger
-from domain.follow import FollowResult, Verdict
-from domain.helper_run import (
+from domain.limits import Limits, Policy
+from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest
+from domain.rows import RowState
+from domain.run.ending import CLOSED, Ending, Explanation, FinishReason, Step, Trigger
+from domain.run.follow import FollowResult, Verdict
+from domain.run.helper_run import (
     HelperRun,
     Job,
     Starts,
@@ -26,10 +30,6 @@ from domain.helper_run import (
     row_closed,
     take,
 )
-from domain.limits import Limits, Policy
-from domain.outcome import OutcomeKind
-from domain.requests import HelperRequest
-from domain.rows import RowState
 from domain.work import Usage
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

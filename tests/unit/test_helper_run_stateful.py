@@ -26,9 +26,13 @@ from hypothesis.stateful import (
 
 from contracts.core_api import SessionStatus
 from domain.activity_io import HelperStart, helper_start
-from domain.ending import Ending, Explanation, FinishReason, Step, Trigger
-from domain.follow import FollowResult, Verdict
-from domain.helper_run import (
+from domain.limits import Limits, Policy
+from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest
+from domain.rows import RowState
+from domain.run.ending import Ending, Explanation, FinishReason, Step, Trigger
+from domain.run.follow import FollowResult, Verdict
+from domain.run.helper_run import (
     Job,
     Starts,
     apply_step,
@@ -41,10 +45,6 @@ from domain.helper_run import (
     record_outcome,
     take,
 )
-from domain.limits import Limits, Policy
-from domain.outcome import OutcomeKind
-from domain.requests import HelperRequest
-from domain.rows import RowState
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TERMINAL = [s for s in SessionStatus if s.is_terminal]

@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from domain.activity_io import HelperStart, RemoveRows, RowKey, RowToRemove, SessionRef
 from domain.book import Entry, FinishedNotice, OwnerBook
-from domain.follow import FollowRequest
 from domain.ids import directory_name, echo
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.run.follow import FollowRequest
 from protocol.messages import CoordinatorStart, ReadRequest
 from store.results import ResultDirectories
 

@@ -20,13 +20,13 @@ from contracts.core_api import (
 )
 from domain.activity_io import Finalize, RowKey, helper_start
 from domain.bounds import PAYLOAD_ACTIONS_MAX, PAYLOAD_ITEM_TEXT_MAX, PAYLOAD_MAX_BYTES, PAYLOAD_TEXT_MAX
-from domain.ending import Step, Trigger
-from domain.follow import FollowResult, Verdict
-from domain.helper_run import apply_step, begin_running, finalize, new_run, take
 from domain.limits import Limits, Policy
 from domain.outcome import OutcomeKind, compose_outcome_text
 from domain.requests import HelperRequest
 from domain.rows import HelperView, RowState
+from domain.run.ending import Step, Trigger
+from domain.run.follow import FollowResult, Verdict
+from domain.run.helper_run import apply_step, begin_running, finalize, new_run, take
 from starter.watch import LiveLines
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

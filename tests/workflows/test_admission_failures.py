@@ -20,7 +20,7 @@ from domain.activity_io import AdmitHelper, RemovedRows, RemoveRows
 from protocol.client import admit
 from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
-from protocol.messages import COUNTS
+from protocol.messages import ADMIT_HELPER, COUNTS, REMOVE_ROWS
 from protocol.names import coordinator_id
 from tests.helpers import helper_request, settings_for
 from worker import deployment_of, promote
@@ -30,7 +30,7 @@ REFUSED_ID = "clash"
 removed: list[str] = []
 
 
-@activity.defn(name="admit_helper")
+@activity.defn(name=ADMIT_HELPER)
 async def admit_helper(admitted: AdmitHelper) -> None:
     if admitted.start.helper_id == REFUSED_ID:
         raise ApplicationError(
@@ -38,7 +38,7 @@ async def admit_helper(admitted: AdmitHelper) -> None:
         )
 
 
-@activity.defn(name="remove_rows")
+@activity.defn(name=REMOVE_ROWS)
 async def remove_rows(removal: RemoveRows) -> RemovedRows:
     removed.extend(row.helper_id for row in removal.rows)
     return RemovedRows(removed=[row.helper_id for row in removal.rows])

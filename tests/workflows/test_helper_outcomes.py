@@ -38,13 +38,28 @@ from domain.activity_io import (
     WrittenOutcome,
 )
 from domain.book import FinishedNotice
-from domain.follow import FollowRequest, FollowResult, Verdict
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.run.follow import FollowRequest, FollowResult, Verdict
 from domain.work import Usage
 from protocol.errors import ErrorType
-from protocol.messages import CLOSE, HELPER_CLOSED, HELPER_FINISHED, HelperResult, Token
+from protocol.messages import (
+    CANCEL_SESSION,
+    CLOSE,
+    FINALIZE_OUTCOME,
+    FINISH_SESSION,
+    FOLLOW_SESSION,
+    HELPER_CLOSED,
+    HELPER_FINISHED,
+    MARK_CLOSED,
+    OPEN_SESSION,
+    PARK_SESSION,
+    RECOVER_SESSION,
+    RESET_SESSION,
+    HelperResult,
+    Token,
+)
 from protocol.names import HELPER_OUTCOME, coordinator_id, follows_task_queue, helper_workflow_id
 from workflows.helper import HelperWorkflow
 
@@ -80,7 +95,7 @@ def script() -> Script:
     return SCRIPT[0]
 
 
-@activity.defn(name="open_session")
+@activity.defn(name=OPEN_SESSION)
 async def open_session(request: OpenSession) -> OpenedSession:
     script().calls.append(("open", request))
     if script().open_delay_s and script().names().count("open") == 1:
@@ -94,7 +109,7 @@ async def open_session(request: OpenSession) -> OpenedSession:
     return OpenedSession(session_id="s-1", created=True)
 
 
-@activity.defn(name="follow_session")
+@activity.defn(name=FOLLOW_SESSION)
 async def follow_session(request: FollowRequest) -> FollowResult:
     script().calls.append(("follow", request))
     answer = script().follow.pop(0) if script().follow else None
@@ -108,19 +123,19 @@ async def follow_session(request: FollowRequest) -> FollowResult:
     return answer
 
 
-@activity.defn(name="finish_session")
+@activity.defn(name=FINISH_SESSION)
 async def finish_session(ref: SessionRef) -> bool:
     script().calls.append(("finish", ref))
     return True
 
 
-@activity.defn(name="cancel_session")
+@activity.defn(name=CANCEL_SESSION)
 async def cancel_session(ref: SessionRef) -> CancelResult:
     script().calls.append(("cancel", ref))
     return CancelResult(stopped=script().cancel_stops)
 
 
-@activity.defn(name="reset_session")
+@activity.defn(name=RESET_SESSION)
 async def reset_session(ref: SessionRef) -> bool:
     script().calls.append(("reset", ref))
     if script().reset_refused:
@@ -130,24 +145,24 @@ async def reset_session(ref: SessionRef) -> bool:
     return True
 
 
-@activity.defn(name="park_session")
+@activity.defn(name=PARK_SESSION)
 async def park_session(park: ParkSession) -> None:
     script().calls.append(("park", park))
 
 
-@activity.defn(name="recover_session")
+@activity.defn(name=RECOVER_SESSION)
 async def recover_session(request: RecoverSession) -> RecoveredSession:
     script().calls.append(("recover", request))
     return RecoveredSession(session_id="s-lost", stopped=True)
 
 
-@activity.defn(name="mark_closed")
+@activity.defn(name=MARK_CLOSED)
 async def mark_closed(close: MarkClosed) -> bool:
     script().calls.append(("mark_closed", close))
     return True
 
 
-@activity.defn(name="finalize_outcome")
+@activity.defn(name=FINALIZE_OUTCOME)
 async def finalize_outcome(final: Finalize) -> Finalized:
     script().calls.append(("finalize", final))
     script().finals.append(final)

@@ -52,6 +52,7 @@ from temporalio.worker import Worker
 from config.settings import Settings
 from domain.requests import HelperRequest
 from protocol.errors import HelperRefused, Unavailable
+from protocol.messages import FOLLOW_SESSION
 from protocol.names import helper_workflow_id
 from reference.core.script import scripted_task
 from store.database import STORE_POOL_SIZE
@@ -251,7 +252,7 @@ class Bench:
                     description = await handle.describe()
                     now = datetime.now(UTC)
                     for pending in description.raw_description.pending_activities:
-                        if pending.activity_type.name != "follow_session":
+                        if pending.activity_type.name != FOLLOW_SESSION:
                             continue
                         if pending.state != PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
                             continue
@@ -290,9 +291,7 @@ class Bench:
                     not_following += 1
                     return
                 follows = [
-                    p
-                    for p in description.raw_description.pending_activities
-                    if p.activity_type.name == "follow_session"
+                    p for p in description.raw_description.pending_activities if p.activity_type.name == FOLLOW_SESSION
                 ]
                 if not follows:
                     not_following += 1

@@ -42,8 +42,8 @@ from temporalio.client import Client
 from config.settings import Settings
 from domain.limits import TURN_MAX_STEPS_HELPER
 from domain.requests import HelperRequest
-from liveness import FOLLOW_ACTIVITY
 from protocol.connection import connect_for
+from protocol.messages import FOLLOW_SESSION
 from protocol.names import helper_workflow_id
 from reference.core.script import scripted_task
 from starter.client import HelperClient
@@ -109,7 +109,7 @@ async def followers(temporal: Client, stack: Stack, helpers: list[Helper]) -> di
     for helper in helpers:
         description = await temporal.get_workflow_handle(helper_workflow_id(helper.owner, helper.helper_id)).describe()
         for pending in description.raw_description.pending_activities:
-            if pending.activity_type.name == FOLLOW_ACTIVITY and pending.last_worker_identity:
+            if pending.activity_type.name == FOLLOW_SESSION and pending.last_worker_identity:
                 replica = by_pid.get(pending.last_worker_identity.partition("@")[0])
                 if replica is not None:
                     found[helper] = replica

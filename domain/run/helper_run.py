@@ -3,7 +3,7 @@
 `HelperWorkflow` holds one `HelperRun` and changes it only through the functions here; it keeps its timers, its
 activity tasks and its I/O, and asks what to do: which trigger comes next (`next_trigger`, told which jobs are
 done), what the trigger's answer means (`take`, which records it and looks the step up in
-`domain.ending.decide`), what the step starts (`apply_step`), and what the ending writes and tells (`end_run`,
+`domain.run.ending.decide`), what the step starts (`apply_step`), and what the ending writes and tells (`end_run`,
 `finalize`, `finished_notice`). Nothing here does I/O, so unit and property tests cover every rule without
 Temporal (tests/unit/test_helper_run.py, test_helper_run_stateful.py).
 """
@@ -18,11 +18,11 @@ from pydantic import BaseModel, Field
 
 from domain.activity_io import Finalize, HelperStart, RowKey, SessionRef
 from domain.book import FinishedNotice, answering
-from domain.ending import Ending, FinishReason, Phase, Step, Trigger, decide, row_state_of
-from domain.follow import FollowRequest, FollowResult, Verdict
 from domain.limits import kept_until
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.run.ending import Ending, FinishReason, Phase, Step, Trigger, decide, row_state_of
+from domain.run.follow import FollowRequest, FollowResult, Verdict
 
 
 class Job(StrEnum):

@@ -7,8 +7,8 @@ into what the owner reads.
 from __future__ import annotations
 
 from domain.durations import TOKENS, say_count, say_duration
-from domain.ending import Explanation
 from domain.limits import Limits
+from domain.run.ending import Explanation
 from domain.texts import text
 
 

@@ -1,7 +1,7 @@
 """What a session snapshot means for its helper (R11, R13, R16, R17, R24): pure decisions.
 
 The follow activity polls the core and calls `judge` on every snapshot; it returns to the workflow
-only when `judge` says the workflow must decide. The helper's ending table (`domain.ending.decide`) maps
+only when `judge` says the workflow must decide. The helper's ending table (`domain.run.ending.decide`) maps
 the result to one outcome.
 """
 

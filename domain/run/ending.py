@@ -1,7 +1,7 @@
 """How a running helper ends: one pure decision table, trigger x situation -> step (R7, R13, R15-R17, R21, R24, R35).
 
 The helper workflow waits for the first trigger (the hard ceiling, a close, the deadline, the open's answer,
-the follow's verdict, a cancel's or a finish-now's answer), and `domain.helper_run` records it in the run and
+the follow's verdict, a cancel's or a finish-now's answer), and `domain.run.helper_run` records it in the run and
 asks `decide` what to do. Finish-now and cancel run *beside* the follow, never instead of it, so whichever
 comes first wins: the follow seeing the turn stop, the core confirming a cancel, or the hard ceiling. Nothing
 here awaits anything, so nothing here can outlive the hard ceiling.
@@ -14,9 +14,9 @@ from enum import StrEnum
 from typing import Protocol
 
 from contracts.core_api import SessionStatus
-from domain.follow import Verdict
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from domain.run.follow import Verdict
 
 
 class Trigger(StrEnum):
@@ -41,7 +41,7 @@ class FinishReason(StrEnum):
 
 
 class Explanation(StrEnum):
-    """Why the outcome is what it is; `domain.ending_texts` says it in the owner's language."""
+    """Why the outcome is what it is; `domain.run.ending_texts` says it in the owner's language."""
 
     NONE = "none"  # the core's own outcome speaks for itself
     CLOSED = "closed"
@@ -69,7 +69,7 @@ def row_state_of(kind: OutcomeKind) -> RowState:
 
 
 class Situation(Protocol):
-    """What the table reads of the helper's run when a trigger comes (the run is `domain.helper_run.HelperRun`)."""
+    """What the table reads of the helper's run when a trigger comes (the run is `domain.run.helper_run.HelperRun`)."""
 
     @property
     def phase(self) -> Phase: ...

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
-from domain.kept_sessions import KEPT_AT_MOST
+from domain.run.kept_sessions import KEPT_AT_MOST
 
 
 @dataclass(frozen=True)
