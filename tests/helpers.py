@@ -42,6 +42,12 @@ from tools.demo.stack import Ports
 
 T = TypeVar("T")
 
+# A fake that stands for a part that never answers in time holds its answer this long. A bounded call ends far
+# sooner, and a test tells the two apart by `HANG_S / 3`: how much sooner is a bench's to measure, and a bound as
+# tight as the call's own would fail on a loaded machine without anything being wrong.
+HANG_S = 30.0
+BOUNDED_S = HANG_S / 3
+
 
 async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
     """Poll `check` until it returns something truthy; fail with the last value after `timeout` seconds."""

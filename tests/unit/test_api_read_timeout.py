@@ -27,7 +27,7 @@ from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 2.0  # HELPER_API_READ_TIMEOUT_MS in these tests
-SLACK_S = 1.5  # how late a close may come on a busy machine
+SLACK_S = 8.0  # how late a close may come on a loaded machine: far less than never
 STALLED = 300
 
 
@@ -191,7 +191,7 @@ def test_hundreds_of_stalled_clients_do_not_keep_a_request_from_its_answer(serve
         began = time.monotonic()
         answered = httpx.get(f"http://127.0.0.1:{served.port}/v1/owners/anna/helpers", timeout=BOUND_S)
         assert (answered.status_code, answered.json()) == (200, [])
-        assert time.monotonic() - began < BOUND_S / 2
+        assert time.monotonic() - began < BOUND_S, "answered before the stalled clients' bound, not behind them"
         if time.monotonic() - first < BOUND_S * 0.8:  # none has reached the bound yet: each holds a descriptor
             assert served.descriptors() >= before + STALLED * 0.9
         closed_by = time.monotonic() + BOUND_S + SLACK_S + 5

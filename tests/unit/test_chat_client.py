@@ -16,6 +16,7 @@ import pytest
 from clients.chat_client import ChatClient, ChatError, ChatUncertain
 from contracts.chat_api import SystemEvent
 from tests.fakes.answering_server import Handler, serving_answers
+from tests.helpers import BOUNDED_S, HANG_S
 
 EVENT = SystemEvent(key="anna/e1", helper_ids=["h1"], text="Helper h1 is ready.")
 RECEIPT = {"event_id": "ev-1", "duplicate": False, "accepted_at": "2026-12-02T03:00:00Z"}
@@ -88,13 +89,13 @@ async def test_a_refusal_is_a_plain_error() -> None:
 
 async def test_a_chat_that_holds_the_answer_is_uncertain_within_the_timeout() -> None:
     async def holds(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(30)
+        await asyncio.sleep(HANG_S)
         return httpx.Response(201, json=RECEIPT)
 
     started = time.monotonic()
     error = await refused(holds, timeout_ms=200)
     assert type(error) is ChatUncertain
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < BOUNDED_S
 
 
 async def test_an_endless_answer_is_bounded_by_the_timeout() -> None:
@@ -106,7 +107,7 @@ async def test_an_endless_answer_is_bounded_by_the_timeout() -> None:
     started = time.monotonic()
     error = await refused(lambda request: httpx.Response(201, content=endless()), timeout_ms=300)
     assert type(error) is ChatUncertain
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < BOUNDED_S
 
 
 async def test_the_idle_answer_is_read_and_a_malformed_one_is_an_error() -> None:

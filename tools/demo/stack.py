@@ -10,6 +10,7 @@ stack shows what happened, as a killed replica's pod would, and `make run` again
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -22,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    DescribeWorkerDeploymentRequest,
+    GetSystemInfoRequest,
+)
+from temporalio.service import RPCError
 
 from codec.encryption import new_key
 from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, FILE_NAME, read_local_env, write_local_env
@@ -246,6 +254,7 @@ class Stack:
             self._spawn(
                 name, [sys.executable, str(WORKER)], {"HELPER_HEALTH_BIND": f"{HOST}:{ports[index]}"} if ports else {}
             )
+        await self._wait_for_workers()
 
     async def _migrate_store(self) -> None:
         process = await asyncio.create_subprocess_exec(
@@ -300,6 +309,38 @@ class Stack:
         self._spawn(name, self.commands[name], self.extra_env[name])
         if name == "temporal":
             await self._wait_for_temporal()
+
+    async def _wait_for_workers(self, timeout: float = 60.0) -> None:
+        """Until every worker polls the workflow task queue and their build is the deployment's current version. A
+        stack is started once it can take work: a first admission sent before then waits for a worker process to
+        start (seconds on a loaded machine) and may reach its coordinator after its accept-by time."""
+        settings = self.settings()
+        client = await connect_temporal(f"{HOST}:{self.ports.temporal}")
+        pollers = DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=settings.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+        deployment = DescribeWorkerDeploymentRequest(
+            namespace=client.namespace, deployment_name=settings.deployment_name
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            polling = len((await client.workflow_service.describe_task_queue(pollers)).pollers)
+            current = ""
+            if polling >= self.workers:
+                with contextlib.suppress(RPCError):  # not found until the first worker registers its build
+                    described = await client.workflow_service.describe_worker_deployment(deployment)
+                    current = described.worker_deployment_info.routing_config.current_deployment_version.build_id
+            if current == settings.build_id:
+                return
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"{polling} of {self.workers} workers poll and build {settings.build_id!r} is not current "
+                    f"within {timeout:.0f} s; see {self.logs}"
+                )
+            await asyncio.sleep(0.2)
 
     async def _wait_for_temporal(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
