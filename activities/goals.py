@@ -8,10 +8,10 @@ from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
 from domain.goals import Goal
-from protocol.client import admit
 from protocol.deadlines import reply_by
 from protocol.errors import Accepted, Busy, ErrorType, HelperRefused, InvalidRequest, Unavailable
 from protocol.messages import START_GOAL_CHECK
+from protocol.update_senders import admit
 
 
 class GoalCheck(BaseModel):

@@ -1,9 +1,9 @@
 """The messages between the workflows, and from the starter to a coordinator: every name in one place.
 
-A workflow declares its handlers with these names; a sender (`protocol.senders` inside workflows,
-`protocol.client` outside) uses the same names with typed arguments and results; an activity is registered and
-scheduled under its name here. No other module spells a signal, update or activity name, and a rename here is a
-rename everywhere (a replay test guards the recorded ones).
+A workflow declares its handlers with these names; a sender (`protocol.signal_senders` inside workflows,
+`protocol.update_senders` outside) uses the same names with typed arguments and results; an activity is registered
+and scheduled under its name here. No other module spells a signal, update or activity name, and a rename here is
+a rename everywhere (a replay test guards the recorded ones).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 A write's caller gets one true answer: its result, `HelperRefused`/`InvalidRequest` (the coordinator said no),
 `Busy` (Temporal's own rate limits refused it before taking it), or `Unavailable` (nothing was taken). Some
 answers only mean "ask again": the coordinator is continuing as new, and every starter write is idempotent
-(admission by helper id, close, read, delivered), so `protocol.client.update_reply` sends it again a moment later.
-A NOT_FOUND that is not one of those means no such coordinator: `protocol.client` says what that answers for each
-write (an owner without a coordinator has no helpers).
+(admission by helper id, close, read, delivered), so `protocol.update_senders.update_reply` sends it again a moment
+later. A NOT_FOUND that is not one of those means no such coordinator: `protocol.update_senders` says what that
+answers for each write (an owner without a coordinator has no helpers).
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from config.settings import Settings
 from domain.goals import Goal
 from domain.ids import clip
 from domain.requests import HelperRequest
-from protocol.client import admit, answer_helper, close_helper, mark_delivered, mark_read
 from protocol.connection import connect_for
 from protocol.deadlines import ReplyBy, accept_within_s, reply_by
 from protocol.errors import (
@@ -42,6 +41,7 @@ from protocol.messages import (
     ReadRequest,
 )
 from protocol.temporal_errors import refusal_of_rpc, unreachable
+from protocol.update_senders import admit, answer_helper, close_helper, mark_delivered, mark_read
 from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
     check_goal_ids,

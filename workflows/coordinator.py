@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.deadlines import too_late
     from protocol.errors import ErrorType
     from protocol.names import owner_of_coordinator
-    from protocol.senders import ask_to_close, grant_slot
+    from protocol.signal_senders import ask_to_close, grant_slot
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good
     from workflows.start_input import read_start

@@ -71,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.errors import ErrorType
     from protocol.messages import CLOSE, HELPER_STATUS, HELPER_WORKFLOW, SLOT_GRANTED, HelperResult, Token
     from protocol.names import HELPER_OUTCOME, HELPER_STATE, follows_task_queue
-    from protocol.senders import tell_closed, tell_finished
+    from protocol.signal_senders import tell_closed, tell_finished
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good
 

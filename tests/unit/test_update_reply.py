@@ -11,9 +11,9 @@ from pydantic import BaseModel
 from temporalio.client import WorkflowUpdateHandle, WorkflowUpdateRPCTimeoutOrCancelledError, WorkflowUpdateStage
 
 from config.settings import Settings
-from protocol.client import update_reply
 from protocol.deadlines import ReplyBy
 from protocol.errors import Unavailable
+from protocol.update_senders import update_reply
 
 
 class Held:

@@ -43,10 +43,10 @@ from temporalio.worker import Worker
 
 from config.settings import Settings
 from domain.limits import Policy
-from protocol.client import admit, close_helper, mark_delivered
 from protocol.deadlines import reply_by
 from protocol.messages import DeliveredRequest
 from protocol.names import helper_workflow_id
+from protocol.update_senders import admit, close_helper, mark_delivered
 from starter.inputs import parse_request
 from tests.fakes.fake_core import FakeCore, FakeSession
 from tools.bench.admission import EchoWorkflow

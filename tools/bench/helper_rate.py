@@ -45,10 +45,10 @@ with workflow.unsafe.imports_passed_through():
     from codec.encryption import new_key
     from config.settings import Settings
     from domain.requests import HelperRequest
-    from protocol.client import admit
     from protocol.connection import connect_for
     from protocol.deadlines import reply_by
     from protocol.names import helper_workflow_id
+    from protocol.update_senders import admit
     from reference.chat.server import running_chat
     from tests.fakes.fake_core import DoneAtOnce, FakeCore, serving_fake_core
     from tools.bench.common import (

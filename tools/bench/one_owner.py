@@ -29,11 +29,11 @@ from temporalio.service import RPCError
 
 from domain.requests import HelperRequest
 from domain.rows import RowState
-from protocol.client import admit, close_helper
 from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
 from protocol.messages import Admission, CloseAnswer
 from protocol.names import coordinator_id, helper_workflow_id
+from protocol.update_senders import admit, close_helper
 from tools.bench.helper_rate import Stack, run_stack
 
 T = TypeVar("T")

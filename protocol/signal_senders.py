@@ -1,4 +1,7 @@
-"""Typed senders between the workflows: a helper tells its coordinator, a coordinator tells a helper.
+"""Typed senders of the signals between the workflows: a helper tells its coordinator, a coordinator tells a helper.
+
+Signals, because a workflow can send another workflow only a signal, and none of these waits for an answer; callers
+outside the workflows send the coordinator updates through `protocol.update_senders`, the other half of the pair.
 
 Workflow code only (they use `temporalio.workflow`). The handlers they reach are declared with the same names
 from `protocol.messages`, so neither workflow module imports the other.

@@ -1,4 +1,7 @@
-"""Typed senders to an owner's coordinator, for every client outside the workflows: the starter, Goal checks.
+"""Typed senders of the coordinator's updates, for every caller outside the workflows: the starter, Goal checks.
+
+Updates, because each caller waits for the coordinator's answer, and only a client outside the workflows can send
+one; the workflows signal each other through `protocol.signal_senders`, the other half of the pair.
 
 Admission goes by update-with-start: the one way a helper enters the runtime (R4). The other updates take
 and return the models named here; their names come from `protocol.messages`.
