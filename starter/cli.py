@@ -99,8 +99,8 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
 
             return Command(
                 "watch",
-                False,
                 lambda client, _: follow_until_interrupted(client, owner, helper_id, _print_line, once=arguments.once),
+                needs_temporal=False,
                 streams=True,
             )
         case "goal":
@@ -135,8 +135,8 @@ def _prepare_goal(arguments: argparse.Namespace) -> Command:
 async def run(command: Command, settings: Settings, by: ReplyBy) -> Any:
     """Connect and run a validated command, answered by `by`."""
     client: StoreReader
-    if command.writes:
-        # Only writes load the Temporal client: a read answers from the store alone, and fast (R43).
+    if command.needs_temporal:
+        # Only a command that needs Temporal loads its client: a read answers from the store alone, and fast (R43).
         from observability import tracing
         from starter.client import HelperClient
 
@@ -162,7 +162,7 @@ async def _run_and_close(client: StoreReader, command: Command, by: ReplyBy) -> 
 def run_command(command: Command, settings: Settings, by: ReplyBy) -> Any:
     """Run a validated command. A read of a SQLite store runs on the stdlib driver without an event loop: asyncio
     (and the ssl it loads) alone costs about twice a bare interpreter's start (R43)."""
-    if not command.writes and not command.streams:
+    if not command.needs_temporal and not command.streams:
         reader = open_sqlite_reader(settings)
         if reader is not None:
             return _finish_without_loop(_run_and_close(StoreReader(settings, reader), command, by))

@@ -54,9 +54,13 @@ async def reply(
     try:
         command = build()
         by = reply_by(service.settings, since=request.scope.get(ARRIVED))
-        bound = by.left() + WRITE_BACKSTOP_S if command.writes else service.settings.service.request_timeout_ms / 1000
+        bound = (
+            by.left() + WRITE_BACKSTOP_S
+            if command.needs_temporal
+            else service.settings.service.request_timeout_ms / 1000
+        )
         async with asyncio.timeout(bound):
-            client = await (service.connections.writer() if command.writes else service.connections.reader())
+            client = await (service.connections.writer() if command.needs_temporal else service.connections.reader())
             value = await command.run(client, by)
     except StarterError as error:
         return error_response(error, inputs_of(request, *bodies))
