@@ -38,16 +38,16 @@ from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from, of_worker
-from collector import keeping_the_heap
 from config import help as help_text
 from config.settings import Settings, SettingsError, tree_variables
-from health import StoreGauges, serving_health
-from liveness import restarting_lost_follows
 from observability import tracing
 from observability.pauses import watching_pauses
 from protocol.connection import connect_for
 from protocol.names import follows_task_queue
 from protocol.refusals import AdmissionRefusals
+from replica.collector import keeping_the_heap
+from replica.health import StoreGauges, serving_health
+from replica.liveness import restarting_lost_follows
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from workflows.coordinator import CoordinatorWorkflow
@@ -266,7 +266,7 @@ async def promote(client: Client, settings: Settings) -> None:
 
 def _runtime(settings: Settings) -> Runtime | None:
     """With HELPER_METRICS_BIND (e.g. 0.0.0.0:9464) the SDK's worker metrics are served for Prometheus; the
-    application's own (`helper_runtime_*`) are on HELPER_HEALTH_BIND's /metrics (health.py)."""
+    application's own (`helper_runtime_*`) are on HELPER_HEALTH_BIND's /metrics (replica/health.py)."""
     if not settings.metrics_bind:
         return None
     return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_bind)))

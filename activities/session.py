@@ -144,8 +144,8 @@ class SessionActivities:
             ", from its heartbeat" if details else "",
         )
         # The row names the replica that follows it now, so that if this one dies another starts the follow again
-        # at once (liveness.py); on a first attempt it also shows from now on that a worker follows it (until then:
-        # granted, waiting for a follow slot).
+        # at once (replica/liveness.py); on a first attempt it also shows from now on that a worker follows it (until
+        # then: granted, waiting for a follow slot).
         await self.store.record_follow_replica(
             request.owner,
             request.helper_id,

@@ -6,11 +6,11 @@ workflow code, which replays): admissions in the `admit_helper` activity and, re
 activities; core requests and errors by decorators on `CoreClient`'s methods; store writes and conflicts by
 decorators on `HelperStore`'s writes; follow attempts in `follow_session`; the event loop's pauses (garbage
 collections, lag) by `observability/pauses.py`. The store-derived gauges (helpers by state, past the hard ceiling,
-store up) are counted from the store on each scrape (`health.py`, `StoreGauges`, bounded by 2 s). Every metric lives
-in `REGISTRY`, a registry of its own rather than prometheus-client's global one, so importing this module never adds
-series to another registry and tests can read exactly these metrics. The worker serves it on HELPER_HEALTH_BIND's
-/metrics (health.py); the Temporal SDK serves its own metrics on HELPER_METRICS_BIND; docs/operations.md "Metrics"
-lists them all.
+store up) are counted from the store on each scrape (`replica/health.py`, `StoreGauges`, bounded by 2 s). Every
+metric lives in `REGISTRY`, a registry of its own rather than prometheus-client's global one, so importing this module
+never adds series to another registry and tests can read exactly these metrics. The worker serves it on
+HELPER_HEALTH_BIND's /metrics (replica/health.py); the Temporal SDK serves its own metrics on HELPER_METRICS_BIND;
+docs/operations.md "Metrics" lists them all.
 
 The dashboard (deploy/grafana/helper-runtime.json) and the alert rules (deploy/k8s/prometheus-rules.yaml) use these
 names; tests/deploy checks that every `helper_runtime_*` name they use is declared here.
@@ -141,8 +141,8 @@ GC_PAUSE_SECONDS: Final = Histogram(
 )
 GC_FROZEN_OBJECTS: Final = Gauge(
     "helper_runtime_gc_frozen_objects",
-    "Objects the garbage collector no longer scans (collector.py): what lives long, and any cyclic garbage among "
-    "it until the next full scan of everything.",
+    "Objects the garbage collector no longer scans (replica/collector.py): what lives long, and any cyclic garbage "
+    "among it until the next full scan of everything.",
     registry=REGISTRY,
 )
 EVENT_LOOP_LAG_SECONDS: Final = Histogram(

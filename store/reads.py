@@ -57,7 +57,8 @@ HELPER_ROW_COLUMNS = (
     "follow_started_at",
     "choices",
 )
-# Columns of the row the runtime keeps for itself, which no read decodes: the replica a follow runs on (liveness.py).
+# Columns of the row the runtime keeps for itself, which no read decodes: the replica a follow runs on
+# (replica/liveness.py).
 RUNTIME_ONLY_COLUMNS = frozenset({"follow_replica"})
 USAGE_COLUMNS = (
     "owner",

@@ -142,11 +142,11 @@ def test_deleting_the_base_keeps_the_namespace_and_the_outcomes() -> None:
 
 @needs_kubectl
 def test_worker_liveness_asks_only_the_event_loop() -> None:
-    """/livez answers while the loop runs; /readyz asks the store and Temporal (health.py)."""
+    """/livez answers while the loop runs; /readyz asks the store and Temporal (replica/health.py)."""
     container = one("Deployment", "helper-worker")["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    source = (ROOT / "health.py").read_text()
+    source = (ROOT / "replica" / "health.py").read_text()
     livez = source[source.index('if path == "/livez"') : source.index('elif path == "/readyz"')]
     assert "_readiness" not in livez
 

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from config.store_address import StoreAddress
-from health import serving_health
+from replica.health import serving_health
 from store.database import create_engine
 from store.helper_store import HelperStore
 from tests.helpers import free_port, settings_for

@@ -1,12 +1,12 @@
 """R46, R48: the worker's collector no longer scans what lives long, and still reclaims cyclic garbage in the end
-(collector.py)."""
+(replica/collector.py)."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-import collector
+from replica import collector
 
 
 class _Node:

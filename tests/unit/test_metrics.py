@@ -24,12 +24,12 @@ from domain.book import EventState, RefusalCode
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
-from health import StoreGauges, serving_health
 from observability import recording
 from observability.metrics import REGISTRY
 from protocol.errors import ErrorType
 from protocol.messages import ADMIT
 from protocol.refusals import refusal_reason
+from replica.health import StoreGauges, serving_health
 from store.helper_store import HelperStore
 from tests.fakes.answering_server import serving_answers
 from tests.helpers import admitted_row, free_port

@@ -16,7 +16,7 @@ NEVER_FOR_A_READ = ("temporalio", "workflows", "activities", "alembic", "codec",
 # A SQLite read runs on the stdlib driver without an event loop (starter.cli.answer).
 NEVER_FOR_A_SQLITE_READ = (*NEVER_FOR_A_READ, "asyncio", "aiosqlite", "asyncpg")
 # A write needs the Temporal client and the request models, never the worker's code nor the SQL toolkit.
-NEVER_FOR_A_WRITE = ("workflows", "activities", "alembic", "sqlalchemy", "aiosqlite", "worker")
+NEVER_FOR_A_WRITE = ("workflows", "activities", "alembic", "sqlalchemy", "aiosqlite", "worker", "replica")
 
 
 def _imported_by(argv: list[str], env: dict[str, str], exit_code: int = 0) -> set[str]:
