@@ -50,13 +50,14 @@ class ReplyBy:
         wall = datetime.now(UTC) + timedelta(seconds=seconds)
         return cls(time.monotonic() + seconds, wall, seconds if whole is None else whole, stamped)
 
-    def left(self) -> float:
-        """Seconds until the answer is due (never below 0)."""
-        return max(0.0, self.monotonic - time.monotonic())
+    def left(self, now: float | None = None) -> float:
+        """Seconds until the answer is due (never below 0), from `now` on the monotonic clock (the current time
+        unless given)."""
+        return max(0.0, self.monotonic - (time.monotonic() if now is None else now))
 
-    def left_to_wait(self) -> float:
+    def left_to_wait(self, now: float | None = None) -> float:
         """Seconds a write may still wait for its turn before it is sent (`MOST_WAITING` of the bound)."""
-        return max(0.0, self.left() - (1 - MOST_WAITING) * self.seconds)
+        return max(0.0, self.left(now) - (1 - MOST_WAITING) * self.seconds)
 
     @property
     def accept_by(self) -> datetime:

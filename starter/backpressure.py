@@ -54,10 +54,18 @@ class WriteGate:
     """The writes of one process: `limit` in flight at most (moving with the runtime's pace, up to `ceiling`), the
     rest waiting in order."""
 
-    def __init__(self, ceiling: int, answer_within_s: float = 2.0, observe: WriteObserver | None = None) -> None:
+    def __init__(
+        self,
+        ceiling: int,
+        answer_within_s: float = 2.0,
+        observe: WriteObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ceiling = ceiling
         self.answer_within_s = answer_within_s
         self.observe = observe
+        # The clock `ReplyBy.monotonic` is read on, and the running loop's, which times a wait for a place.
+        self._clock = clock
         self._limit = float(min(ceiling, LIMIT_START))
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
@@ -66,7 +74,7 @@ class WriteGate:
         self._full_clock = 0.0  # seconds the gate has been full, up to `_full_since`
         self._full_since: float | None = None  # when the gate became full, while it is
         self._answers_since_back_off = ceiling  # the first slow answer backs off at once
-        self._promised = 0.0  # when the last caller refused was told to come back (monotonic)
+        self._promised = 0.0  # when the last caller refused was told to come back (on the clock)
 
     @property
     def limit(self) -> int:
@@ -100,7 +108,7 @@ class WriteGate:
         holds, unless told) and every caller refused before it are worked off at the pace (one write a second for
         each place before there is a measure), less half of what it may wait for its turn, so it arrives while the
         writes ahead of it still run. The moment is kept, so the next refusal is told one answer's time later."""
-        now = time.monotonic()
+        now = self._clock()
         pace = self.pace() or float(self.limit)
         ahead = self.in_flight + self.waiting if ahead is None else ahead
         early = by.seconds * MOST_WAITING / 2
@@ -118,13 +126,13 @@ class WriteGate:
     @contextlib.asynccontextmanager
     async def turn(self, by: ReplyBy) -> AsyncIterator[None]:
         """Hold one of the `limit` places while the write runs; Busy if none comes in time."""
-        came = time.monotonic()
+        came = self._clock()
         if not self.full:
             self.in_flight += 1
             self._note_fullness()
         else:
             await self._wait(by)
-        sent = time.monotonic()
+        sent = self._clock()
         try:
             yield
         finally:
@@ -133,10 +141,10 @@ class WriteGate:
             self._hand_on()
             self._note_fullness()
             if self.observe is not None:
-                self.observe(sent - came, time.monotonic() - sent)
+                self.observe(sent - came, self._clock() - sent)
 
     def _answered(self, sent: float) -> None:
-        now = time.monotonic()
+        now = self._clock()
         in_flight_s = now - sent
         self._in_flight_s = _moved(self._in_flight_s, in_flight_s, IN_FLIGHT_WEIGHT)
         self._answers_since_back_off += 1
@@ -159,12 +167,12 @@ class WriteGate:
         """Seconds the gate has been full in all, up to now."""
         if self._full_since is None:
             return self._full_clock
-        return self._full_clock + time.monotonic() - self._full_since
+        return self._full_clock + self._clock() - self._full_since
 
     def _note_fullness(self) -> None:
         """Start or stop the full clock: called after every change of what is in flight or waiting."""
         if self.full and self._full_since is None:
-            self._full_since = time.monotonic()
+            self._full_since = self._clock()
         elif not self.full and self._full_since is not None:
             self._full_clock = self._full_clock_now()
             self._full_since = None
@@ -174,12 +182,12 @@ class WriteGate:
         sent; None when it may wait (or go at once)."""
         if not self.full:
             return None
-        if self.expected_wait_s(self.waiting) > by.left_to_wait():
+        if self.expected_wait_s(self.waiting) > by.left_to_wait(self._clock()):
             return self._refusal("this process cannot send it in time", by)
         return None
 
     async def _wait(self, by: ReplyBy) -> None:
-        allowed = by.left_to_wait()
+        allowed = by.left_to_wait(self._clock())
         if (refused := self.refusal_now(by)) is not None:
             raise refused
         place: asyncio.Future[None] = asyncio.get_running_loop().create_future()
