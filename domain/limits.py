@@ -6,8 +6,6 @@ variable of the same name (see `config.settings`), and a request may only tighte
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from pydantic import BaseModel, ConfigDict, Field
 
 HELPER_MAX_OPEN = 3
@@ -73,11 +71,6 @@ class LimitOverrides(BaseModel):
     ceiling_tokens: int | None = Field(default=None, gt=0)
     max_steps: int | None = Field(default=None, gt=0)
     max_input_tokens: int | None = Field(default=None, gt=0)
-
-
-def kept_until(moment: datetime, keep_ms: int) -> datetime:
-    """When a delivered or closed row goes (R29): `HELPER_KEEP_MS` after its delivery or its finish."""
-    return moment + timedelta(milliseconds=keep_ms)
 
 
 def effective_limits(defaults: Limits, *tighter: LimitOverrides | None) -> Limits:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from domain.book import outbox
+from domain.book import outbox, retention
 from domain.book.state import Entry, Judgement, OwnerBook, Refusal, RefusalCode, forget_reads, unknown_helper
 from domain.ids import check_id
-from domain.limits import kept_until
 from domain.rows import RowState
 
 
@@ -67,7 +66,7 @@ def close_row(book: OwnerBook, helper_id: str) -> Entry:
     entry = book.entries[helper_id]
     entry.state = RowState.CLOSED
     entry.generation += 1
-    entry.keep_until = kept_until(entry.finished_at or entry.admitted_at, book.policy.keep_ms)
+    retention.keep_closed(book, entry)
     forget_reads(book, [helper_id])
     outbox.withdraw_settled(book)  # a closed outcome is no longer announced (R22)
     return entry

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.book import outbox
+from domain.book import outbox, retention
 from domain.book.state import (
     Entry,
     Judgement,
@@ -16,7 +16,7 @@ from domain.book.state import (
     other_owner,
     unknown_helper,
 )
-from domain.limits import delivered_problem, kept_until
+from domain.limits import delivered_problem
 from domain.rows import RowState
 from domain.texts import text
 
@@ -80,7 +80,7 @@ def deliver(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
             continue
         entry.state = RowState.DELIVERED
         entry.delivered_at = now
-        entry.keep_until = kept_until(now, book.policy.keep_ms)
+        retention.keep_delivered(book, entry, now)
         entry.generation += 1
         delivered.append(entry)
     forget_reads(book, [entry.helper_id for entry in delivered])

@@ -12,9 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from domain.book import outbox
+from domain.book import outbox, retention
 from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, refusal, unknown_helper
-from domain.limits import kept_until
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -70,7 +69,7 @@ def deliver_answered(book: OwnerBook, entry: Entry, now: datetime) -> bool:
         return False
     entry.state = RowState.DELIVERED
     entry.delivered_at = now
-    entry.keep_until = kept_until(now, book.policy.keep_ms)
+    retention.keep_delivered(book, entry, now)
     outbox.withdraw_settled(book)
     return True
 

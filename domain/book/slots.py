@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from domain.book import retention
 from domain.book.state import EARLY_NOTICES_KEPT, LEASE_MARGIN, Entry, FinishedNotice, OwnerBook
-from domain.limits import kept_until
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 
@@ -44,7 +44,7 @@ def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> Entry 
     entry.generation += 1
     entry.state = RowState.CLOSED
     entry.finished_at = entry.finished_at or now
-    entry.keep_until = kept_until(now, book.policy.keep_ms)
+    retention.keep_gone(book, entry, now)
     if helper_id in book.queue:
         book.queue.remove(helper_id)
     return entry
@@ -90,7 +90,7 @@ def finished(book: OwnerBook, notice: FinishedNotice) -> Entry | None:
         book.queue.remove(notice.helper_id)
     if notice.kind is OutcomeKind.CLOSED:
         entry.state = RowState.CLOSED
-        entry.keep_until = kept_until(notice.finished_at, book.policy.keep_ms)
+        retention.keep_closed(book, entry)
     else:
         entry.state = RowState.UNREPORTED
     return entry

@@ -17,8 +17,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from domain.activity_io import Finalize, HelperStart, RowKey, SessionRef
-from domain.book import FinishedNotice, answering
-from domain.limits import kept_until
+from domain.book import FinishedNotice, answering, retention
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from domain.run.ending import Ending, FinishReason, Phase, Step, Trigger, decide, row_state_of
@@ -229,9 +228,11 @@ def end_run(run: HelperRun, ending: Ending, done: set[Job]) -> FollowResult | No
 
 
 def keep_until(state: RowState, finished_at: datetime, keep_ms: int | None) -> datetime | None:
-    """A closed row's removal time, from the owner's policy (R29); None for every other row, and for an owner
-    without a keep of its own (the coordinator's then)."""
-    return kept_until(finished_at, keep_ms) if state is RowState.CLOSED and keep_ms is not None else None
+    """A closed row's removal time, by the book's rule and the owner's policy (R29); None for every other row, and
+    for an owner without a keep of its own (the coordinator's then)."""
+    if state is not RowState.CLOSED or keep_ms is None:
+        return None
+    return retention.closed_kept_until(finished_at, keep_ms)
 
 
 def finalize(

@@ -735,6 +735,25 @@ def test_closed_rows_expire_keep_ms_after_their_finish_and_delivered_after_deliv
     assert "unreported" not in retention.expired(book, T0 + 100 * KEEP)
 
 
+def test_each_row_is_kept_from_its_own_moment() -> None:
+    """R29: a closed row from its finish (its admission if it never finished), a delivered row from its delivery, a
+    gone helper's from when the book learns it; the helper keeps a row it closes itself by the same rule."""
+    book = book_of()
+    closed = entry("closed", 1, RowState.CLOSED)
+    retention.keep_closed(book, closed)
+    assert closed.finished_at == T0 and closed.keep_until == T0 + KEEP
+    never_finished = entry("never-finished", 2, RowState.CLOSED, helper_writes=True)
+    retention.keep_closed(book, never_finished)
+    assert never_finished.finished_at is None and never_finished.keep_until == T0 - timedelta(hours=1) + KEEP
+    delivered = entry("delivered", 3, RowState.DELIVERED)
+    retention.keep_delivered(book, delivered, T0 + timedelta(hours=5))
+    assert delivered.keep_until == T0 + timedelta(hours=5) + KEEP
+    gone = entry("gone", 4, RowState.CLOSED)
+    retention.keep_gone(book, gone, T0 + timedelta(days=2))
+    assert gone.keep_until == T0 + timedelta(days=2) + KEEP  # not from its finish, two days before
+    assert retention.closed_kept_until(T0, book.policy.keep_ms) == T0 + KEEP
+
+
 def test_rows_still_written_or_holding_a_slot_never_expire() -> None:
     """R7, R29: a closed row whose helper still runs is not removed under it."""
     closing = entry("closing", 1, RowState.CLOSED, helper_writes=True)
