@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
 
+from domain.book import retention
 from domain.book.follow_up import decide_follow_up, keeps_context_for, link_follow_up
 from domain.book.state import (
     AwaitEarlier,
@@ -100,7 +101,11 @@ def rows_to_evict(book: OwnerBook, room_needed: int, keep: str | None = None) ->
     if excess <= 0:
         return []
     candidates = sorted(
-        (e for e in book.entries.values() if e.evictable and e.helper_id != keep and not keeps_context_for(book, e)),
+        (
+            e
+            for e in book.entries.values()
+            if retention.evictable(e) and e.helper_id != keep and not keeps_context_for(book, e)
+        ),
         key=lambda e: (e.delivered_at or e.finished_at or e.admitted_at, e.seq),
     )
     if len(candidates) < excess:

@@ -1,5 +1,6 @@
-"""Retention (R29): when a row goes. A closed row is kept `HELPER_KEEP_MS` from its finish, a delivered row from its
-delivery; every change that closes or delivers a row sets its time here, and the coordinator's timer removes it."""
+"""Retention (R29): when a row goes, and which rows may go. A closed row is kept `HELPER_KEEP_MS` from its finish, a
+delivered row from its delivery; every change that closes or delivers a row sets its time here, and the coordinator's
+timer removes it. Only a `removable` row goes, at its time or, without a Goal, earlier for room (R3)."""
 
 from __future__ import annotations
 
@@ -40,15 +41,21 @@ def forget(book: OwnerBook, helper_ids: list[str]) -> None:
     note_removed(book, removed)
 
 
+def removable(entry: Entry) -> bool:
+    """A row that may go, when its time is up or for room: delivered or closed, handed back to the coordinator (its
+    helper no longer writes it) and holding no slot."""
+    return entry.state in (RowState.DELIVERED, RowState.CLOSED) and not entry.helper_writes and not entry.holds_slot
+
+
+def evictable(entry: Entry) -> bool:
+    """A row admission may remove for room before its time (R3): a removable row without a Goal (R30)."""
+    return removable(entry) and not entry.is_goal_check
+
+
 def expired(book: OwnerBook, now: datetime) -> list[str]:
+    """The removable rows whose time is up."""
     return [
-        e.helper_id
-        for e in book.entries.values()
-        if e.keep_until is not None
-        and e.keep_until <= now
-        and e.state in (RowState.DELIVERED, RowState.CLOSED)
-        and not e.helper_writes
-        and not e.holds_slot
+        e.helper_id for e in book.entries.values() if e.keep_until is not None and e.keep_until <= now and removable(e)
     ]
 
 

@@ -90,16 +90,6 @@ class Entry(BaseModel):
     def is_goal_check(self) -> bool:
         return self.goal_id is not None
 
-    @property
-    def evictable(self) -> bool:
-        """Retention pressure may remove only delivered or closed rows without a Goal (R3)."""
-        return (
-            self.state in (RowState.DELIVERED, RowState.CLOSED)
-            and not self.is_goal_check
-            and not self.helper_writes
-            and not self.holds_slot
-        )
-
 
 class EventState(StrEnum):
     PENDING = "pending"

@@ -754,6 +754,27 @@ def test_each_row_is_kept_from_its_own_moment() -> None:
     assert retention.closed_kept_until(T0, book.policy.keep_ms) == T0 + KEEP
 
 
+def test_removable_rows_are_the_ones_expiry_and_eviction_may_take() -> None:
+    """R3, R29, R30: only a delivered or closed row the coordinator writes and that holds no slot may go; eviction
+    takes such a row only without a Goal, expiry with one too."""
+    for state in RowState:
+        row = entry("r", 1, state, helper_writes=False)
+        row.holds_slot = False
+        assert retention.removable(row) is (state in (RowState.DELIVERED, RowState.CLOSED)), state
+    delivered = entry("d", 1, RowState.DELIVERED)
+    goal = entry("g", 2, RowState.CLOSED, goal_id="weekly")
+    written = entry("w", 3, RowState.CLOSED, helper_writes=True)
+    holder = entry("s", 4, RowState.CLOSED)
+    holder.holds_slot = True
+    assert [retention.removable(e) for e in (delivered, goal, written, holder)] == [True, True, False, False]
+    assert [retention.evictable(e) for e in (delivered, goal, written, holder)] == [True, False, False, False]
+    for row in (delivered, goal, written, holder):
+        row.keep_until = T0
+    book = full_book(delivered, goal, written, holder)
+    assert retention.expired(book, T0) == ["d", "g"]
+    assert admission.rows_to_evict(book, room_needed=book.policy.max_rows - 3) == ["d"]  # one row to free
+
+
 def test_rows_still_written_or_holding_a_slot_never_expire() -> None:
     """R7, R29: a closed row whose helper still runs is not removed under it."""
     closing = entry("closing", 1, RowState.CLOSED, helper_writes=True)

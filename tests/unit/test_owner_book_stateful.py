@@ -284,7 +284,8 @@ class OwnerBookMachine(RuleBasedStateMachine):
         open_before = self._open()
         rows_before = len(book.entries)
         evictable = sorted(
-            (e for e in book.entries.values() if e.evictable and not self._context_needed(e)), key=eviction_key
+            (e for e in book.entries.values() if retention.evictable(e) and not self._context_needed(e)),
+            key=eviction_key,
         )
         needed = max(0, rows_before + 1 + reserve - policy.max_rows)
         before = book.model_dump()
@@ -309,7 +310,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         assert decision.seq == book.next_seq
         for helper_id_out in decision.evict:
             out = book.entries[helper_id_out]
-            assert out.evictable and out.goal_id is None
+            assert retention.evictable(out) and out.goal_id is None
             assert out.state in (RowState.DELIVERED, RowState.CLOSED)
         STEPS.saw("evicted at admission", len(decision.evict))
         admission.take(book, request, decision, self.now, hard_ceiling_ms)
