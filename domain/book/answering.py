@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import Final, TypeAlias
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
+from domain.book import delivery
 from domain.book.admission import Admit, AlreadyAdmitted
 from domain.book.admission import decide as decide_admission
-from domain.book.follow_up import deliver_answered
 from domain.book.state import (
     Asked,
     AwaitEarlier,
@@ -317,7 +317,7 @@ def withdraw(book: OwnerBook, helper_id: str) -> None:
 
 def deny(book: OwnerBook, entry: Entry, now: datetime) -> bool:
     """A denied authorization is answered: its outcome is delivered, nothing starts. True if the row changes."""
-    changed = deliver_answered(book, entry, now)
+    changed = delivery.deliver_one(book, entry, now)
     if changed:
         entry.generation += 1
     return changed

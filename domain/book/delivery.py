@@ -71,18 +71,25 @@ def read(book: OwnerBook, turn: str, helper_ids: list[str]) -> list[str]:
 
 
 def deliver(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
-    """Mark what `turn` read as delivered; only after that turn answered (the caller's promise, R28). A delivered
-    outcome is no longer announced: the chat has it (R26)."""
+    """Mark what `turn` read as delivered; only after that turn answered (the caller's promise, R28)."""
     delivered: list[Entry] = []
     for helper_id in book.turn_reads.pop(turn, []):
         entry = book.entries.get(helper_id)
-        if entry is None or entry.state is not RowState.UNREPORTED:
-            continue
-        entry.state = RowState.DELIVERED
-        entry.delivered_at = now
-        retention.keep_delivered(book, entry, now)
-        entry.generation += 1
-        delivered.append(entry)
+        if entry is not None and deliver_one(book, entry, now):
+            entry.generation += 1
+            delivered.append(entry)
     forget_reads(book, [entry.helper_id for entry in delivered])
-    outbox.withdraw_settled(book)
     return delivered
+
+
+def deliver_one(book: OwnerBook, entry: Entry, now: datetime) -> bool:
+    """The owner has this outcome now (a turn that read it answered, or the owner answered it): an unreported one is
+    delivered, kept from now (R29) and no longer announced, as the chat has it (R26). True if it was unreported; its
+    row must then be written, at a new generation the caller sets."""
+    if entry.state is not RowState.UNREPORTED:
+        return False
+    entry.state = RowState.DELIVERED
+    entry.delivered_at = now
+    retention.keep_delivered(book, entry, now)
+    outbox.withdraw_settled(book)
+    return True

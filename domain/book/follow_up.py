@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from domain.book import outbox, retention
+from domain.book import delivery
 from domain.book.state import Entry, OwnerBook, Refusal, RefusalCode, refusal, unknown_helper
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
@@ -57,21 +57,9 @@ def link_follow_up(book: OwnerBook, entry: Entry, now: datetime) -> Entry | None
         return None
     earlier = book.entries[entry.follow_up_of]
     earlier.followed_up_by = entry.helper_id
-    deliver_answered(book, earlier, now)  # the follow-up carries it
+    delivery.deliver_one(book, earlier, now)  # the follow-up carries it
     earlier.generation += 1
     return earlier
-
-
-def deliver_answered(book: OwnerBook, entry: Entry, now: datetime) -> bool:
-    """The owner answered this outcome: an unreported one is delivered and no longer announced (R26). True if it
-    was unreported (then its row must be written, at a new generation the caller sets)."""
-    if entry.state is not RowState.UNREPORTED:
-        return False
-    entry.state = RowState.DELIVERED
-    entry.delivered_at = now
-    retention.keep_delivered(book, entry, now)
-    outbox.withdraw_settled(book)
-    return True
 
 
 def keeps_context_for(book: OwnerBook, entry: Entry) -> bool:

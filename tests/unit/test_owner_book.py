@@ -707,6 +707,28 @@ def test_unknown_turn_delivers_nothing() -> None:
     assert all(e.state is RowState.UNREPORTED for e in book.entries.values())
 
 
+def test_delivering_one_outcome_is_the_same_for_a_turn_and_an_answer() -> None:
+    """R26, R28, R29, R49: a turn's delivery, an owner's answer and a follow-up all deliver through one step: an
+    unreported outcome becomes delivered, is kept from now and leaves the event; any other row is left alone."""
+    book = book_of()
+    admit(book, "h1")
+    admit(book, "h2")
+    finish(book, "h1", OutcomeKind.QUESTION)
+    finish(book, "h2", OutcomeKind.CLOSED)
+    event = outbox.next_event(book)
+    assert event is not None and event.helper_ids == ["h1"]
+    h1, h2 = book.entries["h1"], book.entries["h2"]
+    generation, closed_keep = h1.generation, h2.keep_until
+    assert delivery.deliver_one(book, h1, ANSWERED_AT)
+    assert h1.state is RowState.DELIVERED and h1.delivered_at == ANSWERED_AT and h1.keep_until == ANSWERED_AT + KEEP
+    assert h1.generation == generation, "the caller sets the generation its write carries"
+    assert book.event is None and book.withdrawn == [event.key]
+    assert not delivery.deliver_one(book, h1, ANSWERED_AT + KEEP), "delivered once"
+    assert h1.delivered_at == ANSWERED_AT
+    assert not delivery.deliver_one(book, h2, ANSWERED_AT)
+    assert h2.state is RowState.CLOSED and h2.delivered_at is None and h2.keep_until == closed_keep
+
+
 def test_removed_entries_leave_the_turn_reads() -> None:
     """R28, R29: a removed row is not delivered later."""
     book = full_book(*unreported_rows(2))
