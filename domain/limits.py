@@ -6,6 +6,8 @@ variable of the same name (see `config.settings`), and a request may only tighte
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from pydantic import BaseModel, ConfigDict, Field
 
 HELPER_MAX_OPEN = 3
@@ -59,6 +61,10 @@ class Limits(BaseModel):
     def hard_ceiling_ms(self) -> int:
         """Deadline plus grace: the moment the slot is freed whatever the core does (R15)."""
         return self.deadline_ms + self.grace_ms
+
+    def hard_ceiling_at(self, deadline_at: datetime) -> datetime:
+        """The hard ceiling of a helper whose deadline falls at `deadline_at`: the grace after it (R15)."""
+        return deadline_at + timedelta(milliseconds=self.grace_ms)
 
 
 class LimitOverrides(BaseModel):

@@ -21,24 +21,20 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, cast
+from typing import Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import Table, func, select, text
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from domain.limits import Limits
 from domain.rows import RowState
 from observability.metrics import HELPERS, HELPERS_PAST_HARD_CEILING, REGISTRY, STORE_UP
 from store.helper_store import HelperStore
-from store.schema import HelperRowRecord
 
 log = logging.getLogger(__name__)
 CHECK_SECONDS = 2.0
 JSON = "application/json"
 
-rows: Final = cast(Table, HelperRowRecord.__table__)
 # A helper still running this long after its hard ceiling is stuck (R35); shorter is the ceiling's own slack.
 PAST_CEILING_MARGIN: Final = timedelta(minutes=1)
 
@@ -85,37 +81,17 @@ class StoreGauges:
             self._last_refresh = time.monotonic()
 
     async def _count(self, now: datetime) -> tuple[dict[str, int], int]:
-        async with self.store.engine.connect() as connection:
-            counted = await connection.execute(select(rows.c.state, func.count()).group_by(rows.c.state))
-            by_state = {str(state): int(count) for state, count in counted.all()}
-            # Only running rows can be past their ceiling; their limits (grace) live in a JSON column, so the
-            # comparison is made here rather than in SQL that SQLite and PostgreSQL would spell differently.
-            running = await connection.execute(
-                select(rows.c.deadline_at, rows.c.limits).where(rows.c.state == RowState.RUNNING.value)
-            )
-            past = sum(1 for deadline_at, limits in running.all() if _past_ceiling(deadline_at, limits, now))
+        by_state = await self.store.count_by_state()
+        past = sum(1 for ceiling in await self.store.running_hard_ceilings() if ceiling + PAST_CEILING_MARGIN < now)
         return by_state, past
 
 
-def _past_ceiling(deadline_at: datetime | None, limits: Any, now: datetime) -> bool:
-    if deadline_at is None:  # running, but the session not opened yet: no deadline to be past
-        return False
-    if deadline_at.tzinfo is None:  # SQLite hands back naive UTC
-        deadline_at = deadline_at.replace(tzinfo=UTC)
-    grace_ms = Limits.model_validate(limits).grace_ms if isinstance(limits, dict) else Limits().grace_ms
-    return deadline_at + timedelta(milliseconds=grace_ms) + PAST_CEILING_MARGIN < now
-
-
 async def _readiness(store: HelperStore, client: Client) -> dict[str, str]:
-    async def store_answers() -> None:
-        async with store.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-
     async def temporal_answers() -> None:
         await client.workflow_service.get_system_info(GetSystemInfoRequest())
 
     problems: dict[str, str] = {}
-    checks: dict[str, Callable[[], Awaitable[None]]] = {"store": store_answers, "temporal": temporal_answers}
+    checks: dict[str, Callable[[], Awaitable[None]]] = {"store": store.reads.ping, "temporal": temporal_answers}
     for name, check in checks.items():
         try:
             async with asyncio.timeout(CHECK_SECONDS):

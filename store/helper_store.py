@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config.store_address import StoreAddress
 from domain.activity_io import FollowedUp
+from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage
@@ -407,6 +408,26 @@ class HelperStore:
         async with self.engine.connect() as connection:
             result = await connection.execute(select(table).order_by(table.c.parked_at).limit(limit))
             return [ParkedSession.model_validate(plain(record)) for record in result.mappings()]
+
+    async def count_by_state(self) -> dict[str, int]:
+        """How many rows the whole store holds in each state (the worker's gauges)."""
+        async with self.engine.connect() as connection:
+            counted = await connection.execute(select(row_table.c.state, func.count()).group_by(row_table.c.state))
+            return {str(state): int(count) for state, count in counted.all()}
+
+    async def running_hard_ceilings(self) -> list[datetime]:
+        """The hard ceiling of every running helper whose session opened (R15; one still opening has no deadline).
+        The grace lives in the row's JSON limits, so the moment is computed here rather than in SQL that SQLite and
+        PostgreSQL would spell differently."""
+        statement = select(row_table.c.deadline_at, row_table.c.limits).where(
+            row_table.c.state == RowState.RUNNING.value, row_table.c.deadline_at.is_not(None)
+        )
+        async with self.engine.connect() as connection:
+            running = (await connection.execute(statement)).all()
+        return [
+            (Limits.model_validate(limits) if isinstance(limits, dict) else Limits()).hard_ceiling_at(utc(deadline_at))
+            for deadline_at, limits in running
+        ]
 
     async def result_dirs(self) -> set[str]:
         async with self.engine.connect() as connection:

@@ -148,7 +148,7 @@ class HelperWorkflow:
         limits = start.limits
         started_at = workflow.now()
         deadline_at = started_at + timedelta(milliseconds=limits.deadline_ms)
-        hard_at = started_at + timedelta(milliseconds=limits.hard_ceiling_ms)
+        hard_at = limits.hard_ceiling_at(deadline_at)
         if begin_running(self.record):
             workflow.upsert_search_attributes([HELPER_STATE.value_set(RowState.RUNNING.value)])
         workflow.set_current_details(

@@ -433,6 +433,25 @@ async def test_result_dirs_lists_every_row(store: HelperStore) -> None:
     assert await store.result_dirs() == {"/results/anna/h1.1", "/results/boris/h2.2"}
 
 
+async def test_the_worker_counts_rows_by_state_and_reads_each_running_hard_ceiling(store: HelperStore) -> None:
+    """R15, R35: the gauges' reads: rows of every owner by state, and the hard ceiling of each running helper
+    whose session opened (its deadline plus its own grace; one still opening has none yet)."""
+    assert await store.count_by_state() == {}
+    await running(store, "h1", 1)
+    assert await store.insert_admitted(row("h2", 2, limits=Limits(deadline_ms=600_000, grace_ms=30_000)))
+    assert await store.write_state("anna", "h2", 2, 2, state=RowState.RUNNING, started_at=T0, deadline_at=T0)
+    assert await store.insert_admitted(row("opening", 3))
+    assert await store.write_state("anna", "opening", 3, 2, state=RowState.RUNNING, started_at=T0)
+    assert await store.insert_admitted(row("h4", 4, owner="boris"))
+    assert await store.count_by_state() == {"running": 3, "waiting": 1}
+    ceilings = sorted(await store.running_hard_ceilings())
+    assert ceilings == [
+        T0 + timedelta(seconds=30),
+        T0 + timedelta(minutes=45) + timedelta(milliseconds=Limits().grace_ms),
+    ]
+    assert all(ceiling.tzinfo is not None for ceiling in ceilings)
+
+
 async def finish(store: HelperStore, started: HelperRow, kind: OutcomeKind, usage: Usage, at: datetime) -> None:
     """The finalizer's write of an outcome at generation 3, which records the usage line with it."""
     await store.write_outcome(started, 3, usage, state=RowState.UNREPORTED, outcome_kind=kind, finished_at=at)

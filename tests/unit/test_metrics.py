@@ -260,20 +260,16 @@ async def test_the_store_gauges_count_rows_by_state_and_helpers_past_their_ceili
     assert value("helper_runtime_store_up") == 1
 
 
-class _HangingEngine:
-    def connect(self) -> Any:
-        class Hang:
-            async def __aenter__(self) -> None:
-                await asyncio.sleep(60)
-
-            async def __aexit__(self, *exc: object) -> None:
-                return None
-
-        return Hang()
-
-
 class _HangingStore:
-    engine = _HangingEngine()
+    """A store whose reads never answer."""
+
+    async def count_by_state(self) -> dict[str, int]:
+        await asyncio.sleep(60)
+        return {}
+
+    async def running_hard_ceilings(self) -> list[datetime]:
+        await asyncio.sleep(60)
+        return []
 
 
 async def test_a_store_that_does_not_answer_leaves_the_gauges_and_reports_down(store: HelperStore) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -337,6 +338,10 @@ def test_effective_limits_without_overrides_are_the_defaults() -> None:
         max_input_tokens=HELPER_INPUT_CEILING_TOKENS,
     )
     assert Limits().hard_ceiling_ms == 2_820_000  # 47 minutes
+    deadline_at = datetime(2026, 3, 1, 9, 45, tzinfo=UTC)
+    started_at = deadline_at - timedelta(milliseconds=HELPER_DEADLINE_MS)
+    assert Limits().hard_ceiling_at(deadline_at) == deadline_at + timedelta(minutes=2)
+    assert Limits().hard_ceiling_at(deadline_at) == started_at + timedelta(milliseconds=Limits().hard_ceiling_ms)
 
 
 def test_effective_limits_take_the_minimum_field_by_field() -> None:
