@@ -180,6 +180,8 @@ class SessionLimits(BaseModel):
     max_input_tokens: int = Field(gt=0)
 
 
+# A model's name as a catalog lists it and a session selects it; an owner's request is held to the same bound.
+MODEL_MAX_CHARS = 100
 MODELS_MAX = 1_000
 
 
@@ -187,7 +189,7 @@ class ModelCatalog(BaseModel):
     """`GET /v1/models` (optional for a core): the model names a CreateSession may select. A core without it
     answers 404 and the starter leaves the check to create."""
 
-    models: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(max_length=MODELS_MAX)
+    models: list[Annotated[str, Field(min_length=1, max_length=MODEL_MAX_CHARS)]] = Field(max_length=MODELS_MAX)
 
 
 class CreateSession(BaseModel):
@@ -201,7 +203,7 @@ class CreateSession(BaseModel):
     task: str = Field(min_length=1)
     boundary: list[str] = Field(default_factory=list)
     language: str = Field(min_length=2, max_length=8)
-    model: str = Field(min_length=1, max_length=100)
+    model: str = Field(min_length=1, max_length=MODEL_MAX_CHARS)
     limits: SessionLimits
     continue_from: CoreIdentifier | None = Field(
         default=None,

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from contracts.core_api import MODEL_MAX_CHARS
 from domain.boundary import BoundaryError, BoundaryItem, control_character_problem, parse_boundary
 from domain.ids import check_id
 from domain.limits import (
@@ -133,8 +134,8 @@ class HelperRequest(BaseModel):
     @classmethod
     def _model(cls, value: str) -> str:
         check_utf8("model", value)
-        if not value.strip() or len(value) > 100:
-            raise ValueError("model must be 1-100 characters")
+        if not value.strip() or len(value) > MODEL_MAX_CHARS:
+            raise ValueError(f"model must be 1-{MODEL_MAX_CHARS} characters")
         return value
 
     @property

@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from contracts.core_api import MODEL_MAX_CHARS
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_name)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -45,7 +47,7 @@ class HelperRowRecord(Base):
     task: Mapped[str] = mapped_column(Text)
     boundary: Mapped[list[Any]] = mapped_column(JSON)
     language: Mapped[str] = mapped_column(String(8))
-    model: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(MODEL_MAX_CHARS))
     limits: Mapped[dict[str, Any]] = mapped_column(JSON)
     session_id: Mapped[str | None] = mapped_column(String(200))
     # The column finish_requested (0001) is unused and stays in the database until a later migration drops it:
@@ -98,7 +100,7 @@ class UsageRecord(Base):
     helper_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     goal_id: Mapped[str | None] = mapped_column(String(64))
-    model: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(MODEL_MAX_CHARS))
     outcome_kind: Mapped[str] = mapped_column(String(16))
     steps: Mapped[int] = mapped_column(Integer)
     work_tokens: Mapped[int] = mapped_column(BigInteger)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
+from contracts.core_api import MAX_CHOICE_ID_CHARS, MODEL_MAX_CHARS, QuestionChoices
 from domain.ids import GOAL_ID_MAX, ID_MAX_CHARS, ID_PATTERN, ID_RULE
 from domain.limits import (
     ANSWER_CHARS_MAX,
@@ -35,7 +35,7 @@ ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": ID_MAX_
 GOAL_ID_SCHEMA: dict[str, Any] = {"pattern": ID_PATTERN.pattern, "maxLength": GOAL_ID_MAX}
 TURN_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": TURN_MAX_CHARS, "pattern": r"\S"}
 TASK_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": HELPER_TASK_MAX_CHARS, "pattern": r"\S"}
-MODEL_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": 100, "pattern": r"\S"}
+MODEL_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": MODEL_MAX_CHARS, "pattern": r"\S"}
 LANGUAGE_SCHEMA: dict[str, Any] = {"enum": list(SUPPORTED_LANGUAGES)}
 BOUNDARY_SCHEMA: dict[str, Any] = {
     "maxItems": HELPER_BOUNDARY_MAX_ITEMS,

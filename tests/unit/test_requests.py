@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from contracts.core_api import MODEL_MAX_CHARS, CreateSession, ModelCatalog
 from domain.boundary import ACCEPTED_FORMS, BoundaryItem
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
@@ -307,6 +309,32 @@ def test_line_breaks_and_tabs_are_kept_in_the_task() -> None:
 def test_bad_model_is_refused(model: str) -> None:
     """R1, R5: the model name is 1-100 characters."""
     assert names(problems_of(valid(model=model)), "model")
+
+
+def test_a_model_the_request_takes_is_one_the_core_contract_takes() -> None:
+    """R1, R5, R37: one bound on the model's name: the longest a request takes is the longest a core's catalog
+    lists and a session selects, and one more is refused by all three."""
+    longest, longer = "m" * MODEL_MAX_CHARS, "m" * (MODEL_MAX_CHARS + 1)
+    assert HelperRequest.parse(valid(model=longest)).model == longest
+    assert ModelCatalog(models=[longest]).models == [longest]
+    assert CreateSession.model_validate(session_of(longest)).model == longest
+    assert names(problems_of(valid(model=longer)), "model")
+    with pytest.raises(ValidationError):
+        ModelCatalog(models=[longer])
+    with pytest.raises(ValidationError):
+        CreateSession.model_validate(session_of(longer))
+
+
+def session_of(model: str) -> dict[str, Any]:
+    return {
+        "idempotency_key": "k",
+        "owner": "anna",
+        "helper_id": "h1",
+        "task": "t",
+        "language": "en",
+        "model": model,
+        "limits": {"max_steps": 80, "max_input_tokens": 4_000_000},
+    }
 
 
 def test_every_problem_is_named_at_once() -> None:
