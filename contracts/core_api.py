@@ -180,6 +180,8 @@ class SessionLimits(BaseModel):
     max_input_tokens: int = Field(gt=0)
 
 
+# An owner's or a helper's id, as a session names them: the runtime's id format is `domain.ids`, built on this.
+ID_MAX_CHARS = 64
 # A model's name as a catalog lists it and a session selects it; an owner's request is held to the same bound.
 MODEL_MAX_CHARS = 100
 MODELS_MAX = 1_000
@@ -198,8 +200,8 @@ class CreateSession(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     idempotency_key: str = Field(min_length=1, max_length=200)
-    owner: str = Field(min_length=1, max_length=64)
-    helper_id: str = Field(min_length=1, max_length=64)
+    owner: str = Field(min_length=1, max_length=ID_MAX_CHARS)
+    helper_id: str = Field(min_length=1, max_length=ID_MAX_CHARS)
     task: str = Field(min_length=1)
     boundary: list[str] = Field(default_factory=list)
     language: str = Field(min_length=2, max_length=8)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from domain.ids import GOAL_ID_MAX, check_id
+from domain.ids import check_goal_id
 from domain.limits import LimitOverrides
 from domain.requests import HelperRequest, RequestError
 
@@ -37,10 +37,7 @@ class Goal(BaseModel):
     @field_validator("goal_id")
     @classmethod
     def _goal_id(cls, value: str) -> str:
-        check_id("goal id", value)
-        if len(value) > GOAL_ID_MAX:
-            raise ValueError(f"goal id is {len(value)} characters; at most {GOAL_ID_MAX}")
-        return value
+        return check_goal_id(value)
 
     def check_request(self, helper_id: str) -> HelperRequest:
         """The helper request of one check."""

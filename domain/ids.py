@@ -13,8 +13,10 @@ from typing import Annotated, Final
 
 from pydantic import AfterValidator
 
-# Ids end up in workflow ids, directory names and URLs: a safe alphabet, and short.
-ID_MAX_CHARS: Final = 64
+from contracts.core_api import ID_MAX_CHARS as ID_MAX_CHARS
+
+# Ids end up in workflow ids, directory names and URLs: a safe alphabet, and short. The length is held by the core's
+# session contract, the lowest layer that needs it; the format is spelled here and only here.
 ID_PATTERN: Final = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{ID_MAX_CHARS - 1}}}$")
 # A Goal's id is shorter, so that `<goal id>.<timestamp>` stays a valid helper id.
 GOAL_ID_MAX: Final = 40
@@ -43,6 +45,14 @@ def echo(value: object) -> str:
 def check_id(kind: str, value: str) -> str:
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise ValueError(f"{kind} {echo(value)} is not valid: use {ID_RULE}")
+    return value
+
+
+def check_goal_id(value: str) -> str:
+    """A Goal's id: an id short enough that its checks' helper ids, `<goal id>.<timestamp>`, are ids too."""
+    check_id("goal id", value)
+    if len(value) > GOAL_ID_MAX:
+        raise ValueError(f"goal id is {len(value)} characters; at most {GOAL_ID_MAX}")
     return value
 
 

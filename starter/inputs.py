@@ -7,13 +7,14 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
 from config.settings import Settings
 from config.store_address import StoreAddress
-from domain.ids import GOAL_ID_MAX, check_id, clip
+from domain.ids import check_goal_id, check_id, clip
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS, delivered_problem
 from domain.requests import HelperRequest, RequestError
 from protocol.errors import InvalidRequest
@@ -37,24 +38,26 @@ def parse_request(request: HelperRequest | dict[str, Any], settings: Settings) -
         raise InvalidRequest(str(error), {"problems": error.problems}) from None
 
 
+_check_owner = partial(check_id, "owner")
+_check_helper_id = partial(check_id, "helper id")
+
+
 def check_ids(owner: str, helper_ids: Iterable[str], field: str = "helper_id") -> None:
     """The owner's id and helper ids (`field` names where they came from); InvalidRequest names each bad one."""
-    problems = _id_problems("owner", "owner", owner)
+    problems = _id_problems("owner", owner, _check_owner)
     for helper_id in helper_ids:
-        problems += _id_problems(field, "helper id", helper_id)
+        problems += _id_problems(field, helper_id, _check_helper_id)
     if problems:
         raise InvalidRequest("; ".join(problems), {"problems": problems})
 
 
-def _id_problems(field: str, kind: str, value: str, max_chars: int | None = None) -> list[str]:
-    """Why `value` is not a valid id, as a problem line naming its field (the API's name: a path parameter, a
-    body's field), or none."""
+def _id_problems(field: str, value: str, check: Callable[[str], str]) -> list[str]:
+    """Why `value` is not a valid id by `check` (`domain.ids`), as a problem line naming its field (the API's name: a
+    path parameter, a body's field), or none."""
     try:
-        check_id(kind, value)
+        check(value)
     except ValueError as error:
         return [f"{field}: {error}"]
-    if max_chars is not None and len(value) > max_chars:
-        return [f"{field}: {kind} is {len(value)} characters; at most {max_chars}"]
     return []
 
 
@@ -184,7 +187,7 @@ def parse_goal(data: dict[str, Any]) -> Goal:
 
 def check_goal_ids(owner: str, goal_id: str) -> None:
     """The owner's id and a Goal's; InvalidRequest names each bad one."""
-    problems = _id_problems("owner", "owner", owner) + _id_problems("goal_id", "goal id", goal_id, GOAL_ID_MAX)
+    problems = _id_problems("owner", owner, _check_owner) + _id_problems("goal_id", goal_id, check_goal_id)
     if problems:
         raise InvalidRequest("; ".join(problems), {"problems": problems})
 

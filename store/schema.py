@@ -14,6 +14,7 @@ from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, Str
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from contracts.core_api import MODEL_MAX_CHARS
+from domain.ids import ID_MAX_CHARS
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_name)s",
@@ -39,10 +40,10 @@ class HelperRowRecord(Base):
         Index("ix_helper_rows_owner_seq", "owner", "seq"),
     )
 
-    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
-    helper_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(ID_MAX_CHARS), primary_key=True)
+    helper_id: Mapped[str] = mapped_column(String(ID_MAX_CHARS), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
-    goal_id: Mapped[str | None] = mapped_column(String(64))
+    goal_id: Mapped[str | None] = mapped_column(String(ID_MAX_CHARS))
     state: Mapped[str] = mapped_column(String(16))
     task: Mapped[str] = mapped_column(Text)
     boundary: Mapped[list[Any]] = mapped_column(JSON)
@@ -69,8 +70,8 @@ class HelperRowRecord(Base):
     generation: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime]
     # Follow-ups (migration 0003): the earlier helper this one continues, and the one that continues it.
-    follow_up_of: Mapped[str | None] = mapped_column(String(64))
-    followed_up_by: Mapped[str | None] = mapped_column(String(64))
+    follow_up_of: Mapped[str | None] = mapped_column(String(ID_MAX_CHARS))
+    followed_up_by: Mapped[str | None] = mapped_column(String(ID_MAX_CHARS))
     # When a worker began following the session (migration 0004); none while the follow waits for a slot.
     follow_started_at: Mapped[datetime | None]
     # A question outcome's choices (migration 0005): its id, options and free-text rule; none for any other
@@ -96,10 +97,10 @@ class UsageRecord(Base):
 
     __tablename__ = "helper_usage"
 
-    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
-    helper_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(ID_MAX_CHARS), primary_key=True)
+    helper_id: Mapped[str] = mapped_column(String(ID_MAX_CHARS), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    goal_id: Mapped[str | None] = mapped_column(String(64))
+    goal_id: Mapped[str | None] = mapped_column(String(ID_MAX_CHARS))
     model: Mapped[str] = mapped_column(String(MODEL_MAX_CHARS))
     outcome_kind: Mapped[str] = mapped_column(String(16))
     steps: Mapped[int] = mapped_column(Integer)
@@ -115,7 +116,7 @@ class ChatEventRecordRow(Base):
     __tablename__ = "chat_events"
 
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
-    owner: Mapped[str] = mapped_column(String(64), index=True)
+    owner: Mapped[str] = mapped_column(String(ID_MAX_CHARS), index=True)
     helper_ids: Mapped[list[Any]] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -130,8 +131,8 @@ class ParkedSessionRecord(Base):
     __tablename__ = "parked_sessions"
 
     session_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    owner: Mapped[str] = mapped_column(String(64), index=True)
-    helper_id: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(ID_MAX_CHARS), index=True)
+    helper_id: Mapped[str] = mapped_column(String(ID_MAX_CHARS))
     error: Mapped[str] = mapped_column(Text)
     parked_at: Mapped[datetime]
 
@@ -143,7 +144,7 @@ class KeptSessionRecord(Base):
     __tablename__ = "kept_sessions"
 
     session_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    owner: Mapped[str] = mapped_column(String(64))
-    helper_id: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(ID_MAX_CHARS))
+    helper_id: Mapped[str] = mapped_column(String(ID_MAX_CHARS))
     seq: Mapped[int] = mapped_column(BigInteger)
     kept_at: Mapped[datetime]

@@ -25,11 +25,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from contracts.chat_api import EventReceipt, IdleAnswer, ReceivedEvent, SystemEvent
 from contracts.core_api import Problem
+from domain.ids import ID_PATTERN
 from reference.chat.state import ChatState
 
 logger = logging.getLogger(__name__)
 
-Owner = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Owner = Annotated[str, PathParameter(pattern=ID_PATTERN.pattern)]
 
 
 class FailingMode(StrEnum):

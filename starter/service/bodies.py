@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, MODEL_MAX_CHARS, QuestionChoices
-from domain.ids import GOAL_ID_MAX, ID_MAX_CHARS, ID_PATTERN, ID_RULE
+from domain.ids import GOAL_ID_MAX, GOAL_ID_RULE, ID_MAX_CHARS, ID_PATTERN, ID_RULE
 from domain.limits import (
     ANSWER_CHARS_MAX,
     ANSWER_TEXT_MAX_CHARS,
@@ -125,7 +125,7 @@ class AnswerBody(_Body):
 class GoalBody(_Body):
     """`goal add`: the owner is the path's."""
 
-    goal_id: str = Field(description="1-40 letters, digits, '.', '_' or '-'", json_schema_extra=GOAL_ID_SCHEMA)
+    goal_id: str = Field(description=GOAL_ID_RULE, json_schema_extra=GOAL_ID_SCHEMA)
     every: str = Field(description="how often a check runs: 30m, 1h, 1d (1 minute to 366 days)")
     task: str = Field(description="the task each check runs (1-20,000 characters)", json_schema_extra=TASK_SCHEMA)
     model: str = Field(

@@ -8,15 +8,20 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from contracts.core_api import CreateSession
 from domain.activity_io import HelperStart, RemoveRows, RowKey, RowToRemove, SessionRef
 from domain.book import Entry, FinishedNotice, OwnerBook
-from domain.ids import directory_name, echo
+from domain.goals import Goal
+from domain.ids import GOAL_ID_MAX, ID_MAX_CHARS, check_goal_id, check_id, directory_name, echo
 from domain.limits import FollowTuning, Limits
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from domain.run.follow import FollowRequest
+from protocol.errors import InvalidRequest
 from protocol.messages import CoordinatorStart, ReadRequest
+from starter.inputs import check_goal_ids
 from store.results import ResultDirectories
+from store.schema import Base
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 BAD_IDS = ["/tmp/scratch", "../x", "a/../../b", "", ".hidden", "x" * 65, "a\x00b", "a b", "ANNA/..", "~anna"]
@@ -87,3 +92,26 @@ def test_ids_that_differ_only_in_case_get_their_own_directories(tmp_path: Path) 
     assert directory_name("anna") == "anna"
     results = ResultDirectories(tmp_path)
     assert results.path_for("ANNA", "h1", 1).parent != results.path_for("anna", "h1", 1).parent
+
+
+def test_the_id_format_has_one_home_every_entry_uses() -> None:
+    """R5, R40: the longest id the runtime takes is the longest the core's session contract and the store's key
+    columns take; a Goal's id is checked by one rule, in the same words from the starter and from a Goal."""
+    longest = "a" * ID_MAX_CHARS
+    check_id("helper id", longest)
+    session = {"idempotency_key": "k", "task": "t", "language": "en", "model": "m"}
+    limits = {"max_steps": 1, "max_input_tokens": 1}
+    assert CreateSession.model_validate({**session, "owner": longest, "helper_id": longest, "limits": limits})
+    with pytest.raises(ValidationError):
+        CreateSession.model_validate({**session, "owner": longest + "a", "helper_id": "h1", "limits": limits})
+    keys = [c for t in Base.metadata.tables.values() for c in t.columns if c.name in ("owner", "helper_id", "goal_id")]
+    assert keys and all(getattr(c.type, "length", None) == ID_MAX_CHARS for c in keys)
+    too_long = "g" * (GOAL_ID_MAX + 1)
+    with pytest.raises(ValueError) as from_domain:
+        check_goal_id(too_long)
+    with pytest.raises(InvalidRequest) as from_starter:
+        check_goal_ids("anna", too_long)
+    assert str(from_starter.value) == f"goal_id: {from_domain.value}"
+    with pytest.raises(ValidationError, match=str(from_domain.value)):
+        Goal(owner="anna", goal_id=too_long, task="t", model="m", every_ms=3_600_000)
+    assert check_goal_id("g" * GOAL_ID_MAX)
