@@ -23,16 +23,23 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.rows import remove_rows
-from domain.activity_io import AdmitHelper, HelperStart, Regranted, RegrantHelper, helper_start
+from domain.book.writes import helper_start
+from domain.messages.activities import AdmitHelper, Regranted, RegrantHelper
+from domain.messages.signals import Token
+from domain.messages.workflows import HelperStart
 from domain.rows import HelperRow, RowState
 from observability import recording
 from protocol.errors import ErrorType
-from protocol.messages import ADMIT_HELPER, CLOSE, HELPER_WORKFLOW, REGRANT_HELPER, SLOT_GRANTED, Token
 from protocol.names import (
+    ADMIT_HELPER,
+    CLOSE,
     FOLLOW_UP_OF_MEMO,
     HELPER_OWNER,
     HELPER_STATE,
+    HELPER_WORKFLOW,
+    REGRANT_HELPER,
     SEQ_MEMO,
+    SLOT_GRANTED,
     helper_workflow_id,
     owner_priority,
 )

@@ -6,11 +6,11 @@ from temporalio import activity
 
 from clients.chat_client import ChatClient, ChatError, ChatUncertain
 from contracts.chat_api import SystemEvent
-from domain.activity_io import OfferEvent, OfferResult, WithdrawnEvent
 from domain.book import EventState
+from domain.messages.activities import OfferEvent, OfferResult, WithdrawnEvent
 from domain.texts import text
 from observability import recording
-from protocol.messages import OFFER_CHAT_EVENT, WITHDRAW_CHAT_EVENT
+from protocol.names import OFFER_CHAT_EVENT, WITHDRAW_CHAT_EVENT
 from store.helper_store import HelperStore
 
 

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
-from domain.goals import Goal
+from domain.messages.activities import GoalCheck, GoalCheckResult
 from protocol.deadlines import reply_by
 from protocol.errors import Accepted, Busy, ErrorType, HelperRefused, InvalidRequest, Unavailable
-from protocol.messages import START_GOAL_CHECK
+from protocol.names import START_GOAL_CHECK
 from protocol.update_senders import admit
-
-
-class GoalCheck(BaseModel):
-    goal: Goal
-    helper_id: str
-
-
-class GoalCheckResult(BaseModel):
-    helper_id: str
-    admitted: bool
-    status: str
-    refusal_code: str | None = None
-    message: str = ""
 
 
 class GoalActivities:

@@ -17,7 +17,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.core_api import Action, Snapshot
-from domain.activity_io import (
+from domain.bounds import ROW_ACTIONS_MAX, first
+from domain.messages.activities import (
     CoordinatorWrite,
     Finalize,
     Finalized,
@@ -26,13 +27,12 @@ from domain.activity_io import (
     RemoveRows,
     WrittenOutcome,
 )
-from domain.bounds import ROW_ACTIONS_MAX, first
 from domain.outcome import Outcome, compose_outcome_text, summarize
 from domain.rows import HelperRow, RowState
 from domain.run.follow import authorization_text, session_message
 from domain.work import Usage
 from observability import recording
-from protocol.messages import COORDINATOR_WRITE, FINALIZE_OUTCOME, MARK_CLOSED, REMOVE_ROWS, SWEEP_ORPHAN_DIRECTORIES
+from protocol.names import COORDINATOR_WRITE, FINALIZE_OUTCOME, MARK_CLOSED, REMOVE_ROWS, SWEEP_ORPHAN_DIRECTORIES
 from store.helper_store import HelperStore, RowChanges, RowGone
 from store.results import SESSION_JSON, ResultDirectories
 

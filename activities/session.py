@@ -32,34 +32,28 @@ from clients.core_client import (
     SessionNotFound,
 )
 from contracts.core_api import SessionCreated, Snapshot
-from domain.activity_io import (
+from domain.bounds import ROW_MESSAGE_MAX, cut
+from domain.limits import Limits
+from domain.messages.activities import (
     CancelResult,
+    FollowCursor,
+    FollowRequest,
+    FollowResult,
     OpenedSession,
     OpenSession,
     ParkSession,
     RecoveredSession,
     RecoverSession,
     SessionRef,
+    Verdict,
 )
-from domain.bounds import ROW_MESSAGE_MAX, cut
-from domain.limits import Limits
 from domain.rows import HelperRow
 from domain.run.cleanup import FOUND_BY_KEY, parks
-from domain.run.follow import (
-    FollowCursor,
-    FollowRequest,
-    FollowResult,
-    Verdict,
-    judge,
-    long_poll_wait_ms,
-    next_read_waits,
-    result_from,
-    session_message,
-)
+from domain.run.follow import judge, long_poll_wait_ms, next_read_waits, result_from, session_message
 from domain.work import fold_usage
 from observability import recording
 from protocol.errors import ErrorType
-from protocol.messages import (
+from protocol.names import (
     CANCEL_SESSION,
     FINISH_SESSION,
     FOLLOW_SESSION,

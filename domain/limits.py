@@ -29,7 +29,8 @@ HELPER_BOUNDARY_ITEM_MAX_CHARS = 200
 # An answer to a question in the owner's words (R49): it becomes the follow-up's task, well within the task's bound.
 ANSWER_TEXT_MAX_CHARS = 4_000
 # Bounds on what a chat turn's `read` and `delivered` carry (turn ids come from the chat), so no message carries an
-# unbounded one (R36). The wire messages (`protocol.messages`) and the starter's checks (`starter.inputs`) use these.
+# unbounded one (R36). The wire messages (`domain.messages.updates`) and the starter's checks (`starter.inputs`)
+# use these.
 TURN_MAX_CHARS = 200
 # The length of a chat turn's answer that `delivered` reports: far above any chat message, so a number past it is a
 # mistake, not an answer.

@@ -1,10 +1,57 @@
-"""Workflow ids, search attributes and memo keys shared by the workflows, the starter and the servers."""
+"""Every name in one place: the names of the workflows, updates, signals, queries and activities, and the workflow
+ids, memo keys and search attributes shared by the workflows, the starter and the servers.
+
+A workflow declares its handlers with these names; a sender (`protocol.signal_senders` inside workflows,
+`protocol.update_senders` outside) uses the same names with the messages of `domain.messages`; an activity is
+registered and scheduled under its name here. No other module spells a signal, update or activity name, and a
+rename here is a rename everywhere (a replay test guards the recorded ones).
+"""
 
 from __future__ import annotations
 
 from typing import Final
 
 from temporalio.common import Priority, SearchAttributeKey
+
+COORDINATOR_WORKFLOW: Final = "CoordinatorWorkflow"
+HELPER_WORKFLOW: Final = "HelperWorkflow"
+GOAL_CHECK_WORKFLOW: Final = "GoalCheckWorkflow"
+
+# Updates a coordinator takes from the starter (and from Goal checks).
+ADMIT: Final = "admit"
+CLOSE_HELPER: Final = "close"
+MARK_READ: Final = "mark_read"
+MARK_DELIVERED: Final = "mark_delivered"
+ANSWER: Final = "answer"
+# Signals a helper sends its coordinator.
+HELPER_FINISHED: Final = "helper_finished"
+HELPER_CLOSED: Final = "helper_closed"
+# Signals a coordinator sends a helper.
+SLOT_GRANTED: Final = "slot_granted"
+CLOSE: Final = "close"
+# Activities, by the names the workflows schedule them under (a test's stand-in registers the same name).
+ADMIT_HELPER: Final = "admit_helper"
+REGRANT_HELPER: Final = "regrant_helper"
+COORDINATOR_WRITE: Final = "coordinator_write"
+REMOVE_ROWS: Final = "remove_rows"
+OFFER_CHAT_EVENT: Final = "offer_chat_event"
+WITHDRAW_CHAT_EVENT: Final = "withdraw_chat_event"
+OPEN_SESSION: Final = "open_session"
+FOLLOW_SESSION: Final = "follow_session"
+FINISH_SESSION: Final = "finish_session"
+CANCEL_SESSION: Final = "cancel_session"
+RECOVER_SESSION: Final = "recover_session"
+RESET_SESSION: Final = "reset_session"
+PARK_SESSION: Final = "park_session"
+MARK_CLOSED: Final = "mark_closed"
+FINALIZE_OUTCOME: Final = "finalize_outcome"
+SWEEP_ORPHAN_DIRECTORIES: Final = "sweep_orphan_directories"
+RESET_KEPT_SESSIONS: Final = "reset_kept_sessions"
+START_GOAL_CHECK: Final = "start_goal_check"
+# Queries.
+OWNER_BOOK: Final = "owner_book"
+COUNTS: Final = "counts"
+HELPER_STATUS: Final = "status"
 
 # The memo key that names the admission (its seq) that started a helper's run.
 SEQ_MEMO: Final = "seq"

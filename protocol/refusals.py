@@ -1,4 +1,4 @@
-"""Counting refused admissions: the coordinator's `admit` update (protocol.messages.ADMIT) refuses in its validator
+"""Counting refused admissions: the coordinator's `admit` update (protocol.names.ADMIT) refuses in its validator
 (or, rarely, in its handler), which is workflow code, so the count is taken by a worker interceptor around it,
 never by the workflow itself; the count goes to observability.recording.
 
@@ -22,7 +22,7 @@ from temporalio.worker import (
 
 from observability import recording
 from protocol.errors import ErrorType
-from protocol.messages import ADMIT
+from protocol.names import ADMIT
 
 
 def refusal_reason(update: str, error: BaseException) -> str | None:

@@ -4,16 +4,15 @@ Signals, because a workflow can send another workflow only a signal, and none of
 outside the workflows send the coordinator updates through `protocol.update_senders`, the other half of the pair.
 
 Workflow code only (they use `temporalio.workflow`). The handlers they reach are declared with the same names
-from `protocol.messages`, so neither workflow module imports the other.
+from `protocol.names`, so neither workflow module imports the other.
 """
 
 from __future__ import annotations
 
 from temporalio import workflow
 
-from domain.book import FinishedNotice
-from protocol.messages import CLOSE, HELPER_CLOSED, HELPER_FINISHED, SLOT_GRANTED, Token
-from protocol.names import coordinator_id, helper_workflow_id
+from domain.messages.signals import FinishedNotice, Token
+from protocol.names import CLOSE, HELPER_CLOSED, HELPER_FINISHED, SLOT_GRANTED, coordinator_id, helper_workflow_id
 
 
 async def tell_finished(owner: str, notice: FinishedNotice) -> None:

@@ -4,7 +4,7 @@ Updates, because each caller waits for the coordinator's answer, and only a clie
 one; the workflows signal each other through `protocol.signal_senders`, the other half of the pair.
 
 Admission goes by update-with-start: the one way a helper enters the runtime (R4). The other updates take
-and return the models named here; their names come from `protocol.messages`.
+and return the models named here (`domain.messages.updates`); their names come from `protocol.names`.
 
 Every send is answered by its `ReplyBy` with one of three true answers (R48): the update's result; `Accepted`
 when Temporal accepted the update (it is durable and will be carried out) but its result did not come in time;
@@ -34,6 +34,17 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from codec.encryption import CodecError
 from config.settings import Settings
+from domain.messages.updates import (
+    Admission,
+    AnswerRequest,
+    AnswerResult,
+    CloseAnswer,
+    DeliveredAnswer,
+    DeliveredRequest,
+    ReadAnswer,
+    ReadRequest,
+)
+from domain.messages.workflows import CoordinatorStart
 from domain.requests import HelperRequest
 from protocol.deadlines import ReplyBy
 from protocol.errors import (
@@ -44,24 +55,17 @@ from protocol.errors import (
     Unavailable,
     unknown_helper,
 )
-from protocol.messages import (
+from protocol.names import (
     ADMIT,
     ANSWER,
     CLOSE_HELPER,
     COORDINATOR_WORKFLOW,
+    HELPER_OWNER,
     MARK_DELIVERED,
     MARK_READ,
-    Admission,
-    AnswerRequest,
-    AnswerResult,
-    CloseAnswer,
-    CoordinatorStart,
-    DeliveredAnswer,
-    DeliveredRequest,
-    ReadAnswer,
-    ReadRequest,
+    coordinator_id,
+    owner_priority,
 )
-from protocol.names import HELPER_OWNER, coordinator_id, owner_priority
 from protocol.temporal_errors import is_transient, refusal_of, refusal_of_rpc
 
 Reply = TypeVar("Reply", bound=BaseModel)

@@ -30,8 +30,7 @@ from temporalio.api.workflowservice.v1 import UpdateActivityOptionsRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from protocol.messages import FOLLOW_SESSION
-from protocol.names import helper_workflow_id
+from protocol.names import FOLLOW_SESSION, helper_workflow_id
 from store.helper_store import HelperStore
 from store.statements import now
 

@@ -22,15 +22,7 @@ from codec.encryption import CodecError
 from config.settings import Settings
 from domain.goals import Goal
 from domain.ids import clip
-from domain.requests import HelperRequest
-from protocol.connection import connect_for
-from protocol.deadlines import ReplyBy, accept_within_s, reply_by
-from protocol.errors import (
-    InvalidConfiguration,
-    InvalidRequest,
-    Unavailable,
-)
-from protocol.messages import (
+from domain.messages.updates import (
     Admission,
     AnswerRequest,
     AnswerResult,
@@ -39,6 +31,14 @@ from protocol.messages import (
     DeliveredRequest,
     ReadAnswer,
     ReadRequest,
+)
+from domain.requests import HelperRequest
+from protocol.connection import connect_for
+from protocol.deadlines import ReplyBy, accept_within_s, reply_by
+from protocol.errors import (
+    InvalidConfiguration,
+    InvalidRequest,
+    Unavailable,
 )
 from protocol.temporal_errors import refusal_of_rpc, unreachable
 from protocol.update_senders import admit, answer_helper, close_helper, mark_delivered, mark_read

@@ -31,8 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from config.settings import Settings
 from domain.goals import Goal
 from protocol.errors import GOAL_EXISTS, UNKNOWN_GOAL, HelperRefused
-from protocol.messages import GOAL_CHECK_WORKFLOW
-from protocol.names import HELPER_OWNER, owner_priority
+from protocol.names import GOAL_CHECK_WORKFLOW, HELPER_OWNER, owner_priority
 from protocol.temporal_errors import refusal_of_rpc
 
 

@@ -21,7 +21,7 @@ from protocol.errors import InvalidRequest
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal
-    from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
+    from domain.messages.updates import AnswerRequest, DeliveredRequest, ReadRequest
 
 # A Schedule's interval must stay far from what Temporal (and timedelta) can hold: at most a year and a day.
 MAX_EVERY = timedelta(days=366)
@@ -78,7 +78,7 @@ def check_turn(turn: str) -> None:
 
 
 def check_read(owner: str, turn: str, helper_ids: list[str]) -> None:
-    """`read`'s input, checked as `protocol.messages.ReadRequest` is and more: so the message always builds."""
+    """`read`'s input, checked as `domain.messages.updates.ReadRequest` is and more: so the message always builds."""
     if not helper_ids:
         raise _invalid("helper_ids: name at least one helper id to read")
     if len(helper_ids) > READ_MAX_HELPERS:
@@ -88,7 +88,7 @@ def check_read(owner: str, turn: str, helper_ids: list[str]) -> None:
 
 
 def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
-    """`delivered`'s input, checked as `protocol.messages.DeliveredRequest` is and more."""
+    """`delivered`'s input, checked as `domain.messages.updates.DeliveredRequest` is and more."""
     check_ids(owner, [])
     check_turn(turn)
     problem = delivered_problem(answer_chars)
@@ -100,8 +100,8 @@ def answer_request(
     owner: str, helper_id: str, question_id: str, option_id: str | None = None, text: str | None = None
 ) -> AnswerRequest:
     """`answer`'s message, checked as the coordinator's validator checks it (domain.book.answer_problems)."""
-    from domain.book import OwnerAnswer, answering
-    from protocol.messages import AnswerRequest
+    from domain.book import answering
+    from domain.messages.updates import AnswerRequest, OwnerAnswer
 
     check_ids(owner, [helper_id])
     answer = _built(lambda: OwnerAnswer(question_id=question_id, option_id=option_id, text=text))
@@ -113,7 +113,7 @@ def answer_request(
 
 def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:
     """`read`'s message, built within its checks: whatever the message refuses is an invalid request (R48)."""
-    from protocol.messages import ReadRequest
+    from domain.messages.updates import ReadRequest
 
     check_read(owner, turn, helper_ids)
     return _built(lambda: ReadRequest(owner=owner, turn=turn, helper_ids=helper_ids))
@@ -121,7 +121,7 @@ def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:
 
 def delivered_request(owner: str, turn: str, answer_chars: int) -> DeliveredRequest:
     """`delivered`'s message, built within its checks: whatever the message refuses is an invalid request (R48)."""
-    from protocol.messages import DeliveredRequest
+    from domain.messages.updates import DeliveredRequest
 
     check_delivered(owner, turn, answer_chars)
     return _built(lambda: DeliveredRequest(owner=owner, turn=turn, answer_chars=answer_chars))

@@ -19,8 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config.store_address import StoreAddress
-from domain.activity_io import FollowedUp
 from domain.limits import Limits
+from domain.messages.activities import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.work import Usage

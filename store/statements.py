@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql as postgresql_insert
 from sqlalchemy.dialects import sqlite as sqlite_insert
 
 from contracts.core_api import Action, QuestionChoices
-from domain.activity_io import FollowedUp
+from domain.messages.activities import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.reads import aware

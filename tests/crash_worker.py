@@ -46,10 +46,10 @@ from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from config.settings import Settings
-from domain.activity_io import AdmitHelper, FollowedUp, OfferEvent, OfferResult
+from domain.messages.activities import AdmitHelper, FollowedUp, OfferEvent, OfferResult
 from domain.rows import HelperRow
 from protocol.connection import connect_for
-from protocol.messages import ADMIT, ADMIT_HELPER, OFFER_CHAT_EVENT
+from protocol.names import ADMIT, ADMIT_HELPER, OFFER_CHAT_EVENT
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from worker import CACHED_WORKFLOWS, WORKFLOWS, activities_of, deployment_of, follows_worker, promote

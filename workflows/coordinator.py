@@ -25,14 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
-    from domain import activity_io
-    from domain.book import admission, answering, closing, delivery, outbox, retention, slots
+    from domain.book import admission, answering, closing, delivery, outbox, retention, slots, writes
     from domain.book.state import (
         AwaitEarlier,
         ChatEventRecord,
         Entry,
         EventState,
-        FinishedNotice,
         Judgement,
         OwnerBook,
         Refusal,
@@ -40,12 +38,14 @@ with workflow.unsafe.imports_passed_through():
         summarize_book,
     )
     from domain.limits import effective_limits
+    from domain.messages import activities, updates
+    from domain.messages.signals import FinishedNotice
+    from domain.messages.workflows import CoordinatorStart
     from domain.requests import HelperRequest
     from domain.rows import RowState
-    from protocol import messages
+    from protocol import names
     from protocol.deadlines import too_late
     from protocol.errors import ErrorType
-    from protocol.names import owner_of_coordinator
     from protocol.signal_senders import ask_to_close, grant_slot
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good
@@ -72,15 +72,15 @@ OFFER_BACKOFF_FIRST = timedelta(seconds=2)
 OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
 
-@workflow.defn(name=messages.COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=names.COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class CoordinatorWorkflow:
     @workflow.init
     def __init__(self, start: RawValue) -> None:
-        begun = read_start(start, messages.CoordinatorStart)
+        begun = read_start(start, CoordinatorStart)
         # A start that cannot be read leaves an empty book: every update is turned away, and the run ends at once.
         self.unreadable_start = begun if isinstance(begun, ApplicationError) else None
         if isinstance(begun, ApplicationError):
-            begun = messages.CoordinatorStart(owner=owner_of_coordinator(workflow.info().workflow_id))
+            begun = CoordinatorStart(owner=names.owner_of_coordinator(workflow.info().workflow_id))
         self.book = begun.book or OwnerBook(owner=begun.owner, policy=begun.policy)
         self.messages_this_run = 0
         self.stopping = False  # draining handlers to continue as new: new updates are turned away
@@ -115,7 +115,7 @@ class CoordinatorWorkflow:
         await workflow.sleep(CONTINUE_AS_NEW_SETTLE, summary="commit the last handlers before continuing as new")
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
-            messages.CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book),
+            CoordinatorStart(owner=self.book.owner, policy=self.book.policy, book=self.book),
             # The next run starts on the deployment's current build, and stays on it.
             initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
@@ -162,8 +162,8 @@ class CoordinatorWorkflow:
 
     # --- admission (R1-R5) --------------------------------------------------------------------------
 
-    @workflow.update(name=messages.ADMIT)
-    async def admit(self, request: HelperRequest) -> messages.Admission:
+    @workflow.update(name=names.ADMIT)
+    async def admit(self, request: HelperRequest) -> updates.Admission:
         self.messages_this_run += 1
         waited = False
         while True:
@@ -189,7 +189,7 @@ class CoordinatorWorkflow:
                 timeout_summary="wait for the helper's finished notice",
             )
 
-    async def _admit_decided(self, request: HelperRequest, decision: admission.Admit) -> messages.Admission:
+    async def _admit_decided(self, request: HelperRequest, decision: admission.Admit) -> updates.Admission:
         """Carry out an admission decided in this task: the book first, then the row and the workflow."""
         policy = self.book.policy
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
@@ -199,12 +199,12 @@ class CoordinatorWorkflow:
         earlier_before = earlier.model_copy(deep=True) if earlier is not None else None
         entry = admission.take(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = slots.grant(self.book, now)
-        admitting = activity_io.AdmitHelper(
-            row=activity_io.new_row(self.book, request, entry, limits, now),
-            start=activity_io.helper_start(
+        admitting = activities.AdmitHelper(
+            row=writes.new_row(self.book, request, entry, limits, now),
+            start=writes.helper_start(
                 policy, request, seq=entry.seq, limits=limits, slot_granted=request.helper_id in granted
             ),
-            evict=activity_io.rows_to_remove(self.book.owner, evicted) if evicted else None,
+            evict=writes.rows_to_remove(self.book.owner, evicted) if evicted else None,
         )
         # The decision is committed with this task before the row is written and the helper started: the write is
         # an activity scheduled in the task that accepts the update, so a worker killed during the write leaves a
@@ -224,7 +224,7 @@ class CoordinatorWorkflow:
             with contextlib.suppress(*CALL_FAILED):
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows,
-                    activity_io.rows_to_remove(self.book.owner, [entry]),
+                    writes.rows_to_remove(self.book.owner, [entry]),
                     **options.ADMISSION_WRITE,
                 )
             admission.undo(self.book, request.helper_id, evicted, earlier_before)
@@ -256,7 +256,7 @@ class CoordinatorWorkflow:
         # Where the helper is now: a slot may have come to it while its row and workflow were written (and a quick
         # helper may even have ended; it ran, so it is answered as running).
         waiting = request.helper_id in self.book.queue
-        return messages.Admission(
+        return updates.Admission(
             owner=request.owner,
             helper_id=request.helper_id,
             status=RowState.WAITING if waiting else RowState.RUNNING,
@@ -270,9 +270,9 @@ class CoordinatorWorkflow:
         self._refuse_late_or_draining()
         refuse_if_refused(admission.judge(self.book, request))
 
-    def _admission_of(self, entry: Entry, *, existing: bool) -> messages.Admission:
+    def _admission_of(self, entry: Entry, *, existing: bool) -> updates.Admission:
         ahead = self.book.queue.index(entry.helper_id) if entry.helper_id in self.book.queue else 0
-        return messages.Admission(
+        return updates.Admission(
             owner=self.book.owner, helper_id=entry.helper_id, status=entry.state, ahead=ahead, existing=existing
         )
 
@@ -280,8 +280,8 @@ class CoordinatorWorkflow:
     # The first valid answer is recorded in the book before anything is awaited, so of two answers handled in one
     # task the second already finds it; its follow-up is admitted in the same task, by the admission rules.
 
-    @workflow.update(name=messages.ANSWER)
-    async def answer(self, request: messages.AnswerRequest) -> messages.AnswerResult:
+    @workflow.update(name=names.ANSWER)
+    async def answer(self, request: updates.AnswerRequest) -> updates.AnswerResult:
         self.messages_this_run += 1
         arrived_at = workflow.now()
         waited = False
@@ -306,9 +306,7 @@ class CoordinatorWorkflow:
     def _written(self, helper_id: str) -> bool:
         return helper_id not in self.writing
 
-    async def _take_answer(
-        self, request: messages.AnswerRequest, judged: answering.TakeAnswer
-    ) -> messages.AnswerResult:
+    async def _take_answer(self, request: updates.AnswerRequest, judged: answering.TakeAnswer) -> updates.AnswerResult:
         """Record a first valid answer and admit its follow-up, or, for `deny`, deliver the outcome. An answer whose
         follow-up fails to be admitted is withdrawn: the owner can answer again."""
         entry = answering.record(self.book, request.helper_id, request.answer)
@@ -324,7 +322,7 @@ class CoordinatorWorkflow:
         return self._answer_of(request, follow_up=admitted)
 
     @answer.validator
-    def _validate_answer(self, request: messages.AnswerRequest) -> None:
+    def _validate_answer(self, request: updates.AnswerRequest) -> None:
         # Rejected here, the answer leaves no trace in the history and writes nothing.
         self._refuse_late_or_draining()
         refuse_if_refused(
@@ -333,19 +331,19 @@ class CoordinatorWorkflow:
 
     def _answer_of(
         self,
-        request: messages.AnswerRequest,
+        request: updates.AnswerRequest,
         *,
         repeated: bool = False,
         same: bool = True,
-        follow_up: messages.Admission | None = None,
-    ) -> messages.AnswerResult:
+        follow_up: updates.Admission | None = None,
+    ) -> updates.AnswerResult:
         """The recorded answer, with the follow-up it started: as its admission answered (with the rows it evicted),
         or as it is now for a repeated answer."""
         entry = self.book.entries[request.helper_id]
         answer = entry.answer or request.answer
         if follow_up is None and entry.followed_up_by is not None and entry.followed_up_by in self.book.entries:
             follow_up = self._admission_of(self.book.entries[entry.followed_up_by], existing=repeated)
-        return messages.AnswerResult(
+        return updates.AnswerResult(
             owner=self.book.owner,
             helper_id=entry.helper_id,
             question_id=answer.question_id,
@@ -358,7 +356,7 @@ class CoordinatorWorkflow:
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------
 
-    @workflow.signal(name=messages.HELPER_FINISHED)
+    @workflow.signal(name=names.HELPER_FINISHED)
     async def helper_finished(self, notice: FinishedNotice) -> None:
         self.messages_this_run += 1
         entry = slots.finished(self.book, notice)
@@ -367,7 +365,7 @@ class CoordinatorWorkflow:
             workflow.logger.info("%s/%s finished: %s%s", self.book.owner, notice.helper_id, notice.kind.value, holding)
         await self._hand_out_slots()
 
-    @workflow.signal(name=messages.HELPER_CLOSED)
+    @workflow.signal(name=names.HELPER_CLOSED)
     def helper_closed(self, helper_id: str) -> None:
         """A running helper closed its row; it keeps its slot until the core confirms the stop (R7, R21)."""
         self.messages_this_run += 1
@@ -386,20 +384,20 @@ class CoordinatorWorkflow:
                 await grant_slot(self.book.owner, helper_id)
             except ApplicationError as error:
                 regranted = await self._regrant(helper_id)
-                if regranted in (activity_io.Regranted.GRANTED, activity_io.Regranted.STARTED):
+                if regranted in (activities.Regranted.GRANTED, activities.Regranted.STARTED):
                     continue
                 # Only an operator can remove a helper workflow; its row is left for them to read.
                 workflow.logger.error(
                     "helper %s/%s is gone (%s); its slot passes on", self.book.owner, helper_id, error
                 )
                 entry = slots.forget_gone_helper(self.book, helper_id, workflow.now())
-                if entry is not None and regranted is activity_io.Regranted.ENDED:
+                if entry is not None and regranted is activities.Regranted.ENDED:
                     await self._close_ended_row(entry)
                 gone = True
         if gone:
             await self._hand_out_slots()
 
-    async def _regrant(self, helper_id: str) -> activity_io.Regranted | None:
+    async def _regrant(self, helper_id: str) -> activities.Regranted | None:
         """The slot's signal found no workflow: an admission whose start was lost still has its row, from which the
         helper is started holding the slot; only a helper that really ended lets its slot pass on. None: the row
         could not be read."""
@@ -409,7 +407,7 @@ class CoordinatorWorkflow:
         try:
             regranted = await workflow.execute_local_activity_method(
                 AdmissionActivities.regrant_helper,
-                activity_io.RegrantHelper(
+                activities.RegrantHelper(
                     owner=self.book.owner, helper_id=helper_id, seq=entry.seq, policy=self.book.policy
                 ),
                 **options.ADMISSION_WRITE,
@@ -417,7 +415,7 @@ class CoordinatorWorkflow:
         except CALL_FAILED as error:
             workflow.logger.error("could not look for %s/%s: %s", self.book.owner, helper_id, error)
             return None
-        if regranted is activity_io.Regranted.STARTED:
+        if regranted is activities.Regranted.STARTED:
             workflow.logger.warning("%s/%s had no workflow: started from its row", self.book.owner, helper_id)
         return regranted
 
@@ -432,8 +430,8 @@ class CoordinatorWorkflow:
 
     # --- close (R21-R23) -------------------------------------------------------------------------------
 
-    @workflow.update(name=messages.CLOSE_HELPER)
-    async def close(self, helper_id: str) -> messages.CloseAnswer:
+    @workflow.update(name=names.CLOSE_HELPER)
+    async def close(self, helper_id: str) -> updates.CloseAnswer:
         self.messages_this_run += 1
         # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded by the
         # admission's own writes (options.ADMISSION_WRITE).
@@ -442,7 +440,7 @@ class CoordinatorWorkflow:
         if isinstance(action, Refusal):
             raise refused(action)
         if action is closing.CloseAction.ALREADY_REMOVED:
-            return messages.CloseAnswer(
+            return updates.CloseAnswer(
                 owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True, already_closed=True
             )
         was_closed = self.book.entries[helper_id].state is RowState.CLOSED
@@ -464,11 +462,11 @@ class CoordinatorWorkflow:
             await self._write_row(entry, RowState.CLOSED)
         elif action is closing.CloseAction.REMOVE:
             await self._remove_rows([self.book.entries[helper_id]], closed_by_owner=True)
-            return messages.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
+            return updates.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         remaining = self.book.entries.get(helper_id)
         if remaining is None:
-            return messages.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
-        return messages.CloseAnswer(
+            return updates.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
+        return updates.CloseAnswer(
             owner=self.book.owner,
             helper_id=helper_id,
             state=remaining.state,
@@ -485,8 +483,8 @@ class CoordinatorWorkflow:
     # A chat turn reads unreported outcomes (`mark_read`), answers, then reports the answer (`mark_delivered`):
     # only what that turn read becomes delivered.
 
-    @workflow.update(name=messages.MARK_READ)
-    async def mark_read(self, request: messages.ReadRequest) -> messages.ReadAnswer:
+    @workflow.update(name=names.MARK_READ)
+    async def mark_read(self, request: updates.ReadRequest) -> updates.ReadAnswer:
         self.messages_this_run += 1
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -496,26 +494,26 @@ class CoordinatorWorkflow:
             )
         refuse_if_refused(delivery.judge_read(self.book, request.owner, request.helper_ids))
         read = delivery.read(self.book, request.turn, request.helper_ids)
-        return messages.ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
+        return updates.ReadAnswer(owner=self.book.owner, turn=request.turn, read=read)
 
     @mark_read.validator
-    def _validate_read(self, request: messages.ReadRequest) -> None:
+    def _validate_read(self, request: updates.ReadRequest) -> None:
         self._refuse_late_or_draining()
         refuse_if_refused(delivery.judge_read(self.book, request.owner, request.helper_ids, allow_finishing=True))
 
-    @workflow.update(name=messages.MARK_DELIVERED)
-    async def mark_delivered(self, request: messages.DeliveredRequest) -> messages.DeliveredAnswer:
+    @workflow.update(name=names.MARK_DELIVERED)
+    async def mark_delivered(self, request: updates.DeliveredRequest) -> updates.DeliveredAnswer:
         """The turn that read these outcomes sent a nonempty answer and completed (R28)."""
         self.messages_this_run += 1
         delivered = delivery.deliver(self.book, request.turn, workflow.now())
         for entry in delivered:
             await self._write_row(entry, RowState.DELIVERED)
-        return messages.DeliveredAnswer(
+        return updates.DeliveredAnswer(
             owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered]
         )
 
     @mark_delivered.validator
-    def _validate_delivered(self, request: messages.DeliveredRequest) -> None:
+    def _validate_delivered(self, request: updates.DeliveredRequest) -> None:
         self._refuse_late_or_draining()
         refuse_if_refused(delivery.judge_delivered(self.book, request.owner, request.answer_chars))
 
@@ -538,14 +536,14 @@ class CoordinatorWorkflow:
             for key in outbox.take_withdrawn(self.book):
                 await workflow.execute_local_activity_method(
                     ChatActivities.withdraw_chat_event,
-                    activity_io.WithdrawnEvent(owner=self.book.owner, key=key),
+                    activities.WithdrawnEvent(owner=self.book.owner, key=key),
                     **options.STORE_WRITE,
                 )
             event = outbox.next_event(self.book)
             if event is None:
                 continue
             outbox.start_offer(event, workflow.now())
-            offer = activity_io.OfferEvent(
+            offer = activities.OfferEvent(
                 owner=self.book.owner,
                 key=event.key,
                 helper_ids=event.helper_ids,
@@ -570,7 +568,7 @@ class CoordinatorWorkflow:
                 await workflow.wait_condition(backoff_over, timeout=backoff, timeout_summary="chat busy or down")
             backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
 
-    async def _offer(self, offer: activity_io.OfferEvent) -> activity_io.OfferResult:
+    async def _offer(self, offer: activities.OfferEvent) -> activities.OfferResult:
         """One offer, outside the coordinator's task, so the owner's next admission never waits for the chat. An
         offer that timed out or whose worker died is uncertain: the chat may have it, and a repeat with the same
         key is harmless."""
@@ -578,15 +576,15 @@ class CoordinatorWorkflow:
             return await workflow.execute_activity_method(ChatActivities.offer_chat_event, offer, **options.CHAT_OFFER)
         except ActivityError as error:
             workflow.logger.warning("offer of system event %s failed: %s", offer.key, error.cause or error)
-            return activity_io.OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
+            return activities.OfferResult(state=EventState.UNCERTAIN, error=str(error.cause or error))
 
     # --- rows (R29) -------------------------------------------------------------------------------------
 
     async def _write_row(self, entry: Entry, state: RowState) -> None:
         await workflow.execute_local_activity_method(
             RowActivities.coordinator_write,
-            activity_io.CoordinatorWrite(
-                row=activity_io.entry_row(self.book.owner, entry),
+            activities.CoordinatorWrite(
+                row=writes.entry_row(self.book.owner, entry),
                 state=state,
                 delivered_at=entry.delivered_at if state is RowState.DELIVERED else None,
                 keep_until=entry.keep_until,
@@ -596,7 +594,7 @@ class CoordinatorWorkflow:
 
     async def _remove_rows(self, entries: list[Entry], *, closed_by_owner: bool = False) -> None:
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows, activity_io.rows_to_remove(self.book.owner, entries), **options.STORE_WRITE
+            RowActivities.remove_rows, writes.rows_to_remove(self.book.owner, entries), **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)
@@ -607,11 +605,11 @@ class CoordinatorWorkflow:
 
     # --- queries ------------------------------------------------------------------------------------
 
-    @workflow.query(name=messages.OWNER_BOOK)
+    @workflow.query(name=names.OWNER_BOOK)
     def owner_book(self) -> OwnerBook:
         return self.book
 
-    @workflow.query(name=messages.COUNTS)
+    @workflow.query(name=names.COUNTS)
     def counts(self) -> dict[str, int]:
         summary = summarize_book(self.book)
         return {

@@ -12,9 +12,10 @@ from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.goals import GoalActivities, GoalCheck, GoalCheckResult
+    from activities.goals import GoalActivities
     from domain.goals import Goal, check_helper_id
-    from protocol.messages import GOAL_CHECK_WORKFLOW
+    from domain.messages.activities import GoalCheck, GoalCheckResult
+    from protocol.names import GOAL_CHECK_WORKFLOW
     from workflows import options
     from workflows.start_input import read_start
 

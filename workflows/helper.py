@@ -36,22 +36,24 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.rows import RowActivities
     from activities.session import SessionActivities
-    from domain.activity_io import (
+    from domain.messages.activities import (
         CancelResult,
         Finalize,
-        HelperStart,
+        FollowResult,
         MarkClosed,
         OpenedSession,
         OpenSession,
         ParkSession,
         RecoverSession,
         RowKey,
+        Verdict,
     )
+    from domain.messages.signals import Token
+    from domain.messages.workflows import HelperResult, HelperStart
     from domain.outcome import OutcomeKind
     from domain.rows import RowState
     from domain.run.ending import Ending, Explanation, Step, Trigger
     from domain.run.ending_texts import explain
-    from domain.run.follow import FollowResult, Verdict
     from domain.run.helper_run import (
         Job,
         Starts,
@@ -69,8 +71,15 @@ with workflow.unsafe.imports_passed_through():
         take,
     )
     from protocol.errors import ErrorType
-    from protocol.messages import CLOSE, HELPER_STATUS, HELPER_WORKFLOW, SLOT_GRANTED, HelperResult, Token
-    from protocol.names import HELPER_OUTCOME, HELPER_STATE, follows_task_queue
+    from protocol.names import (
+        CLOSE,
+        HELPER_OUTCOME,
+        HELPER_STATE,
+        HELPER_STATUS,
+        HELPER_WORKFLOW,
+        SLOT_GRANTED,
+        follows_task_queue,
+    )
     from protocol.signal_senders import tell_closed, tell_finished
     from workflows import options
     from workflows.failures import CALL_FAILED, cause_of, failed_for_good

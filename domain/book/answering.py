@@ -28,11 +28,9 @@ from domain.book import delivery
 from domain.book.admission import Admit, AlreadyAdmitted
 from domain.book.admission import decide as decide_admission
 from domain.book.state import (
-    Asked,
     AwaitEarlier,
     Entry,
     Judgement,
-    OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
@@ -44,6 +42,8 @@ from domain.book.state import (
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
+from domain.messages.signals import Asked
+from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, check_utf8
 from domain.rows import RowState

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from domain.book import retention
-from domain.book.state import EARLY_NOTICES_KEPT, LEASE_MARGIN, Entry, FinishedNotice, OwnerBook
+from domain.book.state import EARLY_NOTICES_KEPT, LEASE_MARGIN, Entry, OwnerBook
+from domain.messages.signals import FinishedNotice
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 

@@ -17,9 +17,10 @@ from typing import TypeAlias, TypeVar
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import ChoiceId, QuestionChoices
 from domain.ids import GoalId, HelperId, OwnerId
 from domain.limits import Policy
+from domain.messages.signals import Asked, FinishedNotice
+from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from domain.texts import text
@@ -29,29 +30,6 @@ from domain.texts import text
 LEASE_MARGIN = timedelta(minutes=5)
 # Finished notices of helpers whose admission is not recorded yet (a worker died mid-admission); bounded.
 EARLY_NOTICES_KEPT = 20
-
-
-class Asked(BaseModel):
-    """What an outcome that waits for the owner takes as an answer (R49), from the helper's finished notice: the
-    question's id and choices (a plain-text question takes free text under the id `question`; an authorization
-    wait takes `grant` or `deny` under the id `authorization`), the boundary item a grant adds, and what the
-    follow-up is admitted with (the helper's model and boundary). Bounded: the contract's ten options of 200
-    characters, a 200-character grant item and the request's own bounds on model and boundary (R36)."""
-
-    question_id: ChoiceId
-    choices: QuestionChoices | None = None
-    grant: str | None = Field(default=None, description="Authorization: the item a grant adds, as the core named it.")
-    model: str
-    boundary: tuple[str, ...] = ()
-
-
-class OwnerAnswer(BaseModel):
-    """The owner's answer to a question or an authorization wait: an offered option's id, or free text. Its
-    bounds are checked where it enters (`domain.book.answer.answer_problems`), not when a history is read back."""
-
-    question_id: str
-    option_id: str | None = None
-    text: str | None = None
 
 
 class Entry(BaseModel):
@@ -110,22 +88,6 @@ class ChatEventRecord(BaseModel):
     receipt_id: str | None = None
     last_error: str | None = None
     first_offered_at: datetime | None = None
-
-
-class FinishedNotice(BaseModel):
-    """Sent by a helper workflow once its outcome is final: the row passes back to the coordinator, and the
-    helper no longer counts as open (R2), since the owner can read its outcome.
-
-    `slot_held`: the helper keeps its running slot while it finds and stops a session its unanswered create may
-    have made (R38); a second notice, the same but with `slot_held` False, frees the slot once it is done."""
-
-    helper_id: HelperId
-    seq: int | None = None  # None: matches any admission of the id
-    kind: OutcomeKind
-    generation: int
-    finished_at: datetime
-    slot_held: bool = False
-    asked: Asked | None = None  # a question or an authorization wait: what it takes as an answer (R49)
 
 
 class OwnerBook(BaseModel):

@@ -14,9 +14,9 @@ from enum import StrEnum
 from typing import Protocol
 
 from contracts.core_api import SessionStatus
+from domain.messages.activities import Verdict
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
-from domain.run.follow import Verdict
 
 
 class Trigger(StrEnum):

@@ -2,17 +2,13 @@
 
 The follow activity polls the core and calls `judge` on every snapshot; it returns to the workflow
 only when `judge` says the workflow must decide. The helper's ending table (`domain.run.ending.decide`) maps
-the result to one outcome.
+the result to one outcome. The follow's input, heartbeat details and result are messages
+(`domain.messages.activities`).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from enum import StrEnum
-
-from pydantic import BaseModel, Field
-
-from contracts.core_api import Action, QuestionChoices, SessionStatus, Snapshot, StopReason
+from contracts.core_api import Action, SessionStatus, Snapshot
 from domain.bounds import (
     PAYLOAD_ACTIONS_MAX,
     PAYLOAD_ITEM_TEXT_MAX,
@@ -21,35 +17,9 @@ from domain.bounds import (
     cut,
     first,
 )
-from domain.ids import HelperId, OwnerId
 from domain.limits import HELPER_BOUNDARY_ITEM_MAX_CHARS, FollowTuning
+from domain.messages.activities import FollowResult, Verdict
 from domain.work import Usage, fold_usage
-
-
-class Verdict(StrEnum):
-    TERMINAL = "terminal"  # the session ended by itself, or after finish-now or cancel
-    QUESTION = "question"  # the model asked the owner something (R16)
-    AUTHORIZATION = "authorization"  # an action waits for authorization (R17)
-    WORK_CEILING = "work_ceiling"  # the work counter reached HELPER_CEILING_TOKENS (R13)
-    LOST = "lost"  # the core no longer knows the session (R24)
-    CORE_FAILED = "core_failed"  # the core kept answering badly, or not at all, past the budget
-
-
-class FollowRequest(BaseModel):
-    """What the follow activity needs; small, so the history entry stays small."""
-
-    owner: OwnerId
-    helper_id: HelperId
-    seq: int
-    session_id: str
-    generation: int = Field(description="Progress writes are accepted only at this row generation.")
-    ceiling_tokens: int
-    watch_work_ceiling: bool = True  # false once finish-now was asked for because of it
-    stop_at_pauses: bool = True  # false while a cancel is meant to end a question or authorization pause
-    tuning: FollowTuning
-    check_ms: int | None = None  # the bound of each snapshot call, from the owner's policy
-    # The helper's first follow records in its row when a worker began following it: one write per helper.
-    records_start: bool = False
 
 
 def long_poll_wait_ms(tuning: FollowTuning, check_ms: int) -> int:
@@ -65,43 +35,6 @@ def next_read_waits(long_polled: bool, changed: bool, elapsed_ms: float, wait_ms
     read goes out at once: the core does the waiting. A core that answers a long poll at once with nothing new
     (it advertises versions but ignores the wait) is paced like a polled core, never spun (R44)."""
     return long_polled and (changed or elapsed_ms >= wait_ms / 2)
-
-
-class FollowCursor(BaseModel):
-    """The follow activity's heartbeat details: what it already wrote, and how long the core is silent."""
-
-    status: str | None = None
-    steps: int = -1
-    work_tokens: int = -1
-    input_tokens: int = 0
-    message_length: int = -1
-    message_hash: int = 0
-    silent_since: datetime | None = None
-    bad_answers: int = 0
-    saved_actions: int = -1  # actions and refusals last kept whole in session.json
-    saved_refusals: int = -1
-    version: int | None = None  # the snapshot version last seen; a core that sends one is long-polled (R44)
-
-
-class FollowResult(BaseModel):
-    verdict: Verdict
-    status: SessionStatus | None = None
-    usage: Usage = Usage()
-    question: str | None = None
-    # A structured question's choices (R49): only with a QUESTION verdict, from the snapshot judged; whole, as
-    # they are bounded by the contract (domain.bounds).
-    choices: QuestionChoices | None = None
-    authorization: str | None = None
-    # The action an authorization wait asks for, alone: a grant adds it to the boundary (R49). One character over
-    # the item bound is kept, so an overlong action is refused at grant rather than cut to fit.
-    authorization_action: str | None = None
-    actions: list[Action] = Field(default_factory=list)
-    refusals: list[str] = Field(default_factory=list)
-    stop_reason: StopReason | None = None
-    error: str | None = None
-    silent: bool = False  # CORE_FAILED because the core gave no answer (not because it answered badly)
-    actions_total: int = 0
-    refusals_total: int = 0
 
 
 def judge(

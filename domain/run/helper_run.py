@@ -16,12 +16,13 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from domain.activity_io import Finalize, HelperStart, RowKey, SessionRef
-from domain.book import FinishedNotice, answering, retention
+from domain.book import answering, retention
+from domain.messages.activities import Finalize, FollowRequest, FollowResult, RowKey, SessionRef, Verdict
+from domain.messages.signals import FinishedNotice
+from domain.messages.workflows import HelperStart
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from domain.run.ending import Ending, FinishReason, Phase, Step, Trigger, decide, row_state_of
-from domain.run.follow import FollowRequest, FollowResult, Verdict
 
 
 class Job(StrEnum):

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from domain.messages.updates import AnswerResult
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.errors import HelperRefused, InvalidRequest
-from protocol.messages import AnswerResult
 from protocol.names import coordinator_id
 from reference.core.script import scripted_task
 from starter.inputs import answer_request

@@ -35,7 +35,7 @@ from codec.encryption import (
     new_key,
 )
 from codec.server import create_app
-from domain.activity_io import HelperStart
+from domain.messages.workflows import HelperStart
 from domain.rows import RowState
 from protocol.names import coordinator_id, helper_workflow_id
 from reference.chat.server import running_chat

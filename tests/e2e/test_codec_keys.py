@@ -22,10 +22,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from codec.encryption import EncryptionCodec, codec_from, data_converter, new_key
 from config.settings import Settings
+from domain.messages.workflows import CoordinatorStart
 from domain.rows import RowState
 from protocol.errors import InvalidConfiguration, InvalidRequest
-from protocol.messages import ADMIT, COORDINATOR_WORKFLOW, CoordinatorStart
-from protocol.names import coordinator_id
+from protocol.names import ADMIT, COORDINATOR_WORKFLOW, coordinator_id
 from starter.client import HelperClient
 from starter.service.connections import Connections
 from store.helper_store import HelperStore

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from domain.rows import RowState
-from protocol.messages import COUNTS
-from protocol.names import coordinator_id
+from protocol.names import COUNTS, coordinator_id
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, helper_request, rows_of

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle
 
-from activities.goals import GoalCheckResult
+from domain.messages.activities import GoalCheckResult
 from domain.outcome import OutcomeKind
 from protocol.errors import HelperRefused
 from reference.core.script import scripted_task

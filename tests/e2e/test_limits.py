@@ -10,9 +10,9 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.chat import ChatActivities
 from clients.chat_client import ChatClient
-from domain.activity_io import OfferEvent
 from domain.book import EventState
 from domain.limits import LimitOverrides
+from domain.messages.activities import OfferEvent
 from store.helper_store import HelperStore
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_core import FakeCore

@@ -25,11 +25,11 @@ from temporalio.worker import Worker
 from activities.session import SessionActivities
 from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
-from domain.activity_io import FollowedUp
+from domain.messages.activities import FollowedUp
+from domain.messages.updates import Admission
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.errors import Accepted
-from protocol.messages import Admission
 from protocol.names import helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task

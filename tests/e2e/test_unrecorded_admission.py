@@ -19,12 +19,13 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import ActivityEnvironment
 
 from activities.admission import AdmissionActivities
-from domain.activity_io import AdmitHelper, NewRow, helper_start
+from domain.book.writes import helper_start
 from domain.limits import effective_limits
+from domain.messages.activities import AdmitHelper, NewRow
+from domain.messages.workflows import HelperResult
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
-from protocol.messages import COUNTS, HelperResult
-from protocol.names import coordinator_id, helper_workflow_id
+from protocol.names import COUNTS, coordinator_id, helper_workflow_id
 from reference.core.script import scripted_task
 from store.results import ResultDirectories
 from tests.e2e.conftest import Stack

@@ -10,8 +10,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.chat import ChatActivities
 from clients.chat_client import ChatClient
-from domain.activity_io import OfferEvent
 from domain.book import EventState
+from domain.messages.activities import OfferEvent
 from reference.chat.server import running_chat
 from store.helper_store import HelperStore
 from tests.helpers import chat_events

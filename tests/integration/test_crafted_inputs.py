@@ -9,7 +9,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from protocol.messages import CLOSE_HELPER, COORDINATOR_WORKFLOW, MARK_DELIVERED
+from protocol.names import CLOSE_HELPER, COORDINATOR_WORKFLOW, MARK_DELIVERED
 from tests.fakes.fake_core import FakeCore
 from tests.helpers import helper_request, history_events
 from tests.integration.stack import time_stack

@@ -15,8 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from codec.encryption import ENCODING, codec_from, data_converter, new_key
 from domain.rows import RowState
-from protocol.messages import ADMIT, CLOSE
-from protocol.names import coordinator_id, helper_workflow_id
+from protocol.names import ADMIT, CLOSE, coordinator_id, helper_workflow_id
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.fakes.fake_core import FakeCore, serving_fake_core

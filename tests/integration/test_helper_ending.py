@@ -19,7 +19,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities.rows import RowActivities
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
-from domain.activity_io import Finalize, RowKey, WrittenOutcome
+from domain.messages.activities import Finalize, RowKey, WrittenOutcome
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from protocol.names import helper_workflow_id

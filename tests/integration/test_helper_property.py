@@ -63,11 +63,12 @@ from temporalio.testing import WorkflowEnvironment
 from contracts.core_api import Authorization, QuestionChoices, QuestionOption, SessionStatus
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX, ROW_MESSAGE_MAX
 from domain.limits import FollowTuning, Limits
+from domain.messages.updates import CloseAnswer
+from domain.messages.workflows import HelperResult
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow
 from domain.work import work_tokens
 from protocol.errors import Unavailable
-from protocol.messages import CloseAnswer, HelperResult
 from protocol.names import coordinator_id, helper_workflow_id
 from starter.client import HelperClient
 from store.helper_store import HelperStore

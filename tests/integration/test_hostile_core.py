@@ -22,9 +22,9 @@ from clients.core_client import CoreClient
 from contracts.core_api import Action, CreateSession, QuestionChoices, QuestionOption, SessionLimits, SessionStatus
 from domain.bounds import PAYLOAD_MAX_BYTES, ROW_ACTIONS_MAX
 from domain.limits import FollowTuning, Limits
+from domain.messages.activities import FollowRequest, Verdict
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
-from domain.run.follow import FollowRequest, Verdict
 from protocol.errors import InvalidRequest
 from protocol.names import helper_workflow_id
 from store.helper_store import HelperStore

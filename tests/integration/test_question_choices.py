@@ -17,7 +17,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.rows import RowActivities
 from contracts.core_api import QuestionChoices, QuestionOption, SessionStatus
-from domain.activity_io import Finalize, RowKey
+from domain.messages.activities import Finalize, RowKey
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from store.helper_store import HelperStore

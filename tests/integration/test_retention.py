@@ -17,7 +17,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.rows import RowActivities
 from contracts.core_api import SessionStatus
-from domain.activity_io import RemoveRows, RowToRemove
+from domain.messages.activities import RemoveRows, RowToRemove
 from domain.rows import RowState
 from starter.inputs import delivered_request, read_request
 from store.helper_store import HelperStore

@@ -21,8 +21,8 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
 from contracts.core_api import CreateSession, SessionLimits, SessionStatus
-from domain.activity_io import RecoverSession, RowKey, SessionRef
 from domain.limits import Limits
+from domain.messages.activities import RecoverSession, RowKey, SessionRef
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.run.cleanup import FOUND_BY_KEY

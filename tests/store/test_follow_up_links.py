@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from domain.activity_io import FollowedUp
+from domain.messages.activities import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from store.helper_store import HelperStore

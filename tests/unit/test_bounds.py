@@ -19,14 +19,16 @@ from contracts.core_api import (
     Snapshot,
     StepUsage,
 )
-from domain.activity_io import Finalize, HelperStart, RowKey
-from domain.book import Entry, FinishedNotice, OwnerBook
+from domain.book import Entry, OwnerBook
 from domain.book.state import EARLY_NOTICES_KEPT
 from domain.bounds import PAYLOAD_ACTIONS_MAX, PAYLOAD_MAX_BYTES, PAYLOAD_REFUSALS_MAX, PAYLOAD_TEXT_MAX
 from domain.limits import HELPER_MAX_ROWS, FollowTuning, Limits
+from domain.messages.activities import Finalize, FollowResult, RowKey, Verdict
+from domain.messages.signals import FinishedNotice
+from domain.messages.workflows import HelperStart
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
-from domain.run.follow import FollowResult, Verdict, result_from
+from domain.run.follow import result_from
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 HUGE = "я" * 500_000  # two bytes a character in UTF-8; far above every cap

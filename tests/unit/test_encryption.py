@@ -18,7 +18,7 @@ from codec.encryption import (
     UnreadablePayload,
     key_check,
 )
-from domain.activity_io import OfferEvent
+from domain.messages.activities import OfferEvent
 
 PLAIN = Payload(metadata={"encoding": b"json/plain"}, data=b'{"owner": "vic"}')
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from contracts.core_api import SessionStatus
-from domain.activity_io import helper_start
+from domain.book.writes import helper_start
 from domain.limits import Limits, Policy
+from domain.messages.activities import Verdict
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -23,7 +24,6 @@ from domain.run.ending import (
     row_state_of,
 )
 from domain.run.ending_texts import explain
-from domain.run.follow import Verdict
 from domain.run.helper_run import HelperRun
 
 REQUEST = HelperRequest(owner="anna", helper_id="h1", task="task", model="m")

@@ -18,7 +18,8 @@ from contracts.core_api import (
     StopReason,
 )
 from domain.limits import FollowTuning
-from domain.run.follow import Verdict, judge, long_poll_wait_ms, next_read_waits, result_from
+from domain.messages.activities import Verdict
+from domain.run.follow import judge, long_poll_wait_ms, next_read_waits, result_from
 from domain.work import Usage
 
 TERMINAL = [

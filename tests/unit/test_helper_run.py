@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts.core_api import Action, QuestionChoices, QuestionOption, SessionStatus
-from domain.activity_io import HelperStart, helper_start
+from domain.book.writes import helper_start
 from domain.limits import Limits, Policy
+from domain.messages.activities import FollowResult, Verdict
+from domain.messages.workflows import HelperStart
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
 from domain.run.ending import CLOSED, Ending, Explanation, FinishReason, Step, Trigger
-from domain.run.follow import FollowResult, Verdict
 from domain.run.helper_run import (
     HelperRun,
     Job,

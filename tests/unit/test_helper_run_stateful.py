@@ -25,13 +25,14 @@ from hypothesis.stateful import (
 )
 
 from contracts.core_api import SessionStatus
-from domain.activity_io import HelperStart, helper_start
+from domain.book.writes import helper_start
 from domain.limits import Limits, Policy
+from domain.messages.activities import FollowResult, Verdict
+from domain.messages.workflows import HelperStart
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
 from domain.run.ending import Ending, Explanation, FinishReason, Step, Trigger
-from domain.run.follow import FollowResult, Verdict
 from domain.run.helper_run import (
     Job,
     Starts,

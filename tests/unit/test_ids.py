@@ -9,16 +9,17 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.core_api import CreateSession
-from domain.activity_io import HelperStart, RemoveRows, RowKey, RowToRemove, SessionRef
-from domain.book import Entry, FinishedNotice, OwnerBook
+from domain.book import Entry, OwnerBook
 from domain.goals import Goal
 from domain.ids import GOAL_ID_MAX, ID_MAX_CHARS, check_goal_id, check_id, directory_name, echo
 from domain.limits import FollowTuning, Limits
+from domain.messages.activities import FollowRequest, RemoveRows, RowKey, RowToRemove, SessionRef
+from domain.messages.signals import FinishedNotice
+from domain.messages.updates import ReadRequest
+from domain.messages.workflows import CoordinatorStart, HelperStart
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
-from domain.run.follow import FollowRequest
 from protocol.errors import InvalidRequest
-from protocol.messages import CoordinatorStart, ReadRequest
 from starter.inputs import check_goal_ids
 from store.results import ResultDirectories
 from store.schema import Base

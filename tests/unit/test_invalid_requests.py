@@ -7,8 +7,8 @@ Every starter command meets every limit it has, through `helper-starter` (its `m
 itself) and through the service, with a Temporal that is connected but fails each call as a server past its
 deadline does: an invalid request that got past the checks would reach it, or fail while its message is built,
 and show as unavailable. Generated inputs (hypothesis) hold the checks to the wire messages themselves
-(`protocol.messages`, `domain.requests`, `domain.goals`, `domain.ids`): whatever a message refuses, the starter has
-refused first, as invalid, through the service too.
+(`domain.messages.updates`, `domain.requests`, `domain.goals`, `domain.ids`): whatever a message refuses, the starter
+has refused first, as invalid, through the service too.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
-from domain.book import OwnerAnswer, answering
+from domain.book import answering
 from domain.goals import Goal
 from domain.ids import check_id
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
+from domain.messages.updates import AnswerRequest, DeliveredRequest, OwnerAnswer, ReadRequest
 from domain.requests import HelperRequest
 from protocol.errors import InvalidRequest, StarterError
-from protocol.messages import AnswerRequest, DeliveredRequest, ReadRequest
 from starter import commands
 from starter.service.app import create_app, with_guards
 from starter.service.connections import Connections

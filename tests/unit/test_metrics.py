@@ -27,7 +27,7 @@ from domain.rows import HelperRow, RowState
 from observability import recording
 from observability.metrics import REGISTRY
 from protocol.errors import ErrorType
-from protocol.messages import ADMIT
+from protocol.names import ADMIT
 from protocol.refusals import refusal_reason
 from replica.health import StoreGauges, serving_health
 from store.helper_store import HelperStore

@@ -11,8 +11,6 @@ from domain.book import (
     AwaitEarlier,
     Entry,
     EventState,
-    FinishedNotice,
-    OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
@@ -26,6 +24,8 @@ from domain.book import (
 )
 from domain.book.state import LEASE_MARGIN, summarize_book
 from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
+from domain.messages.signals import FinishedNotice
+from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState

@@ -28,8 +28,6 @@ from contracts.core_api import QuestionChoices, QuestionOption
 from domain.book import (
     Entry,
     EventState,
-    FinishedNotice,
-    OwnerAnswer,
     OwnerBook,
     Refusal,
     RefusalCode,
@@ -42,6 +40,8 @@ from domain.book import (
     slots,
 )
 from domain.limits import Policy
+from domain.messages.signals import FinishedNotice
+from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState

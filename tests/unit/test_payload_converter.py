@@ -8,8 +8,8 @@ import pytest
 from temporalio.api.common.v1 import Payload
 
 from codec.encryption import UNREADABLE, RuntimePayloadConverter, UnreadablePayload, UnreadableValue
-from domain.activity_io import OfferEvent, OfferResult
 from domain.book import EventState
+from domain.messages.activities import OfferEvent, OfferResult
 
 
 def test_new_converters_share_the_type_adapters_already_built() -> None:

@@ -18,14 +18,14 @@ from contracts.core_api import (
     QuestionChoices,
     QuestionOption,
 )
-from domain.activity_io import Finalize, RowKey, helper_start
+from domain.book.writes import helper_start
 from domain.bounds import PAYLOAD_ACTIONS_MAX, PAYLOAD_ITEM_TEXT_MAX, PAYLOAD_MAX_BYTES, PAYLOAD_TEXT_MAX
 from domain.limits import Limits, Policy
+from domain.messages.activities import Finalize, FollowResult, RowKey, Verdict
 from domain.outcome import OutcomeKind, compose_outcome_text
 from domain.requests import HelperRequest
 from domain.rows import HelperView, RowState
 from domain.run.ending import Step, Trigger
-from domain.run.follow import FollowResult, Verdict
 from domain.run.helper_run import apply_step, begin_running, finalize, new_run, take
 from starter.watch import LiveLines
 

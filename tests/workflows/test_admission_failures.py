@@ -16,11 +16,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from domain.activity_io import AdmitHelper, RemovedRows, RemoveRows
+from domain.messages.activities import AdmitHelper, RemovedRows, RemoveRows
 from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
-from protocol.messages import ADMIT_HELPER, COUNTS, REMOVE_ROWS
-from protocol.names import coordinator_id
+from protocol.names import ADMIT_HELPER, COUNTS, REMOVE_ROWS, coordinator_id
 from protocol.update_senders import admit
 from tests.helpers import helper_request, settings_for
 from worker import deployment_of, promote

@@ -23,11 +23,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from contracts.core_api import QuestionChoices, QuestionOption, SessionStatus
-from domain.activity_io import (
+from domain.limits import FollowTuning, Limits
+from domain.messages.activities import (
     CancelResult,
     Finalize,
     Finalized,
-    HelperStart,
+    FollowRequest,
+    FollowResult,
     MarkClosed,
     OpenedSession,
     OpenSession,
@@ -35,16 +37,16 @@ from domain.activity_io import (
     RecoveredSession,
     RecoverSession,
     SessionRef,
+    Verdict,
     WrittenOutcome,
 )
-from domain.book import FinishedNotice
-from domain.limits import FollowTuning, Limits
+from domain.messages.signals import FinishedNotice, Token
+from domain.messages.workflows import HelperResult, HelperStart
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
-from domain.run.follow import FollowRequest, FollowResult, Verdict
 from domain.work import Usage
 from protocol.errors import ErrorType
-from protocol.messages import (
+from protocol.names import (
     CANCEL_SESSION,
     CLOSE,
     FINALIZE_OUTCOME,
@@ -52,15 +54,16 @@ from protocol.messages import (
     FOLLOW_SESSION,
     HELPER_CLOSED,
     HELPER_FINISHED,
+    HELPER_OUTCOME,
     MARK_CLOSED,
     OPEN_SESSION,
     PARK_SESSION,
     RECOVER_SESSION,
     RESET_SESSION,
-    HelperResult,
-    Token,
+    coordinator_id,
+    follows_task_queue,
+    helper_workflow_id,
 )
-from protocol.names import HELPER_OUTCOME, coordinator_id, follows_task_queue, helper_workflow_id
 from workflows.helper import HelperWorkflow
 
 LIMITS = Limits(deadline_ms=60_000, grace_ms=30_000)

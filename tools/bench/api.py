@@ -43,8 +43,8 @@ from temporalio.worker import Worker
 
 from config.settings import Settings
 from domain.limits import Policy
+from domain.messages.updates import DeliveredRequest
 from protocol.deadlines import reply_by
-from protocol.messages import DeliveredRequest
 from protocol.names import helper_workflow_id
 from protocol.update_senders import admit, close_helper, mark_delivered
 from starter.inputs import parse_request

@@ -52,8 +52,7 @@ from temporalio.worker import Worker
 from config.settings import Settings
 from domain.requests import HelperRequest
 from protocol.errors import HelperRefused, Unavailable
-from protocol.messages import FOLLOW_SESSION
-from protocol.names import helper_workflow_id
+from protocol.names import FOLLOW_SESSION, helper_workflow_id
 from reference.core.script import scripted_task
 from store.database import STORE_POOL_SIZE
 from tools.bench.common import (

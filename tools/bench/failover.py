@@ -43,8 +43,7 @@ from config.settings import Settings
 from domain.limits import TURN_MAX_STEPS_HELPER
 from domain.requests import HelperRequest
 from protocol.connection import connect_for
-from protocol.messages import FOLLOW_SESSION
-from protocol.names import helper_workflow_id
+from protocol.names import FOLLOW_SESSION, helper_workflow_id
 from reference.core.script import scripted_task
 from starter.client import HelperClient
 from store.helper_store import HelperStore

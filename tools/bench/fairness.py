@@ -37,7 +37,7 @@ import config.settings
 from domain.goals import Goal
 from domain.requests import HelperRequest
 from protocol.errors import StarterError
-from protocol.messages import GOAL_CHECK_WORKFLOW
+from protocol.names import GOAL_CHECK_WORKFLOW
 from reference.core.script import scripted_task
 from tools.bench.common import ProcessStack, describe, process_stack, repository_root
 

@@ -27,11 +27,11 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from domain.messages.updates import Admission, CloseAnswer
 from domain.requests import HelperRequest
 from domain.rows import RowState
 from protocol.deadlines import reply_by
 from protocol.errors import Unavailable
-from protocol.messages import Admission, CloseAnswer
 from protocol.names import coordinator_id, helper_workflow_id
 from protocol.update_senders import admit, close_helper
 from tools.bench.helper_rate import Stack, run_stack

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from domain.messages.updates import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
 from domain.rows import HelperView, RowState
-from protocol.messages import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
 from starter import commands
 from starter.reads import UsageReport
 from starter.service.bodies import AnswerBody, DeliveredBody, ReadBody, StartBody

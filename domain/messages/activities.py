@@ -1,4 +1,4 @@
-"""The messages between workflows and activities: small, so histories stay small.
+"""Every activity's input and result: small, so histories stay small.
 
 Big texts (the task, outcome texts, the last completed message) stay in the store and the result
 directories; these messages carry ids, counters and short summaries only.
@@ -6,17 +6,17 @@ directories; these messages carry ids, counters and short summaries only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from contracts.core_api import Action, QuestionChoices
-from domain.book import Entry, EventState, OwnerBook
-from domain.ids import GoalId, HelperId, OwnerId
+from contracts.core_api import Action, QuestionChoices, SessionStatus, StopReason
+from domain.book import EventState
+from domain.goals import Goal
+from domain.ids import HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
+from domain.messages.workflows import HelperStart
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
 from domain.rows import RowState
@@ -72,72 +72,6 @@ class RemoveRows(BaseModel):
 class RemovedRows(BaseModel):
     removed: list[str]
     directories_left: list[str] = Field(default_factory=list, description="Left for the orphan sweep.")
-
-
-class HelperStart(BaseModel):
-    """A helper workflow's input, set by the coordinator at admission."""
-
-    owner: OwnerId
-    helper_id: HelperId
-    seq: int
-    goal_id: GoalId | None = None
-    language: str
-    model: str
-    boundary: tuple[str, ...] = Field(
-        default=(), description="The request's boundary: a question's answer admits its follow-up with it (R49)."
-    )
-    limits: Limits
-    slot_granted: bool
-    summary_max: int
-    check_ms: int
-    keep_ms: int | None = Field(default=None, description="The owner's HELPER_KEEP_MS (None: the worker's).")
-    follow: FollowTuning
-    title: str = Field(description="First line of the task, shown in the Web UI.")
-
-
-class Admitted(Protocol):
-    """What a helper's start takes from its admission: the request as admitted, or the row it wrote."""
-
-    @property
-    def owner(self) -> str: ...
-    @property
-    def helper_id(self) -> str: ...
-    @property
-    def goal_id(self) -> str | None: ...
-    @property
-    def language(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def task(self) -> str: ...
-    @property
-    def boundary(self) -> Sequence[str]: ...
-
-
-def helper_start(policy: Policy, admitted: Admitted, *, seq: int, limits: Limits, slot_granted: bool) -> HelperStart:
-    """A helper workflow's input: its admission, with what it takes from the owner's policy."""
-    return HelperStart(
-        owner=admitted.owner,
-        helper_id=admitted.helper_id,
-        seq=seq,
-        goal_id=admitted.goal_id,
-        language=admitted.language,
-        model=admitted.model,
-        boundary=tuple(admitted.boundary),
-        limits=limits,
-        slot_granted=slot_granted,
-        summary_max=policy.summary_max,
-        check_ms=policy.check_ms,
-        keep_ms=policy.keep_ms,
-        follow=policy.follow,
-        title=_title(admitted.task),
-    )
-
-
-def _title(task: str) -> str:
-    """A helper's title in the Web UI: the first line of its task, at most 80 characters."""
-    first = task.strip().splitlines()[0] if task.strip() else ""
-    return first[:80] + ("…" if len(first) > 80 else "")
 
 
 class AdmitHelper(BaseModel):
@@ -294,26 +228,83 @@ class WithdrawnEvent(BaseModel):
     key: str
 
 
-def entry_row(owner: str, entry: Entry) -> RowKey:
-    """The row of a book entry, at the generation the coordinator writes it with."""
-    return RowKey(owner=owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
+# The follow's input, heartbeat details and result; what a snapshot means is `domain.run.follow`.
 
 
-def rows_to_remove(owner: str, entries: list[Entry]) -> RemoveRows:
-    return RemoveRows(owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
+class Verdict(StrEnum):
+    TERMINAL = "terminal"  # the session ended by itself, or after finish-now or cancel
+    QUESTION = "question"  # the model asked the owner something (R16)
+    AUTHORIZATION = "authorization"  # an action waits for authorization (R17)
+    WORK_CEILING = "work_ceiling"  # the work counter reached HELPER_CEILING_TOKENS (R13)
+    LOST = "lost"  # the core no longer knows the session (R24)
+    CORE_FAILED = "core_failed"  # the core kept answering badly, or not at all, past the budget
 
 
-def new_row(book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limits, now: datetime) -> NewRow:
-    """The admission's row write; a follow-up's carries the earlier row as the admission left it."""
-    earlier = book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
-    followed_up = None
-    if earlier is not None:
-        followed_up = FollowedUp(
-            helper_id=earlier.helper_id,
-            seq=earlier.seq,
-            generation=earlier.generation,
-            state=earlier.state,
-            delivered_at=earlier.delivered_at,
-            keep_until=earlier.keep_until,
-        )
-    return NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, followed_up=followed_up)
+class FollowRequest(BaseModel):
+    """What the follow activity needs; small, so the history entry stays small."""
+
+    owner: OwnerId
+    helper_id: HelperId
+    seq: int
+    session_id: str
+    generation: int = Field(description="Progress writes are accepted only at this row generation.")
+    ceiling_tokens: int
+    watch_work_ceiling: bool = True  # false once finish-now was asked for because of it
+    stop_at_pauses: bool = True  # false while a cancel is meant to end a question or authorization pause
+    tuning: FollowTuning
+    check_ms: int | None = None  # the bound of each snapshot call, from the owner's policy
+    # The helper's first follow records in its row when a worker began following it: one write per helper.
+    records_start: bool = False
+
+
+class FollowCursor(BaseModel):
+    """The follow activity's heartbeat details: what it already wrote, and how long the core is silent."""
+
+    status: str | None = None
+    steps: int = -1
+    work_tokens: int = -1
+    input_tokens: int = 0
+    message_length: int = -1
+    message_hash: int = 0
+    silent_since: datetime | None = None
+    bad_answers: int = 0
+    saved_actions: int = -1  # actions and refusals last kept whole in session.json
+    saved_refusals: int = -1
+    version: int | None = None  # the snapshot version last seen; a core that sends one is long-polled (R44)
+
+
+class FollowResult(BaseModel):
+    verdict: Verdict
+    status: SessionStatus | None = None
+    usage: Usage = Usage()
+    question: str | None = None
+    # A structured question's choices (R49): only with a QUESTION verdict, from the snapshot judged; whole, as
+    # they are bounded by the contract (domain.bounds).
+    choices: QuestionChoices | None = None
+    authorization: str | None = None
+    # The action an authorization wait asks for, alone: a grant adds it to the boundary (R49). One character over
+    # the item bound is kept, so an overlong action is refused at grant rather than cut to fit.
+    authorization_action: str | None = None
+    actions: list[Action] = Field(default_factory=list)
+    refusals: list[str] = Field(default_factory=list)
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    silent: bool = False  # CORE_FAILED because the core gave no answer (not because it answered badly)
+    actions_total: int = 0
+    refusals_total: int = 0
+
+
+# A Goal check's admission; its result is the Goal check workflow's too.
+
+
+class GoalCheck(BaseModel):
+    goal: Goal
+    helper_id: str
+
+
+class GoalCheckResult(BaseModel):
+    helper_id: str
+    admitted: bool
+    status: str
+    refusal_code: str | None = None
+    message: str = ""
