@@ -256,6 +256,174 @@ class HelperRunMachine(RuleBasedStateMachine):
         self.done.add(Job.FOLLOW)
         self.answers[Job.FOLLOW] = result
 
+    # Rules aimed at endings and starts that a random order of answers reaches only now and then (each helper has one
+    # run, and most runs end early): each runs whenever the run is in a state from which its situation can happen,
+    # and carries out what leads there as the workflow takes it (the slot, the create's session, the answers, the
+    # loop's turns). They share the runs between them, so they start from the wait for the slot on, except the
+    # cleanup cancel's ending, which other orders reach as well (the hard ceiling or the turn's end while stopping
+    # for an authorization wait): it starts from the create on.
+
+    def _opening(self) -> bool:
+        """The create is out, its answer not here yet, and the run is not closing."""
+        return Job.OPEN in self.run.jobs and Job.OPEN not in self.done and not self.run.closing
+
+    def _following(self) -> bool:
+        """A follow is out, its verdict not here yet, and the run is not closing: a verdict decides."""
+        return Job.FOLLOW in self.run.jobs and Job.FOLLOW not in self.done and not self.run.closing
+
+    def _answered(self, job: Job, answer: object) -> None:
+        """The job answers, and the loop turns until it takes the answer (a finish-now's, here first, before it)."""
+        self.done.add(job)
+        self.answers[job] = answer
+        for _ in range(3):
+            if job not in self.done:
+                return
+            assert self._turn()
+        raise AssertionError(f"the loop never took the {job.value} answer")
+
+    def _follow_on(self) -> None:
+        """The run follows its session: the slot comes if it is not here, the create answers with a session, and the
+        loop starts the follow."""
+        self._slot_comes()
+        if self._opening():
+            self._answered(Job.OPEN, "s-1")
+        assert self._following(), "the session is followed"
+
+    def _on_its_way(self) -> bool:
+        """The run waits for its slot, opens or follows its session, and is not closing."""
+        return not self.woken or self._opening() or self._following()
+
+    def _may_follow(self) -> bool:
+        """The run is on its way and not stopping for an authorization wait."""
+        return self._on_its_way() and not self.run.stopping_for_authorization
+
+    def _may_wait_for_authorization(self) -> bool:
+        """The run opens or follows its session, is not closing, and is not stopping for an authorization wait yet."""
+        return (self._opening() or self._following()) and not self.run.stopping_for_authorization
+
+    def _slot_comes(self) -> None:
+        """The slot, if the helper still waits for it."""
+        if not self.woken:
+            self.run.slot = True  # the slot, as `slot_granted` takes it
+            self._wake()
+
+    @precondition(lambda self: not self.woken)
+    @rule()
+    def owner_closes_before_the_slot(self) -> None:
+        """R21: the owner closes a helper still waiting for its slot: it ends closed at once."""
+        STEPS.steps += 1
+        self.run.close_requested = True  # the owner's close, as `owner_closes` takes it
+        self._wake()
+        assert self.endings == [Ending(OutcomeKind.CLOSED, Explanation.CLOSED)] and self.closed_before_session
+
+    @precondition(lambda self: not self.woken or self._opening())
+    @rule()
+    def owner_closes_while_opening(self) -> None:
+        """R7, R21: the owner closes while the create is out (the slot comes first if it is not here): the row is
+        closed at once, and the cancel waits for the session id (the slot stays held)."""
+        STEPS.steps += 1
+        self._slot_comes()
+        self.run.close_requested = True  # the owner's close, as `owner_closes` takes it
+        self._wake()
+        for _ in range(3):
+            if self.run.closing:
+                break
+            assert self._turn()
+        assert self.run.closing and self.run.session_id is None and Job.CANCEL not in self.run.jobs
+
+    @precondition(_may_follow)
+    @rule()
+    def follow_sees_a_question(self) -> None:
+        """R16: the model asks the owner something: the run ends with the question (the follow stops at pauses)."""
+        STEPS.steps += 1
+        self._follow_on()
+        self._answered(Job.FOLLOW, FollowResult(verdict=Verdict.QUESTION))
+        assert self.endings == [Ending(OutcomeKind.QUESTION)]
+
+    @precondition(_may_follow)
+    @rule()
+    def follow_sees_the_turn_complete(self) -> None:
+        """R11: the turn ends completed: so does the run."""
+        STEPS.steps += 1
+        self._follow_on()
+        self._answered(Job.FOLLOW, FollowResult(verdict=Verdict.TERMINAL, status=SessionStatus.COMPLETED))
+        assert self.endings == [Ending(OutcomeKind.COMPLETED)]
+
+    @precondition(_on_its_way)
+    @rule()
+    def follow_sees_the_session_lost(self) -> None:
+        """R24: the core no longer knows the session: the run ends interrupted, nothing is replayed."""
+        STEPS.steps += 1
+        self._follow_on()
+        self._answered(Job.FOLLOW, FollowResult(verdict=Verdict.LOST))
+        assert self.endings == [Ending(OutcomeKind.INTERRUPTED, Explanation.SESSION_LOST)]
+
+    @precondition(
+        lambda self: (
+            self.run.finish_reason is None
+            and (self._following() or ((not self.woken or self._opening()) and Job.DEADLINE not in self.done))
+        )
+    )
+    @rule()
+    def follow_sees_the_work_ceiling(self) -> None:
+        """R13: the work counter reaches the ceiling before any finish-now: finish-now is asked for, and the follow
+        goes on without watching the ceiling."""
+        STEPS.steps += 1
+        self._follow_on()
+        self._answered(Job.FOLLOW, FollowResult(verdict=Verdict.WORK_CEILING))
+        assert self.finishes == [FinishReason.WORK_CEILING] and Job.FOLLOW in self.run.jobs
+
+    def _authorization_wait(self) -> None:
+        """R17: an action waits for authorization: without a webhook the run sends the cleanup cancel and follows
+        on until the turn stops."""
+        self._follow_on()
+        self._answered(Job.FOLLOW, FollowResult(verdict=Verdict.AUTHORIZATION, authorization="send the mail"))
+        assert self.run.stopping_for_authorization and self.cancels[-1] == "authorization"
+        assert {Job.CANCEL, Job.FOLLOW} <= self.run.jobs
+
+    def _cleanup_cancel_sent(self) -> bool:
+        """The authorization wait's cleanup cancel was sent, the run is not closing, and no answer that comes
+        before a cancel's is here (the follow's)."""
+        run = self.run
+        return (
+            run.stopping_for_authorization
+            and not run.closing
+            and not self.endings
+            and Job.CANCEL not in self.done
+            and Job.FOLLOW not in self.done
+        )
+
+    @precondition(
+        lambda self: self._may_wait_for_authorization() or (self._cleanup_cancel_sent() and Job.CANCEL in self.run.jobs)
+    )
+    @rule()
+    def cleanup_cancel_stops_the_turn(self) -> None:
+        """R17: the cleanup cancel of an authorization wait stops the turn: the run ends with the wait."""
+        STEPS.steps += 1
+        if not self.run.stopping_for_authorization:
+            self._authorization_wait()
+        self._answered(Job.CANCEL, True)
+        assert self.endings == [Ending(OutcomeKind.AUTHORIZATION)]
+
+    @precondition(lambda self: self._may_follow() or self._cleanup_cancel_sent())
+    @rule()
+    def owner_closes_after_the_cleanup_cancel(self) -> None:
+        """R7, R17, R21: the cleanup cancel of an authorization wait is answered without stopping the turn, then
+        the owner closes: a second cancel, the close's, goes out, one at a time."""
+        STEPS.steps += 1
+        if not self.run.stopping_for_authorization:
+            self._authorization_wait()
+        if Job.CANCEL in self.run.jobs:
+            self._answered(Job.CANCEL, False)
+        assert not self.endings and Job.CANCEL not in self.run.jobs and "authorization" in self.cancels
+        self.run.close_requested = True  # the owner's close, as `owner_closes` takes it
+        self._wake()
+        for _ in range(3):
+            if self.run.closing:
+                break
+            assert self._turn()
+        assert self.run.closing and self.cancels[-2:] == ["authorization", "close"] and Job.CANCEL in self.run.jobs
+
     @precondition(lambda self: Job.CANCEL in self.run.jobs and Job.CANCEL not in self.done)
     @rule(stopped=st.booleans())
     def cancel_answered(self, stopped: bool) -> None:
