@@ -1,4 +1,4 @@
-"""The seed's limit constants and the effective limits of one helper (SPEC "Limits", R1).
+"""The seed's limit constants and the effective limits of one helper (R1; docs/configuration.md, "The seed's limits").
 
 The names are the seed's (`HELPER_MAX_OPEN`, ...). Every value can be overridden by an environment
 variable of the same name (see `config.settings`), and a request may only tighten them.

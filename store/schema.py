@@ -2,7 +2,7 @@
 
 Rows are a projection of workflow state, written only by activities. Every write to a helper row
 carries the admission `seq` and a writer `generation`, so a retried or late write can never
-overwrite a newer state (SPEC "Parts", R19).
+overwrite a newer state (R19; docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from domain.work import Usage
 
 
 class RowKey(BaseModel):
-    """Which row, which admission of it, and the writer's generation (SPEC "Parts": writer generation)."""
+    """Which row, which admission of it, and the writer's generation (the writer's generation, docs/architecture.md)."""
 
     owner: OwnerId
     helper_id: HelperId

@@ -69,7 +69,7 @@ def setting(settings: Settings, dotted: str) -> object:
 
 
 def test_defaults_are_the_seeds_constants() -> None:
-    """SPEC Limits: without variables every limit is the seed's default."""
+    """R1, docs/configuration.md's limits: without variables every limit is the seed's default."""
     settings = Settings.from_env({})
     assert settings == Settings()
     policy = settings.policy
@@ -110,7 +110,7 @@ def test_each_plain_variable_overrides_its_setting(variable: str) -> None:
 
 @pytest.mark.parametrize("variable", sorted(INT_OVERRIDES))
 def test_each_limit_variable_overrides_its_limit(variable: str) -> None:
-    """SPEC Limits "all configurable": every HELPER_* limit is read from its variable, alone."""
+    """R1, docs/configuration.md's limits, all configurable: every HELPER_* limit is read from its variable, alone."""
     dotted, value = INT_OVERRIDES[variable]
     settings = Settings.from_env({variable: str(value)})
     assert setting(settings, dotted) == value
@@ -118,7 +118,7 @@ def test_each_limit_variable_overrides_its_limit(variable: str) -> None:
 
 
 def test_all_variables_together() -> None:
-    """SPEC Limits: all overrides at once land in their own settings."""
+    """R1, docs/configuration.md's limits: all overrides at once land in their own settings."""
     env = {name: raw for name, (raw, _) in OVERRIDES.items()}
     env |= {name: str(value) for name, (_, value) in INT_OVERRIDES.items()}
     settings = Settings.from_env(env)

@@ -1,4 +1,4 @@
-"""What one helper costs in billable Temporal actions, per way it ends (R44), from the dev server's own counter.
+"""What one helper costs in billable Temporal actions, per way it ends (R57), from the dev server's own counter.
 
     .venv/bin/python -m tools.bench.actions [--minutes 3] [--paths partial,completed,question,authorization,closed]
 
