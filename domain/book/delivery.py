@@ -90,6 +90,6 @@ def deliver_one(book: OwnerBook, entry: Entry, now: datetime) -> bool:
         return False
     entry.state = RowState.DELIVERED
     entry.delivered_at = now
-    retention.keep_delivered(book, entry, now)
+    retention.keep_from(book, entry, now)  # from its delivery
     outbox.withdraw_settled(book)
     return True

@@ -10,29 +10,20 @@ from domain.book.state import Entry, OwnerBook, forget_reads, note_removed
 from domain.rows import RowState
 
 
-def closed_kept_until(finished_at: datetime, keep_ms: int) -> datetime:
-    """When a closed row goes: `keep_ms` after its finish. The helper keeps a row it closes itself by this too."""
-    return _kept_from(finished_at, keep_ms)
+def kept_until(moment: datetime, keep_ms: int) -> datetime:
+    """When a row kept from `moment` goes. The helper keeps a row it closes itself by this too, from its finish."""
+    return moment + timedelta(milliseconds=keep_ms)
 
 
 def keep_closed(book: OwnerBook, entry: Entry) -> None:
     """A closed row is kept from its finish; one closed before it finished, from its admission."""
-    entry.keep_until = closed_kept_until(entry.finished_at or entry.admitted_at, book.policy.keep_ms)
+    keep_from(book, entry, entry.finished_at or entry.admitted_at)
 
 
-def keep_delivered(book: OwnerBook, entry: Entry, delivered_at: datetime) -> None:
-    """A delivered row is kept from its delivery."""
-    entry.keep_until = _kept_from(delivered_at, book.policy.keep_ms)
-
-
-def keep_gone(book: OwnerBook, entry: Entry, now: datetime) -> None:
-    """A helper whose workflow is gone is kept from the moment the book learns it: when it finished, if ever, is
-    not known, and an operator may want to read its row."""
-    entry.keep_until = _kept_from(now, book.policy.keep_ms)
-
-
-def _kept_from(moment: datetime, keep_ms: int) -> datetime:
-    return moment + timedelta(milliseconds=keep_ms)
+def keep_from(book: OwnerBook, entry: Entry, moment: datetime) -> None:
+    """The row is kept from `moment`: a delivered row's delivery, or, for a helper whose workflow is gone, when the
+    book learns it (when it finished, if ever, is not known, and an operator may want to read its row)."""
+    entry.keep_until = kept_until(moment, book.policy.keep_ms)
 
 
 def forget(book: OwnerBook, helper_ids: list[str]) -> None:

@@ -45,7 +45,7 @@ def forget_gone_helper(book: OwnerBook, helper_id: str, now: datetime) -> Entry 
     entry.generation += 1
     entry.state = RowState.CLOSED
     entry.finished_at = entry.finished_at or now
-    retention.keep_gone(book, entry, now)
+    retention.keep_from(book, entry, now)  # from when the book learns it is gone
     if helper_id in book.queue:
         book.queue.remove(helper_id)
     return entry

@@ -233,7 +233,7 @@ def keep_until(state: RowState, finished_at: datetime, keep_ms: int | None) -> d
     for an owner without a keep of its own (the coordinator's then)."""
     if state is not RowState.CLOSED or keep_ms is None:
         return None
-    return retention.closed_kept_until(finished_at, keep_ms)
+    return retention.kept_until(finished_at, keep_ms)
 
 
 def finalize(

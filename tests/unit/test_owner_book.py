@@ -768,12 +768,12 @@ def test_each_row_is_kept_from_its_own_moment() -> None:
     retention.keep_closed(book, never_finished)
     assert never_finished.finished_at is None and never_finished.keep_until == T0 - timedelta(hours=1) + KEEP
     delivered = entry("delivered", 3, RowState.DELIVERED)
-    retention.keep_delivered(book, delivered, T0 + timedelta(hours=5))
+    retention.keep_from(book, delivered, T0 + timedelta(hours=5))
     assert delivered.keep_until == T0 + timedelta(hours=5) + KEEP
     gone = entry("gone", 4, RowState.CLOSED)
-    retention.keep_gone(book, gone, T0 + timedelta(days=2))
+    retention.keep_from(book, gone, T0 + timedelta(days=2))
     assert gone.keep_until == T0 + timedelta(days=2) + KEEP  # not from its finish, two days before
-    assert retention.closed_kept_until(T0, book.policy.keep_ms) == T0 + KEEP
+    assert retention.kept_until(T0, book.policy.keep_ms) == T0 + KEEP
 
 
 def test_removable_rows_are_the_ones_expiry_and_eviction_may_take() -> None:
