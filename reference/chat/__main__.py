@@ -1,7 +1,8 @@
-"""Run the reference chat: `python -m reference.chat --host 127.0.0.1 --port 8320 [--state-file F]`.
+"""Run the reference chat: `python -m reference.chat --host 127.0.0.1 --port 8320 [--state-file F] [--runtime-url U]`.
 
 Each option falls back to an environment variable: REFERENCE_CHAT_HOST, REFERENCE_CHAT_PORT,
-REFERENCE_CHAT_STATE_FILE, REFERENCE_CHAT_LOG_LEVEL.
+REFERENCE_CHAT_STATE_FILE, REFERENCE_CHAT_LOG_LEVEL, REFERENCE_CHAT_RUNTIME_URL, REFERENCE_CHAT_RUNTIME_TOKEN.
+With a runtime URL the chat tells the runtime when an owner's chat turns idle or the chat answers again.
 """
 
 from __future__ import annotations
@@ -41,15 +42,26 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="JSON-lines file that keeps idle flags and event keys across restarts (default: memory only)",
     )
     parser.add_argument("--log-level", default=os.environ.get("REFERENCE_CHAT_LOG_LEVEL", "info"))
+    parser.add_argument(
+        "--runtime-url",
+        default=os.environ.get("REFERENCE_CHAT_RUNTIME_URL") or None,
+        help="the runtime's starter API, told when an owner's chat is idle, e.g. http://127.0.0.1:8340 "
+        "(default: tell nobody)",
+    )
+    parser.add_argument(
+        "--runtime-token",
+        default=os.environ.get("REFERENCE_CHAT_RUNTIME_TOKEN") or None,
+        help="the starter API's token (HELPER_API_TOKEN), sent as 'Authorization: Bearer <token>'; "
+        "prefer the variable, which a process listing does not show (default: none)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     arguments = parse_arguments(argv)
     logging.basicConfig(level=arguments.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
-        create_app(arguments.state_file), host=arguments.host, port=arguments.port, log_level=arguments.log_level
-    )
+    app = create_app(arguments.state_file, runtime_url=arguments.runtime_url, runtime_token=arguments.runtime_token)
+    uvicorn.run(app, host=arguments.host, port=arguments.port, log_level=arguments.log_level)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,12 @@ Controls (reference chat only): PUT idle sets an owner's idle flag; PUT /v1/cont
 every events POST misbehave: "down" answers 503 and stores nothing; "lose_receipt" stores the event
 and answers 503; "slow_receipt" stores it and answers only after `delay_ms`, so a caller's timeout
 leaves it uncertain whether the chat took it (R26). A repeat with the same key is then harmless.
+
+With a runtime URL the chat tells the runtime when an owner's chat is idle (`reference.chat.runtime`), as
+the real chat does, so a waiting event is offered within seconds rather than at the runtime's next backoff:
+PUT idle `{"idle": true}` tells it about that owner (unless the body says `"tell_runtime": false`, or the
+chat is down), and turning failing off tells it about every known owner whose chat is idle (the chat answers
+again). Telling is best effort and bounded: the control answers within about 2 s whatever the runtime does.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from contracts.chat_api import EventReceipt, IdleAnswer, ReceivedEvent, SystemEvent
 from contracts.core_api import Problem
 from domain.ids import ID_PATTERN
+from reference.chat.runtime import Runtime
 from reference.chat.state import ChatState
 
 logger = logging.getLogger(__name__)
@@ -43,6 +50,14 @@ class FailingControl(BaseModel):
     failing: bool
     mode: FailingMode = FailingMode.DOWN
     delay_ms: int = Field(default=2000, ge=0, le=60_000, description="The answer's delay in slow_receipt.")
+
+
+class IdleControl(IdleAnswer):
+    """The PUT idle control's body: the flag, and whether turning idle tells the runtime."""
+
+    tell_runtime: bool = Field(
+        default=True, description="False: store the flag only (a bench measuring the runtime without the nudge)."
+    )
 
 
 class ChatUnavailable(Exception):
@@ -65,9 +80,13 @@ def _describe(errors: Sequence[Any]) -> str:
     return "; ".join(described)
 
 
-def create_app(state_file: Path | None = None) -> FastAPI:
+def create_app(
+    state_file: Path | None = None, *, runtime_url: str | None = None, runtime_token: str | None = None
+) -> FastAPI:
+    """The app; with `runtime_url` (the runtime's starter API) it tells the runtime when an owner's chat is idle."""
     state: ChatState | None = None
     control = FailingControl(failing=False)
+    runtime = Runtime(runtime_url, runtime_token)
 
     def chat() -> ChatState:
         if state is None:
@@ -79,7 +98,8 @@ def create_app(state_file: Path | None = None) -> FastAPI:
         nonlocal state
         state = ChatState(state_file)
         try:
-            yield
+            async with runtime:
+                yield
         finally:
             state.close()
             state = None
@@ -108,9 +128,15 @@ def create_app(state_file: Path | None = None) -> FastAPI:
         return IdleAnswer(idle=chat().idle(owner))
 
     @app.put("/v1/owners/{owner}/idle")
-    async def put_idle(owner: Owner, answer: IdleAnswer) -> IdleAnswer:
-        chat().set_idle(owner, answer.idle)
-        return answer
+    async def put_idle(owner: Owner, new: IdleControl) -> IdleAnswer:
+        chat().set_idle(owner, new.idle)
+        # A down chat tells nobody; it tells every idle owner when it answers again (put_failing).
+        if new.idle and new.tell_runtime and not is_down():
+            await runtime.tell_idle(owner)
+        return IdleAnswer(idle=new.idle)
+
+    def is_down() -> bool:
+        return control.failing and control.mode is FailingMode.DOWN
 
     @app.post(
         "/v1/owners/{owner}/events",
@@ -118,7 +144,7 @@ def create_app(state_file: Path | None = None) -> FastAPI:
         responses={503: {"model": Problem, "description": "The chat is failing (a control)."}},
     )
     async def post_event(owner: Owner, event: SystemEvent) -> EventReceipt:
-        if control.failing and control.mode is FailingMode.DOWN:
+        if is_down():
             raise ChatUnavailable("the chat is down (control: failing)")
         receipt = chat().take(owner, event)
         if control.failing and control.mode is FailingMode.LOSE_RECEIPT:
@@ -139,7 +165,11 @@ def create_app(state_file: Path | None = None) -> FastAPI:
     @app.put("/v1/control/failing")
     async def put_failing(new: FailingControl) -> FailingControl:
         nonlocal control
+        answers_again = control.failing and not new.failing
         control = new
+        if answers_again:
+            # The runtime backed off while the chat failed; an idle owner need not wait out that backoff.
+            await runtime.tell_all_idle(owner for owner in chat().owners() if chat().idle(owner))
         return control
 
     @app.get("/healthz")

@@ -40,6 +40,10 @@ class ChatState:
     def _owner(self, owner: str) -> _Owner:
         return self._owners.setdefault(owner, _Owner())
 
+    def owners(self) -> list[str]:
+        """Every owner the chat knows: asked about, set or sent an event, here or before a restart."""
+        return list(self._owners)
+
     def idle(self, owner: str) -> bool:
         return self._owner(owner).idle
 

@@ -34,7 +34,7 @@ from temporalio.service import RPCError
 
 from codec.encryption import new_key
 from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, FILE_NAME, read_local_env, write_local_env
-from config.settings import Settings
+from config.settings import ServiceSettings, Settings, variable
 from protocol.connection import connect_temporal
 from protocol.names import SEARCH_ATTRIBUTES
 
@@ -131,6 +131,13 @@ class Stack:
             "HELPER_CHAT_URL": settings.chat_url,
             "HELPER_CODEC_KEYS": self.codec_keys,
         }
+
+    def chat_runtime_token(self) -> dict[str, str]:
+        """The reference chat's variable for the starter API's token, if the starter API requires one. The stack sets
+        none; the starter API takes HELPER_API_TOKEN from the environment the stack passes on. A variable, not
+        --runtime-token: a process listing shows the command line."""
+        token = self.environment().get(variable("token", ServiceSettings), "")
+        return {"REFERENCE_CHAT_RUNTIME_TOKEN": token} if token.strip() else {}
 
     @property
     def env_file(self) -> Path:
@@ -240,7 +247,11 @@ class Stack:
                 str(self.ports.chat),
                 "--state-file",
                 str(self.data / "chat.jsonl"),
+                # Told when an owner's chat turns idle, the runtime offers a waiting event within seconds.
+                "--runtime-url",
+                self.api_url,
             ],
+            self.chat_runtime_token(),
         )
         self._spawn("starter-api", [str(BIN / "helper-starter"), "serve", "--bind", f"{HOST}:{self.ports.api}"])
         await self._wait_for_temporal()
