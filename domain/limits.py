@@ -19,6 +19,9 @@ HELPER_CEILING_TOKENS = 1_000_000
 HELPER_CHECK_MS = 15_000
 HELPER_SUMMARY_MAX = 1_500
 HELPER_KEEP_MS = 86_400_000
+# A wait for the owner (a question, an authorization) is reminded at these offsets from its delivery (R54).
+HELPER_WAIT_REMIND_MS = (7_200_000, 43_200_000)
+WAIT_REMINDERS_MAX = 5
 TURN_MAX_STEPS_HELPER = 80
 HELPER_INPUT_CEILING_TOKENS = 4_000_000
 
@@ -120,6 +123,23 @@ class FollowTuning(BaseModel):
     bad_answers: int = Field(default=5, gt=0, description="Consecutive malformed core answers before failed.")
 
 
+class WaitPolicy(BaseModel):
+    """When a wait for the owner is reminded, and when it ends `expired` unanswered, each from its delivery (R54).
+    The expiry is at most the row's keep (HELPER_KEEP_MS), which is also its default."""
+
+    model_config = ConfigDict(frozen=True)
+
+    remind_after_ms: tuple[int, ...] = Field(default=HELPER_WAIT_REMIND_MS, max_length=WAIT_REMINDERS_MAX)
+    expire_after_ms: int | None = Field(default=None, gt=0, description="None: the row's keep (HELPER_KEEP_MS).")
+
+    def expires_after_ms(self, keep_ms: int) -> int:
+        return min(self.expire_after_ms or keep_ms, keep_ms)
+
+    def reminders_ms(self, keep_ms: int) -> list[int]:
+        """The offsets of the reminders that come before the expiry, in order, each once."""
+        return sorted({ms for ms in self.remind_after_ms if 0 < ms < self.expires_after_ms(keep_ms)})
+
+
 class Policy(BaseModel):
     """An owner's coordinator policy: the admission, slot and retention limits plus the default limits."""
 
@@ -133,3 +153,4 @@ class Policy(BaseModel):
     check_ms: int = Field(default=HELPER_CHECK_MS, gt=0)
     limits: Limits = Limits()
     follow: FollowTuning = FollowTuning()
+    wait: WaitPolicy = WaitPolicy()

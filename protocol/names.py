@@ -26,6 +26,9 @@ ANSWER: Final = "answer"
 # Signals a helper sends its coordinator.
 HELPER_FINISHED: Final = "helper_finished"
 HELPER_CLOSED: Final = "helper_closed"
+# The signal the starter sends a coordinator: the owner's chat turned idle, so an event waiting for it is offered
+# now rather than after the outbox's backoff.
+CHAT_IDLE: Final = "chat_idle"
 # Signals a coordinator sends a helper.
 SLOT_GRANTED: Final = "slot_granted"
 CLOSE: Final = "close"

@@ -58,6 +58,7 @@ from protocol.errors import (
 from protocol.names import (
     ADMIT,
     ANSWER,
+    CHAT_IDLE,
     CLOSE_HELPER,
     COORDINATOR_WORKFLOW,
     HELPER_OWNER,
@@ -66,7 +67,7 @@ from protocol.names import (
     coordinator_id,
     owner_priority,
 )
-from protocol.temporal_errors import is_transient, refusal_of, refusal_of_rpc
+from protocol.temporal_errors import is_transient, refusal_of, refusal_of_rpc, unreachable
 
 Reply = TypeVar("Reply", bound=BaseModel)
 # An operation whose send was cut has its outcome set at once; this only bounds the look.
@@ -163,6 +164,23 @@ async def answer_helper(temporal: Client, settings: Settings, request: AnswerReq
     subject = f"{request.helper_id}/{request.answer.question_id}"
     absent = partial(_no_helper, request.helper_id)
     return await _update(temporal, settings, request.owner, ANSWER, request, AnswerResult, by, what, absent, subject)
+
+
+async def tell_chat_idle(temporal: Client, settings: Settings, owner: str, by: ReplyBy) -> bool:
+    """The owner's chat turned idle while an event waited for it: the coordinator's outbox offers it now. A signal,
+    since nothing is answered back and a repeat is harmless (one more offer that asks the chat whether it is idle).
+    False when the owner has no coordinator."""
+    what = "the chat's idle notice"
+    try:
+        async with asyncio.timeout(by.left()):
+            await temporal.get_workflow_handle(coordinator_id(owner)).signal(CHAT_IDLE)
+    except TimeoutError:
+        raise unreachable(settings.temporal_address, f"{what}: no answer in time", timed_out=True) from None
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise refusal_of_rpc(error, what, settings.temporal_address) from None
+    return True
 
 
 def _addressed(owner: str | None) -> str:

@@ -205,7 +205,7 @@ def _add_helper_commands(commands: Commands) -> None:
 
 
 def _add_chat_commands(commands: Commands) -> None:
-    """What a chat turn reads and reports: unreported, read, delivered; and the owner's usage."""
+    """What a chat turn reads and reports: unreported, read, delivered; the chat turning idle; the owner's usage."""
     unreported = commands.add_parser(
         "unreported",
         help="finalized outcomes not yet delivered, with summaries",
@@ -235,6 +235,15 @@ def _add_chat_commands(commands: Commands) -> None:
     delivered.add_argument(
         "--answer-chars", type=int, required=True, metavar="N", help="length of the answer the turn sent (> 0)"
     )
+    idle = commands.add_parser(
+        "idle",
+        help="the owner's chat turned idle: offer a waiting system event now",
+        description="The owner's chat turned idle (a turn ended, or the chat answers again after being down): a "
+        "system event waiting for it is offered within seconds, not after the runtime's backoff. Costs nothing "
+        "when no event waits.",
+        epilog=_epilog(ENV_WRITE),
+    )
+    _owner(idle)
     usage = commands.add_parser(
         "usage",
         help="usage per helper and per model (kept after rows expire)",

@@ -90,6 +90,8 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
             return commands.read(owner, arguments.turn, arguments.helper_ids)
         case "delivered":
             return commands.delivered(owner, arguments.turn, arguments.answer_chars)
+        case "idle":
+            return commands.chat_idle(owner)
         case "usage":
             return commands.usage(owner)
         case "watch":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
@@ -20,12 +21,14 @@ from temporalio.service import RPCError
 
 from codec.encryption import CodecError
 from config.settings import Settings
+from domain.book import outbox
 from domain.goals import Goal
 from domain.ids import clip
 from domain.messages.updates import (
     Admission,
     AnswerRequest,
     AnswerResult,
+    ChatIdleAnswer,
     CloseAnswer,
     DeliveredAnswer,
     DeliveredRequest,
@@ -41,7 +44,7 @@ from protocol.errors import (
     Unavailable,
 )
 from protocol.temporal_errors import refusal_of_rpc, unreachable
-from protocol.update_senders import admit, answer_helper, close_helper, mark_delivered, mark_read
+from protocol.update_senders import admit, answer_helper, close_helper, mark_delivered, mark_read, tell_chat_idle
 from starter.backpressure import WriteGate, WriteObserver
 from starter.inputs import (
     check_goal_ids,
@@ -132,6 +135,18 @@ class HelperClient(StoreReader):
         request): what it read is delivered (R28)."""
         by = by or reply_by(self.settings)
         return await self._write(lambda: mark_delivered(self.temporal, self.settings, request, by), by)
+
+    async def chat_idle(self, owner: str, *, by: ReplyBy | None = None) -> ChatIdleAnswer:
+        """The owner's chat turned idle (a turn ended, or the chat answers again after being down): an event
+        waiting for it is offered within seconds rather than after the outbox's backoff. The store says whether one
+        waits, so a chat that calls this after every turn costs Temporal nothing while none does (R26)."""
+        by = by or reply_by(self.settings)
+        check_ids(owner, [])
+        since = datetime.now(UTC) - outbox.STILL_OFFERED
+        states = [state.value for state in outbox.OFFERED_AGAIN]
+        if not await self.store.event_offered_since(owner, states, since):
+            return ChatIdleAnswer(owner=owner, told=False)
+        return ChatIdleAnswer(owner=owner, told=await tell_chat_idle(self.temporal, self.settings, owner, by))
 
     async def _write(self, send: Callable[[], Awaitable[Reply]], by: ReplyBy) -> Reply:
         """One write through this process's gate (as many in flight as the runtime answers in time, R48)."""

@@ -81,6 +81,11 @@ def delivered(owner: str, turn: str, answer_chars: int) -> Command:
     return Command("delivered", lambda client, by: client.delivered(request, by=by), needs_temporal=True)
 
 
+def chat_idle(owner: str) -> Command:
+    """The owner's chat turned idle: an event waiting for it is offered now (R26)."""
+    return Command("idle", lambda client, by: client.chat_idle(owner, by=by), needs_temporal=True)
+
+
 def usage(owner: str) -> Command:
     check_ids(owner, [])
     return Command("usage", lambda client, _: client.usage(owner), needs_temporal=False)

@@ -159,6 +159,13 @@ def usage_query(style: Marks, owner: str) -> Query:
     return Query(sql, (owner,))
 
 
+def offered_events_query(style: Marks, owner: str, states: Sequence[str]) -> Query:
+    """When each of the owner's events in these states last changed (the owner-first index on chat_events)."""
+    owner_mark, *state_marks = _marks(style, 1 + len(states))
+    sql = f"SELECT updated_at FROM chat_events WHERE owner = {owner_mark} AND state IN ({', '.join(state_marks)})"
+    return Query(sql, (owner, *states))
+
+
 # --- decoding: a record from any driver (JSON as its text or decoded, moments as text or datetime) ------------
 
 
@@ -234,6 +241,12 @@ class RowReader:
 
     async def usage(self, owner: str) -> list[UsageLine]:
         return [usage_line(record) for record in await self.fetch(usage_query(self.marks, owner))]
+
+    async def event_offered_since(self, owner: str, states: Sequence[str], since: datetime) -> bool:
+        """Whether one of the owner's chat events in these states changed after `since`: one the outbox still
+        offers. The owner's few open events are compared here, so every driver's moments compare alike."""
+        records = await self.fetch(offered_events_query(self.marks, owner, states))
+        return any((moment := aware(record["updated_at"])) is not None and moment > since for record in records)
 
     async def ping(self) -> None:
         """One `SELECT 1` round trip (through the pool, when it is one): whether the store answers."""

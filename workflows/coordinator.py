@@ -67,9 +67,6 @@ CLOSE_ACK_WAIT = timedelta(seconds=30)
 # follow-up of that outcome waits this long for the notice.
 READ_WAIT = timedelta(seconds=10)
 EARLIER_OUTCOME_WAIT = timedelta(seconds=5)
-# The outbox's backoff while the chat is busy or down (R26).
-OFFER_BACKOFF_FIRST = timedelta(seconds=2)
-OFFER_BACKOFF_MAX = timedelta(minutes=5)
 
 
 @workflow.defn(name=names.COORDINATOR_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
@@ -88,6 +85,8 @@ class CoordinatorWorkflow:
         # Helpers whose admission is decided but whose row and workflow are still being written: a slot they are
         # given meanwhile stays theirs and is signalled once the write is done (there is no workflow yet).
         self.writing: set[str] = set()
+        # The chat said it turned idle since the outbox's last offer began: the backoff ends at once.
+        self.chat_turned_idle = False
 
     # --- the run: one timer for retention and leases, the outbox, continue-as-new -----------------
 
@@ -521,7 +520,7 @@ class CoordinatorWorkflow:
         """Offer one system event at a time while the chat is idle; back off while it is busy or down (R26). An
         event withdrawn meanwhile (none of its outcomes is unreported any more) is not offered again, and the
         store says so once no offer of it is under way, instead of keeping its last attempt's state for ever."""
-        backoff = OFFER_BACKOFF_FIRST
+        backoff = outbox.BACKOFF_FIRST
         while not self.stopping:
             # An offer starts only once the run loop has armed its timer for the book as it is now, so the two
             # coroutines' commands come in one order however the SDK groups events into activations.
@@ -543,6 +542,7 @@ class CoordinatorWorkflow:
             if event is None:
                 continue
             outbox.start_offer(event, workflow.now())
+            self.chat_turned_idle = False
             offer = activities.OfferEvent(
                 owner=self.book.owner,
                 key=event.key,
@@ -557,16 +557,23 @@ class CoordinatorWorkflow:
             if outcome is not outbox.OfferOutcome.RETRY:
                 if outcome is outbox.OfferOutcome.GIVEN_UP:
                     workflow.logger.warning("gave up system event %s after %s attempts", event.key, event.attempts)
-                backoff = OFFER_BACKOFF_FIRST
+                backoff = outbox.BACKOFF_FIRST
                 continue
 
-            # A withdrawn event ends the wait: it holds back no fresh outcome's event.
+            # A withdrawn event ends the wait: it holds back no fresh outcome's event. So does the chat turning idle.
             def backoff_over(offered: ChatEventRecord = event) -> bool:
-                return self.stopping or self.book.event is not offered
+                return self.stopping or self.book.event is not offered or self.chat_turned_idle
 
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(backoff_over, timeout=backoff, timeout_summary="chat busy or down")
-            backoff = min(backoff * 2, OFFER_BACKOFF_MAX)
+            backoff = min(backoff * 2, outbox.BACKOFF_MAX)
+
+    @workflow.signal(name=names.CHAT_IDLE)
+    def chat_idle(self) -> None:
+        """The owner's chat turned idle (it says so through the starter, only while an event waits for it): the
+        waiting event is offered now, not after the rest of the backoff (R26)."""
+        self.messages_this_run += 1
+        self.chat_turned_idle = True
 
     async def _offer(self, offer: activities.OfferEvent) -> activities.OfferResult:
         """One offer, outside the coordinator's task, so the owner's next admission never waits for the chat. An

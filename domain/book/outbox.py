@@ -11,9 +11,19 @@ from enum import StrEnum
 from domain.book.state import ChatEventRecord, EventState, OwnerBook
 from domain.rows import RowState
 
+# The backoff between offers while the chat is busy or down; a chat that says it turned idle ends it at once.
+BACKOFF_FIRST = timedelta(seconds=2)
+BACKOFF_MAX = timedelta(minutes=5)
 # An event the chat could not take for this long is given up: the outcomes stay unreported and appear in
 # the chat's next instruction anyway (seed: "a lost event leaves the outcome for the next owner message").
 OFFER_GIVE_UP = timedelta(hours=1)
+
+
+# The states of an event the outbox offers again after its backoff.
+OFFERED_AGAIN = frozenset({EventState.PENDING, EventState.ATTEMPTING, EventState.FAILED, EventState.UNCERTAIN})
+# Its record in the store changes at each offer, at most a backoff plus an offer's bound apart: one unchanged for
+# longer was given up (or its coordinator is gone) and waits for nothing.
+STILL_OFFERED = BACKOFF_MAX + timedelta(minutes=1)
 
 
 def unannounced(book: OwnerBook) -> list[str]:

@@ -88,6 +88,15 @@ class DeliveredAnswer(BaseModel):
     delivered: list[str]
 
 
+class ChatIdleAnswer(BaseModel):
+    """The reply to the chat saying it turned idle (a signal: the coordinator answers nothing back)."""
+
+    owner: str
+    told: bool = Field(
+        description="An event was waiting for the chat, and the owner's coordinator was told to offer it now."
+    )
+
+
 class ReadAnswer(BaseModel):
     owner: str
     turn: str

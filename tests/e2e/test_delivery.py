@@ -7,6 +7,7 @@ import functools
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from protocol.errors import HelperRefused
-from protocol.names import coordinator_id
+from protocol.names import CHAT_IDLE, coordinator_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
@@ -99,6 +100,38 @@ async def _offer_activities(stack: Stack) -> list[str]:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and (name := event.activity_task_scheduled_event_attributes.activity_type.name) == "offer_chat_event"
     ]
+
+
+async def _signals_named(stack: Stack, name: str) -> int:
+    handle = stack.env.client.get_workflow_handle(coordinator_id(stack.owner))
+    return sum(
+        1
+        for event in (await handle.fetch_history()).events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and event.workflow_execution_signaled_event_attributes.signal_name == name
+    )
+
+
+async def test_a_chat_that_says_it_turned_idle_is_offered_the_waiting_event_at_once(stack: Stack):
+    """R26: the chat is busy, so the event is offered again and again, each time after a longer backoff; the chat
+    turns idle and says so: the event arrives within seconds, not after the backoff (16 s by then). Saying so
+    while no event waits costs Temporal nothing: no signal reaches the coordinator."""
+    owner = stack.owner
+    await _chat(stack, "PUT", f"/v1/owners/{owner}/idle", {"idle": False})
+    await stack.client.start(helper_request(owner, "busy-spell", scripted_task("Done.", steps=1, step_ms=20)))
+    await eventually(functools.partial(_final, stack, "busy-spell"))
+    busy = await eventually(functools.partial(_offered_at_least, stack, 4), timeout=60)
+    busy = await eventually(functools.partial(_event_state, stack, "pending"), timeout=10)
+    await _chat(stack, "PUT", f"/v1/owners/{owner}/idle", {"idle": True})
+    assert (await stack.client.chat_idle(owner)).told
+    received = await eventually(stack.chat_events, timeout=20)
+    assert [event["helper_ids"] for event in received] == [["busy-spell"]]
+    delivered = await eventually(functools.partial(_event_state, stack, "delivered"), timeout=10)
+    # The offer right after the busy one's, well before its backoff (16 s after the fourth offer) ends.
+    assert delivered[-1].attempts == busy[-1].attempts + 1
+    assert delivered[-1].updated_at - busy[-1].updated_at < timedelta(seconds=16) - timedelta(seconds=4)
+    assert not (await stack.client.chat_idle(owner)).told
+    assert await _signals_named(stack, CHAT_IDLE) == 1
 
 
 async def test_an_idle_chat_is_offered_the_event_once(stack: Stack):

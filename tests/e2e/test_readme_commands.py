@@ -231,6 +231,9 @@ def _using_it(shell: Shell) -> None:
             assert answer["repeated"] is False and answer["follow_up"]["helper_id"] == "pick-room.answer", answer
             again = shell.answer(pasted)
             assert again["repeated"] is True and again["follow_up"]["helper_id"] == "pick-room.answer", again
+        elif " idle " in command:
+            # The demo's chat is idle, so its events are delivered at once and none waits, unless one is offered now.
+            assert answer["owner"] == "anna" and isinstance(answer["told"], bool), answer
         elif " close " in command:
             assert answer["state"] == "closed", answer
         elif " usage " in command:

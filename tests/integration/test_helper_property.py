@@ -743,12 +743,13 @@ class Driver:
             handle = rig.env.client.get_workflow_handle(workflow_id)
             status = await self.status(helper_id)
             seen.statuses[helper_id] = status.name if status else "none"
+            events = [event async for event in handle.fetch_history_events()]
             if status is WorkflowExecutionStatus.RUNNING:
+                seen.log += await self._why_running(handle, events)
                 with contextlib.suppress(Exception):
                     await handle.terminate("the property test gave up on it")
             elif status is WorkflowExecutionStatus.COMPLETED:
                 seen.results[helper_id] = HelperResult.model_validate(await handle.result())
-            events = [event async for event in handle.fetch_history_events()]
             seen.finalize_markers[helper_id] = sum(1 for e in events if local_activity_name(e) in FINALIZERS)
             seen.largest_event[helper_id] = max((event.ByteSize() for event in events), default=0)
             seen.sessions[helper_id] = [
@@ -770,6 +771,26 @@ class Driver:
                 seen.bad_logs.append(text)
             else:
                 seen.warnings.append(text)
+
+    async def _why_running(self, handle: Any, events: list[Any]) -> list[str]:
+        """What a helper still running at the end of the drain waits for: its pending activities and its last
+        events, in seconds after the example's start."""
+        assert self.started_at is not None
+        started = self.started_at
+
+        def at(stamp: Any) -> str:
+            return f"{(stamp.ToDatetime(tzinfo=started.tzinfo) - started).total_seconds():6.1f} s"
+
+        lines = [f"{await self.now_s():6.1f} s: {handle.id} still running"]
+        raw = (await handle.describe()).raw_description
+        for pending in raw.pending_activities:
+            lines.append(
+                f"  pending {pending.activity_type.name}: attempt {pending.attempt}, state {pending.state}, "
+                f"scheduled {at(pending.scheduled_time)}, last failure {pending.last_failure.message[:120]!r}"
+            )
+        for event in events[-15:]:
+            lines.append(f"  {at(event.event_time)} event {event.event_id} {EventType.Name(event.event_type)}")
+        return lines
 
 
 def _task_failures(events: list[Any]) -> list[str]:

@@ -558,6 +558,22 @@ async def test_record_event_upserts_by_key(store: HelperStore) -> None:
     assert await chat_events(store, "boris") == []
 
 
+async def test_an_event_still_offered_is_found_by_its_owner_its_state_and_its_last_change(store: HelperStore) -> None:
+    """R26: what the chat's idle notice asks the store: whether one of the owner's events is still offered (in an
+    offered-again state, changed lately). A delivered one, another owner's, or one unchanged since the moment asked
+    about (given up long ago) is not."""
+    offered_again = ["pending", "attempting", "failed", "uncertain"]
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    fields: dict[str, Any] = {"attempts": 1, "receipt_id": None, "last_error": None}
+    await store.record_event(owner="anna", key="k1", helper_ids=["h1"], state="delivered", **fields)
+    await store.record_event(owner="boris", key="k2", helper_ids=["h2"], state="pending", **fields)
+    assert not await store.reads.event_offered_since("anna", offered_again, before)
+    await store.record_event(owner="anna", key="k3", helper_ids=["h3"], state="failed", **fields)
+    assert await store.reads.event_offered_since("anna", offered_again, before)
+    assert not await store.reads.event_offered_since("anna", offered_again, datetime.now(UTC) + timedelta(seconds=1))
+    assert not await store.reads.event_offered_since("anna", ["pending"], before)
+
+
 async def test_record_parked_keeps_one_record_per_session(store: HelperStore) -> None:
     """R20: a session whose reset failed is parked; parking it again updates the record."""
     await store.record_parked("anna", "h1", "s-1", "reset timed out")

@@ -1,5 +1,5 @@
-"""An owner's helpers, and the chat's reads and deliveries: start, list, show, close, answer, unreported, read,
-delivered, usage."""
+"""An owner's helpers, and the chat's side: start, list, show, close, answer, unreported, read, delivered, idle,
+usage."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from domain.messages.updates import Admission, AnswerResult, CloseAnswer, DeliveredAnswer, ReadAnswer
+from domain.messages.updates import (
+    Admission,
+    AnswerResult,
+    ChatIdleAnswer,
+    CloseAnswer,
+    DeliveredAnswer,
+    ReadAnswer,
+)
 from domain.rows import HelperView, RowState
 from starter import commands
 from starter.reads import UsageReport
@@ -115,6 +122,18 @@ async def read(owner: Owner, body: ReadBody, request: Request) -> Response:
 async def delivered(owner: Owner, body: DeliveredBody, request: Request) -> Response:
     """The turn sent a nonempty answer and completed: what it read is delivered (R28)."""
     return await reply(request, lambda: commands.delivered(owner, body.turn, body.answer_chars), body)
+
+
+@router.post(
+    "/idle",
+    summary="idle: the owner's chat turned idle; a waiting system event is offered now",
+    responses={200: {"model": ChatIdleAnswer}, **WRITE},
+)
+async def chat_idle(owner: Owner, request: Request) -> Response:
+    """The chat calls this when the owner's chat turns idle (a turn ended) and when it answers again after being
+    down: an event waiting for it is offered within seconds instead of after the backoff. Answers `told: false`
+    without touching Temporal when no event waits."""
+    return await reply(request, lambda: commands.chat_idle(owner))
 
 
 @router.get("/usage", summary="usage per helper and per model", responses={200: {"model": UsageReport}})
