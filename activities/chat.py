@@ -6,12 +6,21 @@ from temporalio import activity
 
 from clients.chat_client import ChatClient, ChatError, ChatUncertain
 from contracts.chat_api import SystemEvent
-from domain.book import EventState
+from domain.book import EventKind, EventState
 from domain.messages.activities import OfferEvent, OfferResult, WithdrawnEvent
 from domain.texts import text
 from observability import recording
 from protocol.names import OFFER_CHAT_EVENT, WITHDRAW_CHAT_EVENT
 from store.helper_store import HelperStore
+
+
+def event_text(offer: OfferEvent) -> str:
+    """The event's text in the owner's language: outcomes ready, or a wait's reminder or expiry naming what it asked
+    (an expired authorization is said to be unanswered, never denied)."""
+    helper_ids = ", ".join(offer.helper_ids)
+    if offer.kind is EventKind.READY or offer.waits_for is None:
+        return text("event.ready", offer.language, helper_ids=helper_ids)
+    return text(f"event.{offer.kind.value}.{offer.waits_for}", offer.language, helper_ids=helper_ids, about=offer.about)
 
 
 class ChatActivities:
@@ -31,11 +40,7 @@ class ChatActivities:
                 return OfferResult(state=EventState.PENDING, busy=True)
             receipt = await self.chat.send_event(
                 offer.owner,
-                SystemEvent(
-                    key=offer.key,
-                    helper_ids=offer.helper_ids,
-                    text=text("event.ready", offer.language, helper_ids=", ".join(offer.helper_ids)),
-                ),
+                SystemEvent(key=offer.key, helper_ids=offer.helper_ids, text=event_text(offer), kind=offer.kind.value),
             )
         except ChatUncertain as error:
             await self._record(offer, EventState.UNCERTAIN, attempts, error=str(error))

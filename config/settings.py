@@ -29,7 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, LocalEnvError, with_local_env
 from config.store_address import StoreAddress
-from domain.limits import FollowTuning, Limits, Policy
+from domain.limits import FollowTuning, Limits, Policy, WaitPolicy
 
 API_TOKEN_MIN_CHARS = 16
 
@@ -68,7 +68,15 @@ def _flag(value: object) -> object:
     raise PydanticCustomError("flag", "expected true or false")
 
 
+def _wholes(value: object) -> object:
+    """Whole numbers separated by commas (`7200000,43200000`); blank is none."""
+    if not isinstance(value, str):
+        return value
+    return [_whole(part.strip()) for part in value.split(",") if part.strip()]
+
+
 Whole = Annotated[int, BeforeValidator(_whole)]
+Wholes = Annotated[tuple[int, ...], BeforeValidator(_wholes)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 
 
@@ -102,20 +110,30 @@ class PolicyVariables(Section):
     resume_ms: Whole | None = Field(None, validation_alias="HELPER_FOLLOW_RESUME_MS")
     silence_ms: Whole | None = Field(None, validation_alias="HELPER_CORE_SILENCE_MS")
     bad_answers: Whole | None = Field(None, validation_alias="HELPER_CORE_BAD_ANSWERS")
+    remind_after_ms: Wholes | None = Field(None, validation_alias="HELPER_WAIT_REMIND_MS")
+    expire_after_ms: Whole | None = Field(None, validation_alias="HELPER_WAIT_EXPIRE_MS")
 
     def policy(self) -> Policy:
         """The domain's policy with the variables set; a value out of the domain's range is an error naming its
         variable (each is checked alone, so the error is the variable's own)."""
-        parts: dict[type[BaseModel], dict[str, int]] = {Policy: {}, Limits: {}, FollowTuning: {}}
+        parts: dict[type[BaseModel], dict[str, Any]] = {Policy: {}, Limits: {}, FollowTuning: {}, WaitPolicy: {}}
         for name, value in self.model_dump(exclude_none=True).items():
-            model = next(model for model in (Limits, FollowTuning, Policy) if name in model.model_fields)
+            model = next(model for model in (Limits, FollowTuning, WaitPolicy, Policy) if name in model.model_fields)
             try:
                 model.model_validate({name: value})
             except ValidationError as error:
                 variable = str(type(self).model_fields[name].validation_alias)
                 raise SettingsError(f"{variable}={value!r}: {error.errors()[0]['msg']}") from None
             parts[model][name] = value
-        return Policy(**parts[Policy], limits=Limits(**parts[Limits]), follow=FollowTuning(**parts[FollowTuning]))
+        try:
+            return Policy(
+                **parts[Policy],
+                limits=Limits(**parts[Limits]),
+                follow=FollowTuning(**parts[FollowTuning]),
+                wait=WaitPolicy(**parts[WaitPolicy]),
+            )
+        except ValidationError as error:  # a rule between variables (the wait's bound within the keep)
+            raise SettingsError(error.errors()[0]["msg"]) from None
 
 
 class ServiceSettings(Section):
@@ -395,7 +413,12 @@ def tree_variables(
         if name in without or (only is not None and name not in only):
             continue
         if field.annotation is Policy:
-            domain = {**Policy().model_dump(), **Limits().model_dump(), **FollowTuning().model_dump()}
+            domain = {
+                **Policy().model_dump(),
+                **Limits().model_dump(),
+                **FollowTuning().model_dump(),
+                **WaitPolicy().model_dump(),
+            }
             for part, variable in PolicyVariables.model_fields.items():
                 yield str(variable.validation_alias), domain[part]
         elif isinstance(field.annotation, type) and issubclass(field.annotation, Section):

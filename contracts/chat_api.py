@@ -12,6 +12,7 @@ A repeated `key` is harmless: the chat answers with the first receipt and `dupli
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,12 +21,17 @@ class IdleAnswer(BaseModel):
     idle: bool
 
 
+EventKind = Literal["ready", "reminder", "expired"]
+
+
 class SystemEvent(BaseModel):
-    """One wake-up for the chat: these helpers have outcomes ready to report."""
+    """One wake-up for the chat: these helpers have outcomes ready to report (`ready`), a helper still waits for the
+    owner's answer (`reminder`), or its wait ended unanswered (`expired`)."""
 
     key: str = Field(min_length=1, max_length=200, description="Makes a repeat harmless (inbound dedup).")
     helper_ids: list[str] = Field(min_length=1)
     text: str = Field(min_length=1, max_length=2000)
+    kind: EventKind = "ready"
 
 
 class EventReceipt(BaseModel):
@@ -42,3 +48,4 @@ class ReceivedEvent(BaseModel):
     helper_ids: list[str]
     text: str
     accepted_at: datetime
+    kind: EventKind = "ready"

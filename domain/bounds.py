@@ -25,6 +25,8 @@ PAYLOAD_TEXT_MAX: Final = 4_000
 ROW_MESSAGE_MAX: Final = 64_000
 # Rows show this many actions; the outcome text and outcome.json in the result directory list them all.
 ROW_ACTIONS_MAX: Final = 100
+# What a reminder or an expiry notice says the wait asked (the question's options, the action to authorize).
+NOTICE_ABOUT_MAX: Final = 300
 
 Item = TypeVar("Item")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 HELPER_MAX_OPEN = 3
 HELPER_MAX_RUNNING = 3
@@ -129,7 +129,7 @@ class WaitPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    remind_after_ms: tuple[int, ...] = Field(default=HELPER_WAIT_REMIND_MS, max_length=WAIT_REMINDERS_MAX)
+    remind_after_ms: tuple[PositiveInt, ...] = Field(default=HELPER_WAIT_REMIND_MS, max_length=WAIT_REMINDERS_MAX)
     expire_after_ms: int | None = Field(default=None, gt=0, description="None: the row's keep (HELPER_KEEP_MS).")
 
     def expires_after_ms(self, keep_ms: int) -> int:
@@ -154,3 +154,12 @@ class Policy(BaseModel):
     limits: Limits = Limits()
     follow: FollowTuning = FollowTuning()
     wait: WaitPolicy = WaitPolicy()
+
+    @model_validator(mode="after")
+    def _wait_within_keep(self) -> Policy:
+        if self.wait.expire_after_ms is not None and self.wait.expire_after_ms > self.keep_ms:
+            raise ValueError(
+                f"a wait's expiry ({self.wait.expire_after_ms} ms) is longer than the row's keep ({self.keep_ms} ms): "
+                "a wait ends at the latest when its row goes"
+            )
+        return self

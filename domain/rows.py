@@ -18,6 +18,7 @@ class RowState(StrEnum):
     UNREPORTED = "unreported"  # finalized, not yet told to the owner
     DELIVERED = "delivered"  # a chat turn read it and answered
     CLOSED = "closed"  # closed by the owner (or its outcome withdrawn)
+    EXPIRED = "expired"  # its question or authorization wait ended unanswered at its bound (R54)
 
     @property
     def is_open(self) -> bool:

@@ -80,6 +80,12 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "Helper {helper_id} was closed; its question can no longer be answered.",
         "ru": "Помощник {helper_id} закрыт; на его вопрос больше нельзя ответить.",
     },
+    "refused.answer_expired": {
+        "en": "Helper {helper_id}'s wait expired unanswered at {at}; nothing was done, and an answer now starts "
+        "nothing. Start new work to go on.",
+        "ru": "Ожидание помощника {helper_id} истекло без ответа в {at}; ничего не сделано, и ответ теперь ничего "
+        "не запустит. Чтобы продолжить, начните новую работу.",
+    },
     "refused.answer_followed_up": {
         "en": "Helper {helper_id} was already continued by {follow_up}; its question can no longer be answered.",
         "ru": "Помощника {helper_id} уже продолжил {follow_up}; на его вопрос больше нельзя ответить.",
@@ -277,6 +283,23 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
     "event.ready": {
         "en": "Helper outcomes are ready to report: {helper_ids}.",
         "ru": "Готовы результаты помощников: {helper_ids}.",
+    },
+    "event.reminder.question": {
+        "en": "Reminder: helper {helper_ids} is still waiting for the owner's answer to its question ({about}).",
+        "ru": "Напоминание: помощник {helper_ids} всё ещё ждёт ответа владельца на свой вопрос ({about}).",
+    },
+    "event.reminder.authorization": {
+        "en": "Reminder: helper {helper_ids} is still waiting for the owner to grant or deny: {about}.",
+        "ru": "Напоминание: помощник {helper_ids} всё ещё ждёт, разрешит ли владелец: {about}.",
+    },
+    "event.expired.question": {
+        "en": "Helper {helper_ids}'s question ({about}) expired unanswered; nothing was done.",
+        "ru": "Вопрос помощника {helper_ids} ({about}) остался без ответа, и его срок истёк; ничего не сделано.",
+    },
+    "event.expired.authorization": {
+        "en": "Helper {helper_ids}'s request to {about} expired unanswered; nothing was done, and it was not denied.",
+        "ru": "Запрос помощника {helper_ids} ({about}) остался без ответа, и его срок истёк; ничего не сделано, "
+        "и это не отказ.",
     },
 }
 

@@ -54,6 +54,7 @@ REFUSAL_REASONS: Final = frozenset(
         "stale_question",
         "not_offered",
         "grant_refused",
+        "expired",
     }
 )
 # Pending and attempting are on the way; these are where an offer stops (a failed one may be offered again).

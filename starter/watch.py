@@ -80,10 +80,11 @@ def progress_text(view: HelperView) -> str:
     return f"running · {plural(view.steps, 'step')} · {plural(view.work_tokens, 'work token')}"
 
 
-# A helper whose outcome was already shown changes state only by being delivered or closed.
+# A helper whose outcome was already shown changes state only by being delivered, closed, or by its wait expiring.
 _LATER_STATE = {
     RowState.DELIVERED: "delivered · a chat turn read the outcome and answered the owner",
     RowState.CLOSED: "closed by the owner · the outcome is kept for reading",
+    RowState.EXPIRED: "expired · its question or authorization was not answered in time; nothing was done",
     RowState.UNREPORTED: "unreported · the outcome waits for the next chat turn",
 }
 

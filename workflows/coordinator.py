@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 
 from temporalio import workflow
@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
-    from domain.book import admission, answering, closing, delivery, outbox, retention, slots, writes
+    from domain.book import admission, answering, closing, delivery, outbox, retention, slots, waits, writes
     from domain.book.state import (
         AwaitEarlier,
         ChatEventRecord,
@@ -81,7 +81,7 @@ class CoordinatorWorkflow:
         self.book = begun.book or OwnerBook(owner=begun.owner, policy=begun.policy)
         self.messages_this_run = 0
         self.stopping = False  # draining handlers to continue as new: new updates are turned away
-        self.armed_wakeup = retention.next_wakeup(self.book)
+        self.armed_wakeup = self._next_wakeup()
         # Helpers whose admission is decided but whose row and workflow are still being written: a slot they are
         # given meanwhile stays theirs and is signalled once the write is done (there is no workflow yet).
         self.writing: set[str] = set()
@@ -96,7 +96,7 @@ class CoordinatorWorkflow:
             raise self.unreadable_start
         offering = asyncio.ensure_future(self._outbox())
         while not self._should_continue_as_new():
-            self.armed_wakeup = retention.next_wakeup(self.book)
+            self.armed_wakeup = self._next_wakeup()
             timeout = IDLE_WAKEUP
             if self.armed_wakeup is not None:
                 timeout = min(max(self.armed_wakeup - workflow.now(), timedelta(seconds=1)), IDLE_WAKEUP)
@@ -104,7 +104,7 @@ class CoordinatorWorkflow:
                 await workflow.wait_condition(
                     lambda: self._should_continue_as_new() or self._timer_outdated(),
                     timeout=timeout,
-                    timeout_summary="next row expiry, slot lease end or build check",
+                    timeout_summary="next row expiry, slot lease end, reminder, wait expiry or build check",
                 )
             except TimeoutError:
                 await self._expire()
@@ -119,8 +119,13 @@ class CoordinatorWorkflow:
             initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
 
+    def _next_wakeup(self) -> datetime | None:
+        """The one timer's moment: the next row expiry or lease end (retention), reminder or wait expiry (waits)."""
+        moments = [moment for moment in (retention.next_wakeup(self.book), waits.next_moment(self.book)) if moment]
+        return min(moments, default=None)
+
     def _timer_outdated(self) -> bool:
-        return retention.timer_outdated(retention.next_wakeup(self.book), self.armed_wakeup)
+        return retention.timer_outdated(self._next_wakeup(), self.armed_wakeup)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
@@ -136,6 +141,9 @@ class CoordinatorWorkflow:
         for helper_id in slots.expire_leases(self.book, now):
             workflow.logger.warning("slot lease of %s/%s ended without its notice", self.book.owner, helper_id)
         await self._hand_out_slots()
+        for entry in waits.come_due(self.book, now).expired:
+            workflow.logger.info("%s/%s: its wait expired unanswered", self.book.owner, entry.helper_id)
+            await self._write_row(entry, RowState.EXPIRED)
         expired = retention.expired(self.book, now)
         if expired:
             await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
@@ -543,12 +551,16 @@ class CoordinatorWorkflow:
                 continue
             outbox.start_offer(event, workflow.now())
             self.chat_turned_idle = False
+            waits_for, about = outbox.waits_for(self.book, event)
             offer = activities.OfferEvent(
                 owner=self.book.owner,
                 key=event.key,
                 helper_ids=event.helper_ids,
                 language=outbox.language_of(self.book, event.helper_ids),
                 attempts=event.attempts,
+                kind=event.kind,
+                waits_for=waits_for,
+                about=about,
             )
             result = await self._offer(offer)
             outcome = outbox.record_offer(

@@ -42,16 +42,15 @@ from domain.book.state import (
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
-from domain.messages.signals import Asked
+from domain.messages.signals import AUTHORIZATION_QUESTION_ID, Asked
 from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, check_utf8
 from domain.rows import RowState
 from domain.texts import text
 
-# The question id of a plain-text question (it takes free text) and of an authorization wait (grant or deny).
+# The question id of a plain-text question (it takes free text); an authorization wait's is AUTHORIZATION_QUESTION_ID.
 PLAIN_QUESTION_ID: Final = "question"
-AUTHORIZATION_QUESTION_ID: Final = "authorization"
 GRANT: Final = "grant"
 DENY: Final = "deny"
 # The suffix of a follow-up's helper id (`answer_helper_id`).
@@ -179,8 +178,13 @@ def decide(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: 
     language = book.language
     entry = book.entries.get(helper_id)
     if entry is None:  # another owner's helper is not in this book either
+        expired = next((wait for wait in book.recently_expired if wait.helper_id == helper_id), None)
+        if expired is not None:
+            return _expired(helper_id, expired.expired_at, language)
         return unknown_helper(helper_id, language)
     language = entry.language
+    if entry.state is RowState.EXPIRED and entry.expired_at is not None:
+        return _expired(helper_id, entry.expired_at, language)
     asked = entry.asked
     if asked is None or entry.state.is_open:
         return refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_nothing_asked", language, helper_id=helper_id)
@@ -216,6 +220,12 @@ def decide(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: 
             RefusalCode.NOT_ANSWERABLE, "refused.answer_id_taken", language, helper_id=helper_id, follow_up=follow_up_id
         )
     return None
+
+
+def _expired(helper_id: str, expired_at: datetime, language: str) -> Refusal:
+    """The wait ended unanswered: nothing was done, and an answer now starts nothing (R54)."""
+    at = expired_at.strftime("%Y-%m-%d %H:%M UTC")
+    return refusal(RefusalCode.EXPIRED, "refused.answer_expired", language, helper_id=helper_id, at=at)
 
 
 def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -> Refusal | None:

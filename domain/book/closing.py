@@ -39,7 +39,7 @@ def decide(book: OwnerBook, helper_id: str) -> Judgement[CloseAction]:
         return CloseAction.FORWARD_TO_HELPER
     if entry.state is RowState.UNREPORTED:
         return CloseAction.WRITE_CLOSED
-    if entry.state is RowState.DELIVERED:
+    if entry.state in (RowState.DELIVERED, RowState.EXPIRED):
         # A row whose helper still holds its slot (R38) stays until the slot is free; retention removes it later.
         return CloseAction.WRITE_CLOSED if entry.is_goal_check or entry.holds_slot else CloseAction.REMOVE
     return CloseAction.NOTHING

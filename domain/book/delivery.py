@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.book import outbox, retention
+from domain.book import outbox, retention, waits
 from domain.book.state import (
     Entry,
     Judgement,
@@ -84,12 +84,14 @@ def deliver(book: OwnerBook, turn: str, now: datetime) -> list[Entry]:
 
 def deliver_one(book: OwnerBook, entry: Entry, now: datetime) -> bool:
     """The owner has this outcome now (a turn that read it answered, or the owner answered it): an unreported one is
-    delivered, kept from now (R29) and no longer announced, as the chat has it (R26). True if it was unreported; its
+    delivered, kept from now (R29) and no longer announced, as the chat has it (R26); a question or authorization
+    not answered yet waits from now (R54). True if it was unreported; its
     row must then be written, at a new generation the caller sets."""
     if entry.state is not RowState.UNREPORTED:
         return False
     entry.state = RowState.DELIVERED
     entry.delivered_at = now
     retention.keep_from(book, entry, now)  # from its delivery
+    waits.begin(book, entry, now)
     outbox.withdraw_settled(book)
     return True

@@ -1,6 +1,7 @@
 """Retention (R29): when a row goes, and which rows may go. A closed row is kept `HELPER_KEEP_MS` from its finish, a
-delivered row from its delivery; every change that closes or delivers a row sets its time here, and the coordinator's
-timer removes it. Only a `removable` row goes, at its time or, without a Goal, earlier for room (R3)."""
+delivered row from its delivery, an expired one from its expiry; every change that closes, delivers or expires a
+row sets its time here, and the coordinator's timer removes it. Only a `removable` row goes, at its time or, without
+a Goal, earlier for room (R3)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ def forget(book: OwnerBook, helper_ids: list[str]) -> None:
     note_removed(book, removed)
 
 
+REMOVABLE_STATES = (RowState.DELIVERED, RowState.CLOSED, RowState.EXPIRED)
+
+
 def removable(entry: Entry) -> bool:
-    """A row that may go, when its time is up or for room: delivered or closed, handed back to the coordinator (its
-    helper no longer writes it) and holding no slot."""
-    return entry.state in (RowState.DELIVERED, RowState.CLOSED) and not entry.helper_writes and not entry.holds_slot
+    """A row that may go, when its time is up or for room: delivered, closed or expired, handed back to the
+    coordinator (its helper no longer writes it) and holding no slot."""
+    return entry.state in REMOVABLE_STATES and not entry.helper_writes and not entry.holds_slot
 
 
 def evictable(entry: Entry) -> bool:

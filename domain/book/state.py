@@ -18,7 +18,7 @@ from typing import TypeAlias, TypeVar
 from pydantic import BaseModel, Field
 
 from domain.ids import GoalId, HelperId, OwnerId
-from domain.limits import Policy
+from domain.limits import Policy, WaitPolicy
 from domain.messages.signals import Asked, FinishedNotice
 from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
@@ -63,10 +63,47 @@ class Entry(BaseModel):
     followed_up_by: HelperId | None = None  # the helper that continues this one's outcome (at most one)
     asked: Asked | None = None  # what its question or authorization wait takes as an answer (R49)
     answer: OwnerAnswer | None = None  # the one authoritative answer, once given (R49)
+    wait: WaitPolicy | None = None  # its wait's reminders and bound (R54); None: the owner's policy
+    wait_ends_at: datetime | None = None  # set when its wait begins (delivered, unanswered)
+    reminders_sent: int = 0
+    expired_at: datetime | None = None
 
     @property
     def is_goal_check(self) -> bool:
         return self.goal_id is not None
+
+
+def wait_under_way(entry: Entry) -> bool:
+    """Its question or authorization wait runs (R54): delivered, unanswered, not closed, not followed up, not
+    expired."""
+    return (
+        entry.wait_ends_at is not None
+        and entry.answer is None
+        and entry.state is RowState.DELIVERED
+        and not entry.close_requested
+        and entry.followed_up_by is None
+    )
+
+
+class EventKind(StrEnum):
+    READY = "ready"  # outcomes are ready to report (R26)
+    REMINDER = "reminder"  # a wait for the owner is still unanswered (R54)
+    EXPIRED = "expired"  # a wait for the owner ended unanswered (R54)
+
+
+class Notice(BaseModel):
+    """A reminder or an expiry due to be told to the chat, once (R54)."""
+
+    kind: EventKind
+    helper_id: HelperId
+    key: str
+
+
+class ExpiredWait(BaseModel):
+    """A wait that ended unanswered, remembered after its row is gone: a late answer is refused `expired`."""
+
+    helper_id: HelperId
+    expired_at: datetime
 
 
 class EventState(StrEnum):
@@ -83,6 +120,7 @@ class ChatEventRecord(BaseModel):
 
     key: str
     helper_ids: list[HelperId]
+    kind: EventKind = EventKind.READY
     state: EventState = EventState.PENDING
     attempts: int = 0
     receipt_id: str | None = None
@@ -109,6 +147,10 @@ class OwnerBook(BaseModel):
     early_notices: list[FinishedNotice] = Field(
         default_factory=list, description="Notices of helpers whose admission is not recorded yet (a crash)."
     )
+    notices: list[Notice] = Field(default_factory=list, description="Reminders and expiries not yet offered (R54).")
+    recently_expired: list[ExpiredWait] = Field(
+        default_factory=list, description="Waits that expired, of rows removed lately: a late answer is refused."
+    )
 
     def open_ids(self) -> list[str]:
         return [e.helper_id for e in self._by_seq() if e.state.is_open]
@@ -134,6 +176,7 @@ class RefusalCode(StrEnum):
     STALE_QUESTION = "stale_question"  # the answer names another question than the one waiting
     NOT_OFFERED = "not_offered"  # an option that was not offered, or free text where none is taken
     GRANT_REFUSED = "grant_refused"  # the authorization asked for does not parse as a boundary item
+    EXPIRED = "expired"  # the wait ended unanswered at its bound (R54)
 
 
 class Refusal(BaseModel):
@@ -160,11 +203,20 @@ RECENTLY_REMOVED_KEPT = 100
 
 
 def note_removed(book: OwnerBook, removed: list[Entry]) -> None:
-    """Remember for a while the ids of removed rows the owner had closed: closing one again is harmless (R23). A row
-    removed otherwise (expired after delivery, evicted for room) is no helper any more, as `show` says."""
+    """Remember for a while the ids of removed rows the owner had closed: closing one again is harmless (R23); and the
+    waits that had expired: a late answer is refused `expired`, not `unknown_helper` (R54). A row removed otherwise
+    (its keep over after delivery, evicted for room) is no helper any more, as `show` says."""
     closed = [entry.helper_id for entry in removed if entry.state is RowState.CLOSED]
     book.recently_removed = [h for h in book.recently_removed if h not in closed] + closed
     del book.recently_removed[:-RECENTLY_REMOVED_KEPT]
+    expired = [
+        ExpiredWait(helper_id=entry.helper_id, expired_at=entry.expired_at)
+        for entry in removed
+        if entry.state is RowState.EXPIRED and entry.expired_at is not None
+    ]
+    gone = {wait.helper_id for wait in expired}
+    book.recently_expired = [w for w in book.recently_expired if w.helper_id not in gone] + expired
+    del book.recently_expired[:-RECENTLY_REMOVED_KEPT]
 
 
 def refusal(code: RefusalCode, text_key: str, language: str, **fields: str) -> Refusal:

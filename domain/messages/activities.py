@@ -12,7 +12,8 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action, QuestionChoices, SessionStatus, StopReason
-from domain.book import EventState
+from domain.book import EventKind, EventState
+from domain.bounds import NOTICE_ABOUT_MAX
 from domain.goals import Goal
 from domain.ids import HelperId, OwnerId
 from domain.limits import FollowTuning, Limits, Policy
@@ -214,6 +215,9 @@ class OfferEvent(BaseModel):
     helper_ids: list[HelperId]
     language: str
     attempts: int
+    kind: EventKind = EventKind.READY
+    waits_for: str | None = Field(default=None, description="A notice's wait: question or authorization.")
+    about: str | None = Field(default=None, max_length=NOTICE_ABOUT_MAX, description="What the wait asked.")
 
 
 class OfferResult(BaseModel):

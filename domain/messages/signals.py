@@ -4,6 +4,7 @@ token with its signals to a helper (a slot granted, a close)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from pydantic import BaseModel, Field
 
@@ -16,6 +17,10 @@ class Token(BaseModel):
     """The argument of the coordinator's signals to a helper. It says nothing; its payload is encrypted, so
     only a sender with the codec keys can make one: a client without them sends a bare signal, or a plaintext
     payload the codec refuses, and the helper ignores it."""
+
+
+# The question id of an authorization wait: it takes `grant` or `deny`.
+AUTHORIZATION_QUESTION_ID: Final = "authorization"
 
 
 class Asked(BaseModel):

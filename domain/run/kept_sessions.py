@@ -26,6 +26,8 @@ def reset_reason(
         return "its row is gone"
     if row.state is RowState.CLOSED:
         return "its row was closed"
+    if row.state is RowState.EXPIRED:
+        return "its wait expired unanswered"
     if row.followed_up_by is not None:
         if follow_up is None:
             return "its follow-up is gone"

@@ -66,6 +66,7 @@ class ChatState:
             helper_ids=list(event.helper_ids),
             text=event.text,
             accepted_at=datetime.now(UTC),
+            kind=event.kind,
         )
         self._remember(owner, received)
         self._append({"kind": "event", "owner": owner, "event": received.model_dump(mode="json")})

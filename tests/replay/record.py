@@ -25,7 +25,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from config.settings import release_build_id
-from domain.limits import FollowTuning, Limits
+from contracts.core_api import SessionStatus
+from domain.limits import FollowTuning, Limits, WaitPolicy
+from domain.rows import RowState
 from protocol.errors import HelperRefused
 from protocol.names import coordinator_id, helper_workflow_id
 from reference.chat.server import running_chat
@@ -286,6 +288,45 @@ async def record_time_skipped_paths(work: Path) -> None:
     folder = work / "helper-lost-create"
     folder.mkdir()
     await _record_lost_create(folder, "helper-lost-create")
+    folder = work / "coordinator-wait"
+    folder.mkdir()
+    await _record_wait(folder, "coordinator-wait")
+
+
+async def _record_wait(folder: Path, name: str) -> None:
+    """A coordinator whose delivered question is reminded twice, then expires unanswered, and a late answer refused
+    (R54); the reference chat hears each."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter
+    )
+    await register_search_attributes(env)
+    core = FakeCore()
+    wait = WaitPolicy(remind_after_ms=(3_600_000, 7_200_000), expire_after_ms=10_800_000)
+    try:
+        async with serving_fake_core(core) as core_url, running_chat() as chat_url:
+            settings = settings_for(folder, core_url, chat_url, skipping_time=True, wait=wait)
+            store = await HelperStore.connect(settings.store, run_migrations=True)
+            async with running_worker(env.client, settings):
+                client = HelperClient(settings, store.reads, env.client)
+                await client.start(helper_request(name, "h1"))
+                session = await eventually(lambda: core.sessions.get("fake-1"))
+                session.question, session.status = "Walk or taxi?", SessionStatus.QUESTION
+                await eventually(lambda: _row_final(store, name), timeout=30)
+                await client.read(read_request(name, "t-1", ["h1"]))
+                await client.delivered(delivered_request(name, "t-1", answer_chars=40))
+                await skip_time(env, timedelta(hours=3, minutes=5))
+                await eventually(lambda: _row_expired(store, name), timeout=30)
+                with contextlib.suppress(HelperRefused):
+                    await client.answer(answer_request(name, "h1", "question", text="walk"))
+                await _save(env.client, coordinator_id(name), name, completed=False)
+            await store.close()
+    finally:
+        await env.shutdown()
+
+
+async def _row_expired(store: HelperStore, owner: str) -> bool:
+    row = await store.get(owner, "h1")
+    return row is not None and row.state is RowState.EXPIRED
 
 
 async def _record_lost_create(folder: Path, name: str) -> None:

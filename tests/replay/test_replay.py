@@ -38,6 +38,7 @@ EXPECTED = {
     "coordinator-regrant",
     "coordinator-withdrawn-event",
     "coordinator-answers",
+    "coordinator-wait",
     "goal-check",
     "sweep",
 }

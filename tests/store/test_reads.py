@@ -92,7 +92,7 @@ async def _fill(store: HelperStore) -> None:
                 "started_at": T0 + timedelta(minutes=1),
                 "deadline_at": T0.astimezone(timezone(timedelta(hours=3))) + timedelta(minutes=46),
             }
-            if state in (RowState.UNREPORTED, RowState.DELIVERED, RowState.CLOSED):
+            if state in (RowState.UNREPORTED, RowState.DELIVERED, RowState.CLOSED, RowState.EXPIRED):
                 changes["outcome_kind"] = OutcomeKind.COMPLETED
                 changes["summary"] = "Mailed the report. «ok»"
                 changes["actions"] = [action]
@@ -131,7 +131,7 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
                 assert await reader.ahead(owner, seq) == await store.reads.ahead(owner, seq)
             assert await reader.usage(owner) == await store.reads.usage(owner)
         listed = await reader.views("anna")
-        assert [v.helper_id for v in listed] == ["h1", "h2", "h3", "h4", "h5", "g1", "g2", "q1"]
+        assert [v.helper_id for v in listed] == ["h1", "h2", "h3", "h4", "h5", "h6", "g1", "g2", "q1"]
         assert all(v.admitted_at.tzinfo is not None for v in listed)
         assert {view.helper_id: view.ahead for view in listed} == {
             "h1": 0,
@@ -139,6 +139,7 @@ async def test_the_bare_reads_answer_what_the_store_answers(store_url: str) -> N
             "h3": None,
             "h4": None,
             "h5": None,
+            "h6": None,
             "g1": 1,
             "g2": None,
             "q1": None,

@@ -29,6 +29,8 @@ def renderings(default: object) -> set[str]:
         return {"true", "yes"} if default else {"false", "no"}
     if isinstance(default, int):
         return {str(default), f"{default:,}"}
+    if isinstance(default, tuple):  # a comma-separated list
+        return {",".join(str(item) for item in default)}
     return {str(default)}
 
 

@@ -24,7 +24,7 @@ from domain.book import (
 )
 from domain.book.state import LEASE_MARGIN, summarize_book
 from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
-from domain.messages.signals import FinishedNotice
+from domain.messages.signals import AUTHORIZATION_QUESTION_ID, FinishedNotice
 from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
@@ -777,12 +777,12 @@ def test_each_row_is_kept_from_its_own_moment() -> None:
 
 
 def test_removable_rows_are_the_ones_expiry_and_eviction_may_take() -> None:
-    """R3, R29, R30: only a delivered or closed row the coordinator writes and that holds no slot may go; eviction
-    takes such a row only without a Goal, expiry with one too."""
+    """R3, R29, R30, R54: only a delivered, closed or expired row the coordinator writes and that holds no slot may
+    go; eviction takes such a row only without a Goal, expiry with one too."""
     for state in RowState:
         row = entry("r", 1, state, helper_writes=False)
         row.holds_slot = False
-        assert retention.removable(row) is (state in (RowState.DELIVERED, RowState.CLOSED)), state
+        assert retention.removable(row) is (state in (RowState.DELIVERED, RowState.CLOSED, RowState.EXPIRED)), state
     delivered = entry("d", 1, RowState.DELIVERED)
     goal = entry("g", 2, RowState.CLOSED, goal_id="weekly")
     written = entry("w", 3, RowState.CLOSED, helper_writes=True)
@@ -1109,7 +1109,7 @@ def test_withdrawing_an_answer_whose_follow_up_was_not_written_lets_it_be_given_
 def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_boundary() -> None:
     """R41, R49: the granted item is a boundary item; the earlier items stay."""
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, boundary=("send_mail to anna@example.com",))
-    grant = OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT)
+    grant = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT)
     follow = take(book, grant)
     assert follow is not None
     assert follow.boundary == ("send_mail to anna@example.com", "send_mail to bob@example.com")
@@ -1117,7 +1117,7 @@ def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_bound
     again = answering.decide(
         book,
         "h1",
-        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
+        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
         arrived_at=ANSWERED_AT,
     )
     assert isinstance(again, answering.Repeated) and not again.same
@@ -1125,7 +1125,7 @@ def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_bound
 
 def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
-    deny = OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
+    deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
     assert answering.decide(book, "h1", deny, arrived_at=ANSWERED_AT) is None
     entry = book.entries["h1"]
     assert answering.follow_up_request(book, entry, deny) is None
@@ -1151,7 +1151,7 @@ def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: s
     refusal = answering.decide(
         book,
         "h1",
-        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT),
+        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT),
         arrived_at=ANSWERED_AT,
     )
     assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.GRANT_REFUSED
@@ -1161,7 +1161,7 @@ def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: s
         answering.decide(
             book,
             "h1",
-            OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
+            OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
             arrived_at=ANSWERED_AT,
         )
         is None
@@ -1171,8 +1171,8 @@ def test_a_grant_whose_item_does_not_parse_is_refused(action: str | None, why: s
 def test_an_authorization_takes_only_grant_or_deny() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
     for answer in (
-        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id="yes"),
-        OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, text="yes please"),
+        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id="yes"),
+        OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, text="yes please"),
     ):
         refusal = answering.decide(book, "h1", answer, arrived_at=ANSWERED_AT)
         assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_OFFERED

@@ -40,7 +40,7 @@ from domain.book import (
     slots,
 )
 from domain.limits import Policy
-from domain.messages.signals import FinishedNotice
+from domain.messages.signals import AUTHORIZATION_QUESTION_ID, FinishedNotice
 from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
@@ -112,8 +112,8 @@ ANSWERS = [
     OwnerAnswer(question_id="venue", text="near the river"),
     OwnerAnswer(question_id="date", option_id="walk"),
     OwnerAnswer(question_id="question", text="Friday"),
-    OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT),
-    OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
+    OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT),
+    OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY),
 ]
 
 
@@ -769,12 +769,12 @@ class OwnerBookMachine(RuleBasedStateMachine):
         waiting = sorted(e.helper_id for e in self.book.entries.values() if _answerable(e))
         entry = self.book.entries[waiting[which % len(waiting)]]
         assert entry.asked is not None
-        if entry.asked.question_id == answering.AUTHORIZATION_QUESTION_ID:
+        if entry.asked.question_id == AUTHORIZATION_QUESTION_ID:
             # Denied and granted in turn, so that both are reached however rarely a wait is answered here.
             self.authorizations_answered += 1
             denied = self.authorizations_answered % 2 == 1
             answer = OwnerAnswer(
-                question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY if denied else answering.GRANT
+                question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY if denied else answering.GRANT
             )
         else:
             answer = self._fitting_answer(entry, second % 2)
@@ -786,14 +786,14 @@ class OwnerBookMachine(RuleBasedStateMachine):
         """R49: the owner denies an authorization wait: its outcome is delivered and nothing starts."""
         self._step()
         waiting = sorted(e.helper_id for e in self.book.entries.values() if _waits_for_authorization(e))
-        denial = OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
+        denial = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
         self._take_owner_answer(waiting[which % len(waiting)], denial)
 
     def _taking_answer(self, entry: Entry, second: int) -> OwnerAnswer:
         """A fitting answer that admits a follow-up: an option, free text, or a grant."""
         assert entry.asked is not None
-        if entry.asked.question_id == answering.AUTHORIZATION_QUESTION_ID:
-            return OwnerAnswer(question_id=answering.AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT)
+        if entry.asked.question_id == AUTHORIZATION_QUESTION_ID:
+            return OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT)
         return self._fitting_answer(entry, second)
 
     def _takable(self) -> list[str]:
@@ -1207,7 +1207,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
         """An answer to what the entry asked (valid unless its state refuses it): an option, free text, grant, deny."""
         assert entry.asked is not None
         question_id = entry.asked.question_id
-        if question_id == answering.AUTHORIZATION_QUESTION_ID:
+        if question_id == AUTHORIZATION_QUESTION_ID:
             return OwnerAnswer(
                 question_id=question_id, option_id=answering.DENY if (entry.seq + second) % 3 == 0 else answering.GRANT
             )
@@ -1260,11 +1260,7 @@ class OwnerBookMachine(RuleBasedStateMachine):
 
 
 def _waits_for_authorization(entry: Entry) -> bool:
-    return (
-        _answerable(entry)
-        and entry.asked is not None
-        and entry.asked.question_id == answering.AUTHORIZATION_QUESTION_ID
-    )
+    return _answerable(entry) and entry.asked is not None and entry.asked.question_id == AUTHORIZATION_QUESTION_ID
 
 
 def _answerable(entry: Entry) -> bool:

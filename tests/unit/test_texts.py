@@ -165,6 +165,11 @@ FIELDS: dict[str, set[str]] = {
     "answer.task.option": {"question_id", "label"},
     "answer.task.text": {"question_id", "answer"},
     "answer.task.grant": {"item"},
+    "refused.answer_expired": {"helper_id", "at"},
+    "event.reminder.question": {"helper_ids", "about"},
+    "event.reminder.authorization": {"helper_ids", "about"},
+    "event.expired.question": {"helper_ids", "about"},
+    "event.expired.authorization": {"helper_ids", "about"},
 }
 
 

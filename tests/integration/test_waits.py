@@ -1,0 +1,119 @@
+"""Every wait for the owner ends (R54), on the time-skipping server with the real worker, a fake core that asks and
+the reference chat: reminders at their offsets from delivery, a distinct `expired` at the bound, the chat told each
+once, a late answer refused `expired`; an answer before the bound ends the wait and nothing more is told."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from contracts.core_api import QuestionChoices, QuestionOption, SessionStatus
+from domain.limits import WaitPolicy
+from domain.messages.updates import AnswerRequest, OwnerAnswer
+from domain.rows import HelperRow, RowState
+from protocol.errors import HelperRefused
+from reference.chat.server import running_chat
+from starter.client import HelperClient
+from starter.inputs import delivered_request, read_request
+from store.helper_store import HelperStore
+from tests.fakes.fake_core import FakeCore, serving_fake_core
+from tests.helpers import eventually, eventually_skipping, helper_request, settings_for, skip_time
+from worker import running_worker
+
+HOUR = timedelta(hours=1)
+SECOND = timedelta(seconds=1)
+# Reminded 1 h and 2 h after delivery, expired at 3 h.
+WAIT = WaitPolicy(remind_after_ms=(3_600_000, 7_200_000), expire_after_ms=10_800_000)
+VENUE = QuestionChoices(
+    question_id="venue", options=[QuestionOption(id="walk", label="Walking"), QuestionOption(id="taxi", label="Taxi")]
+)
+
+
+def _answer(owner: str, option_id: str) -> AnswerRequest:
+    return AnswerRequest(owner=owner, helper_id="venue", answer=OwnerAnswer(question_id="venue", option_id=option_id))
+
+
+class Rig:
+    def __init__(self, env: WorkflowEnvironment, core: FakeCore, client: HelperClient, store: HelperStore, chat: str):
+        self.env, self.core, self.client, self.store, self.chat_url = env, core, client, store, chat
+
+    async def events(self, owner: str) -> list[dict[str, Any]]:
+        async with httpx.AsyncClient() as http:
+            return list((await http.get(f"{self.chat_url}/v1/owners/{owner}/events")).json())
+
+    async def kinds(self, owner: str) -> list[str]:
+        return [event["kind"] for event in await self.events(owner)]
+
+    async def row(self, owner: str, helper_id: str) -> HelperRow:
+        row = await self.store.get(owner, helper_id)
+        assert row is not None
+        return row
+
+    async def delivered_question(self, owner: str) -> None:
+        """A helper asks, the chat hears, a turn reads and delivers it: the wait starts."""
+        await self.client.start(helper_request(owner, "venue"))
+        session = await eventually(lambda: self.core.session_of("venue"))
+        session.question, session.choices, session.status = "Walk or taxi?", VENUE, SessionStatus.QUESTION
+        await eventually_skipping(self.env, lambda: self._kinds_are(owner, ["ready"]))
+        await self.client.read(read_request(owner, "t-1", ["venue"]))
+        assert (await self.client.delivered(delivered_request(owner, "t-1", answer_chars=80))).delivered == ["venue"]
+
+    async def _kinds_are(self, owner: str, kinds: list[str]) -> bool:
+        return await self.kinds(owner) == kinds
+
+
+@pytest.fixture
+async def rig(time_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Rig]:
+    core = FakeCore()
+    async with serving_fake_core(core) as core_url, running_chat() as chat_url:
+        settings = settings_for(tmp_path, core_url, chat_url, skipping_time=True, wait=WAIT)
+        store = await HelperStore.connect(settings.store, run_migrations=True)
+        try:
+            async with running_worker(time_env.client, settings):
+                yield Rig(time_env, core, HelperClient(settings, store.reads, time_env.client), store, chat_url)
+        finally:
+            with contextlib.suppress(Exception):
+                await store.close()
+
+
+async def test_an_unanswered_question_is_reminded_twice_then_expires_and_a_late_answer_is_refused(rig: Rig) -> None:
+    await rig.delivered_question("wes")
+    await skip_time(rig.env, HOUR - timedelta(minutes=5))
+    assert await rig.kinds("wes") == ["ready"]
+    await eventually_skipping(rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder"]), budget=15 * 60 * SECOND)
+    reminder = (await rig.events("wes"))[-1]
+    assert "venue" in reminder["text"] and "Walking / Taxi" in reminder["text"]
+    await eventually_skipping(
+        rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder", "reminder"]), budget=75 * 60 * SECOND
+    )
+    assert (await rig.row("wes", "venue")).state is RowState.DELIVERED
+    await eventually_skipping(
+        rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder", "reminder", "expired"]), budget=75 * 60 * SECOND
+    )
+    assert "expired unanswered; nothing was done" in (await rig.events("wes"))[-1]["text"]
+    assert (await rig.row("wes", "venue")).state is RowState.EXPIRED
+    with pytest.raises(HelperRefused) as refused:
+        await rig.client.answer(_answer("wes", "walk"))
+    assert refused.value.code == "expired" and "expired unanswered at" in refused.value.message
+    assert rig.core.session_of("venue.answer") is None
+    keys = [event["key"] for event in await rig.events("wes")]
+    assert len(set(keys)) == 4
+
+
+async def test_an_answer_before_the_bound_ends_the_wait_and_nothing_more_is_told(rig: Rig) -> None:
+    await rig.delivered_question("xia")
+    await eventually_skipping(rig.env, lambda: rig._kinds_are("xia", ["ready", "reminder"]), budget=75 * 60 * SECOND)
+    answer = await rig.client.answer(_answer("xia", "taxi"))
+    assert answer.follow_up is not None
+    await skip_time(rig.env, 4 * HOUR)
+    # Only the follow-up's own outcome (it ran to its deadline meanwhile) is told after the answer.
+    later = (await rig.events("xia"))[2:]
+    assert [(event["kind"], event["helper_ids"]) for event in later] == [("ready", ["venue.answer"])]
+    assert (await rig.row("xia", "venue")).state is RowState.DELIVERED
