@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from contracts.core_api import MODEL_MAX_CHARS
 from domain.boundary import BoundaryError, BoundaryItem, control_character_problem, parse_boundary
@@ -23,9 +31,11 @@ from domain.ids import check_id
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
+    HELPER_KEEP_MS,
     HELPER_TASK_MAX_CHARS,
     LimitOverrides,
     Limits,
+    WaitPolicy,
     looser_than,
 )
 from domain.texts import SUPPORTED_LANGUAGES
@@ -80,6 +90,22 @@ class HelperRequest(BaseModel):
             "the owner's answer or instruction, and the earlier work's context is carried on."
         ),
     )
+    wait: WaitPolicy | None = Field(
+        default=None,
+        description=(
+            "When a question or authorization wait of this helper is reminded and when it expires, from its delivery "
+            "(R54); none: the configured policy, or a follow-up's earlier helper's."
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_an_unset_wait(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A request without a wait reads as it did before waits had a field, in a coordinator of an earlier build
+        # (requests forbid fields they do not know) that has not continued as new yet during a rollout.
+        data: dict[str, Any] = handler(self)
+        if data.get("wait") is None:
+            data.pop("wait", None)
+        return data
 
     @field_validator("owner")
     @classmethod
@@ -150,23 +176,26 @@ class HelperRequest(BaseModel):
         return self.goal_id is not None
 
     @classmethod
-    def parse(cls, data: dict[str, Any], defaults: Limits | None = None) -> HelperRequest:
+    def parse(
+        cls, data: dict[str, Any], defaults: Limits | None = None, keep_ms: int = HELPER_KEEP_MS
+    ) -> HelperRequest:
         """Validate raw data into a request or raise `RequestError` naming every problem."""
         try:
             request = cls.model_validate(data)
         except ValidationError as error:
             raise RequestError([_describe(problem) for problem in error.errors()]) from None
-        request.check_against(defaults or Limits())
+        request.check_against(defaults or Limits(), keep_ms)
         return request
 
-    def check_against(self, defaults: Limits) -> None:
-        """The admission checks; `RequestError` names every problem (R5, R41).
+    def check_against(self, defaults: Limits, keep_ms: int = HELPER_KEEP_MS) -> None:
+        """The admission checks; `RequestError` names every problem (R5, R41, R54).
 
         Text carries no control characters (the task may keep line breaks and tabs); each boundary item
         parses as a tool and the addresses it may touch (negations never do); a request may only tighten
-        the limits (R1), looser values are out of range.
+        the limits (R1), looser values are out of range; a wait expires at the latest when its row goes
+        (`keep_ms`; a reminder at or past its expiry never comes).
         """
-        problems = self.text_problems() + self.follow_up_problems()
+        problems = self.text_problems() + self.follow_up_problems() + self.wait_problems(keep_ms)
         if self.limits is not None:
             problems.extend(
                 f"limits.{name} is above the default {getattr(defaults, name)}; a request may only tighten"
@@ -174,6 +203,18 @@ class HelperRequest(BaseModel):
             )
         if problems:
             raise RequestError(problems)
+
+    def wait_problems(self, keep_ms: int) -> list[str]:
+        if self.wait is None:
+            return []
+        problems = []
+        expire = self.wait.expire_after_ms
+        if expire is not None and expire > keep_ms:
+            problems.append(
+                f"wait.expire_after_ms: {expire} is above the row's keep of {keep_ms} ms; a wait ends at the latest "
+                "when its row goes"
+            )
+        return problems
 
     def follow_up_problems(self) -> list[str]:
         """A follow-up continues an owner's own earlier helper; a Goal check starts its own work."""

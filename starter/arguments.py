@@ -151,6 +151,19 @@ def _add_helper_commands(commands: Commands) -> None:
         start.add_argument(
             f"--{name}", type=int, metavar="N", help="a tighter limit for this helper (at most the configured one)"
         )
+    start.add_argument(
+        "--remind-after-ms",
+        metavar="N[,N...]",
+        help="remind the chat of this helper's question or authorization wait this long after its delivery (at most "
+        "5, comma-separated; default HELPER_WAIT_REMIND_MS)",
+    )
+    start.add_argument(
+        "--expire-after-ms",
+        type=int,
+        metavar="N",
+        help="end the wait `expired` this long after its delivery (at most HELPER_KEEP_MS; default "
+        "HELPER_WAIT_EXPIRE_MS)",
+    )
 
     listing = commands.add_parser(
         "list",

@@ -72,6 +72,7 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
                 "goal_id": arguments.goal_id,
                 "limits": limits or None,
                 "follow_up": arguments.follow_up,
+                "wait": _wait(arguments),
             }
             return commands.start(fields, settings)
         case "list":
@@ -249,3 +250,13 @@ def main(argv: list[str] | None = None) -> None:
         _write(sys.stdout, json.dumps(output, ensure_ascii=False, indent=2) + "\n")
     # sdk-python#300: skip interpreter teardown so a finished command never exits with a crash code.
     os._exit(code)
+
+
+def _wait(arguments: argparse.Namespace) -> dict[str, Any] | None:
+    """`--remind-after-ms` and `--expire-after-ms` as the request's `wait`; the request's checks name a bad value."""
+    wait: dict[str, Any] = {}
+    if arguments.remind_after_ms is not None:
+        wait["remind_after_ms"] = [part.strip() for part in arguments.remind_after_ms.split(",") if part.strip()]
+    if arguments.expire_after_ms is not None:
+        wait["expire_after_ms"] = arguments.expire_after_ms
+    return wait or None

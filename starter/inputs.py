@@ -31,9 +31,9 @@ def parse_request(request: HelperRequest | dict[str, Any], settings: Settings) -
     """A validated request, checked against the configured limits; InvalidRequest names every problem (R5)."""
     try:
         if isinstance(request, HelperRequest):
-            request.check_against(settings.policy.limits)
+            request.check_against(settings.policy.limits, settings.policy.keep_ms)
             return request
-        return HelperRequest.parse(request, settings.policy.limits)
+        return HelperRequest.parse(request, settings.policy.limits, settings.policy.keep_ms)
     except RequestError as error:
         raise InvalidRequest(str(error), {"problems": error.problems}) from None
 

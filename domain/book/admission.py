@@ -19,6 +19,7 @@ from domain.book.state import (
     other_owner,
     still_working,
 )
+from domain.limits import WaitPolicy
 from domain.requests import HelperRequest, RequestError
 from domain.rows import RowState
 from domain.texts import text
@@ -48,7 +49,7 @@ def judge(book: OwnerBook, request: HelperRequest, *, waited: bool = False) -> J
     if refusal is not None:
         return refusal
     try:
-        request.check_against(book.policy.limits)
+        request.check_against(book.policy.limits, book.policy.keep_ms)
     except RequestError as error:
         return Refusal(code=RefusalCode.INVALID_REQUEST, message=str(error))
     if not waited and request.follow_up is not None and still_working(book, request.follow_up):
@@ -126,6 +127,7 @@ def take(book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime
         hard_ceiling_ms=hard_ceiling_ms,
         admitted_at=now,
         follow_up_of=request.follow_up,
+        wait=wait_policy(book, request),
     )
     book.entries[entry.helper_id] = entry
     link_follow_up(book, entry, now)
@@ -133,6 +135,14 @@ def take(book: OwnerBook, request: HelperRequest, decision: Admit, now: datetime
     book.next_seq += 1
     book.language = request.language
     return entry
+
+
+def wait_policy(book: OwnerBook, request: HelperRequest) -> WaitPolicy | None:
+    """The request's own wait policy; a follow-up without one takes its earlier helper's (R54); none: the owner's."""
+    if request.wait is not None:
+        return request.wait
+    earlier = book.entries.get(request.follow_up) if request.follow_up is not None else None
+    return earlier.wait if earlier is not None else None
 
 
 def undo(book: OwnerBook, helper_id: str, evicted: list[Entry], earlier: Entry | None = None) -> None:

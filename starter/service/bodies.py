@@ -23,6 +23,7 @@ from domain.limits import (
     READ_MAX_HELPERS,
     TURN_MAX_CHARS,
     LimitOverrides,
+    WaitPolicy,
 )
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
@@ -71,6 +72,12 @@ class StartBody(_Body):
         json_schema_extra=ID_SCHEMA,
     )
     limits: LimitOverrides | None = Field(default=None, description="tighter limits (at most the configured ones)")
+    wait: WaitPolicy | None = Field(
+        default=None,
+        description="when a question or authorization wait of this helper is reminded (`remind_after_ms`, at most 5) "
+        "and when it expires (`expire_after_ms`, at most HELPER_KEEP_MS), each from its delivery; a follow-up "
+        "without one takes its earlier helper's",
+    )
 
     def fields(self, owner: str) -> dict[str, Any]:
         limits = self.limits.model_dump(exclude_none=True) if self.limits is not None else None

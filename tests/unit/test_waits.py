@@ -5,14 +5,28 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from domain.book import EventKind, OwnerBook, Refusal, RefusalCode, answering, closing, outbox, retention, waits
+import pytest
+
+from domain.book import (
+    EventKind,
+    OwnerBook,
+    Refusal,
+    RefusalCode,
+    admission,
+    answering,
+    closing,
+    outbox,
+    retention,
+    waits,
+)
 from domain.book.state import ExpiredWait
 from domain.limits import Policy, WaitPolicy
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID
 from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
+from domain.requests import HelperRequest, RequestError
 from domain.rows import RowState
-from tests.unit.test_owner_book import ANSWERED_AT, T0, WALK, asked_book, deliver, take
+from tests.unit.test_owner_book import ANSWERED_AT, T0, WALK, asked_book, book_of, deliver, request, take
 
 HOUR = timedelta(hours=1)
 # Reminders 2 h and 12 h after delivery, expiry at 24 h: the defaults.
@@ -160,3 +174,31 @@ def test_notice_keys_name_the_admission_so_a_reused_helper_id_is_told_again() ->
     event = outbox.next_event(book)
     assert event is not None
     assert event.key == f"helper-reminder:anna:{book.entries['h1'].seq}:1"
+
+
+def test_an_admission_with_its_own_wait_keeps_it_and_a_follow_up_without_one_takes_its_earlier_helpers() -> None:
+    """R54: the request's `wait` is the helper's; a follow-up without one (an answer's, or one started by hand)
+    takes the question's; one with its own keeps it."""
+    own = WaitPolicy(remind_after_ms=(60_000,), expire_after_ms=600_000)
+    book = book_of()
+    asked_request = request("h1").model_copy(update={"wait": own})
+    decision = admission.judge(book, asked_request)
+    assert isinstance(decision, admission.Admit)
+    assert admission.take(book, asked_request, decision, T0, 1_000).wait == own
+    follow = request("h2").model_copy(update={"follow_up": "h1"})
+    assert admission.wait_policy(book, follow) == own
+    theirs = WaitPolicy(expire_after_ms=60_000)
+    assert admission.wait_policy(book, follow.model_copy(update={"wait": theirs})) == theirs
+    assert admission.wait_policy(book, request("h3")) is None
+
+
+def test_a_wait_that_outlives_its_row_is_an_invalid_request_naming_the_field_and_nothing_is_admitted() -> None:
+    book = book_of(keep_ms=3_600_000)
+    long = request("h1").model_copy(update={"wait": WaitPolicy(expire_after_ms=7_200_000)})
+    judged = admission.judge(book, long)
+    assert isinstance(judged, Refusal) and judged.code is RefusalCode.INVALID_REQUEST
+    assert "wait.expire_after_ms" in judged.message and book.entries == {}
+    with pytest.raises(RequestError, match=r"wait\.remind_after_ms\.0"):
+        HelperRequest.parse({**request("h1").model_dump(), "wait": {"remind_after_ms": [0]}})
+    with pytest.raises(RequestError, match=r"wait\.remind_after_ms: Tuple should have at most 5 items"):
+        HelperRequest.parse({**request("h1").model_dump(), "wait": {"remind_after_ms": [1, 2, 3, 4, 5, 6]}})
