@@ -85,6 +85,7 @@ class FollowUps:
             earlier_kind=earlier.outcome_kind if earlier is not None else None,
             earlier_text=earlier_text,
             answer=row.task,
+            expired=earlier is not None and earlier.state is RowState.EXPIRED,
         )
 
     # --- keeping a finalized helper's session -------------------------------------------------------------

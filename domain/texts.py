@@ -171,6 +171,14 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "ожиданием разрешения владельца",
     },
     "follow_up.ended_with.partial": {"en": "a partial outcome", "ru": "частичным результатом"},
+    "follow_up.ended_with.question.expired": {
+        "en": "a question to the owner that expired unanswered (nothing was done)",
+        "ru": "вопросом к владельцу, срок которого истёк без ответа (ничего не сделано)",
+    },
+    "follow_up.ended_with.authorization.expired": {
+        "en": "a wait for the owner's authorization that expired unanswered: nothing was done, and it was not denied",
+        "ru": "ожиданием разрешения владельца, срок которого истёк без ответа: ничего не сделано, и это не отказ",
+    },
     # Stop explanations written into outcomes (R13, R15, R17, R24). Durations and counts arrive
     # already said (`domain.durations`), in the plain form: "45 minutes", "1 000 000 токенов".
     "stop.work_ceiling": {

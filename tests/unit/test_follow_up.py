@@ -171,3 +171,19 @@ def test_the_carried_task_holds_the_earlier_outcome_and_the_answer_in_the_owners
 
     gone = carried_task(language="en", earlier_id="h1", earlier_kind=None, earlier_text=None, answer="go on")
     assert "no longer kept" in gone and gone.endswith("go on")
+
+
+def test_work_asked_for_again_after_an_expired_wait_says_it_expired_unanswered_never_denied() -> None:
+    """R54: a follow-up of an authorization that expired tells the model nothing was done, not that it was denied."""
+    for language in ("en", "ru"):
+        task = carried_task(
+            language=language,
+            earlier_id="h1",
+            earlier_kind=OutcomeKind.AUTHORIZATION,
+            earlier_text="May I send the mail to carol@example.com?",
+            answer="Send it now.",
+            expired=True,
+        )
+        said = task.lower()
+        assert ("expired unanswered" in said) if language == "en" else ("истёк без ответа" in said)
+        assert "denied" not in said.replace("not denied", "") and "отказано" not in said

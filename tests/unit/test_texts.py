@@ -170,6 +170,8 @@ FIELDS: dict[str, set[str]] = {
     "event.reminder.authorization": {"helper_ids", "about"},
     "event.expired.question": {"helper_ids", "about"},
     "event.expired.authorization": {"helper_ids", "about"},
+    "follow_up.ended_with.question.expired": set(),
+    "follow_up.ended_with.authorization.expired": set(),
 }
 
 
