@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from config.local_env import LocalEnvError, read_local_env, with_local_env, write_local_env
+from tests.helpers import free_stack_ports
+from tools.demo.stack import Stack
 
 VALUES = {
     "TEMPORAL_ADDRESS": "127.0.0.1:9100",
@@ -57,3 +59,18 @@ def test_lines_that_are_not_helper_settings_are_refused(tmp_path: Path, line: st
     path.write_text(f"# ok\nexport HELPER_CHAT_URL=http://127.0.0.1:1\n{line}\n")
     with pytest.raises(LocalEnvError, match=r"local\.env:3"):
         read_local_env(path)
+
+
+def test_the_stacks_file_carries_the_owner_policy_set_for_make_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coordinator takes its policy from the starter that starts it: a second shell's starter reads the policy
+    `make run` was given from the stack's file, and nothing else of the environment."""
+    monkeypatch.setenv("HELPER_WAIT_REMIND_MS", "20000,40000")
+    monkeypatch.setenv("HELPER_WAIT_EXPIRE_MS", "60000")
+    monkeypatch.setenv("HELPER_SOMETHING_ELSE", "x")
+    stack = Stack(tmp_path / "data", free_stack_ports())
+    stack.prepare(fresh=True)
+    written = read_local_env(stack.env_file)
+    assert (written["HELPER_WAIT_REMIND_MS"], written["HELPER_WAIT_EXPIRE_MS"]) == ("20000,40000", "60000")
+    assert "HELPER_SOMETHING_ELSE" not in written and "TEMPORAL_ADDRESS" in written

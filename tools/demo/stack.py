@@ -34,7 +34,7 @@ from temporalio.service import RPCError
 
 from codec.encryption import new_key
 from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, FILE_NAME, read_local_env, write_local_env
-from config.settings import ServiceSettings, Settings, variable
+from config.settings import PolicyVariables, ServiceSettings, Settings, variable
 from protocol.connection import connect_temporal
 from protocol.names import SEARCH_ATTRIBUTES
 
@@ -132,6 +132,13 @@ class Stack:
             "HELPER_CODEC_KEYS": self.codec_keys,
         }
 
+    def second_shell_variables(self) -> dict[str, str]:
+        """What the settings file holds for a second shell's starter: where everything is, the codec key, and the
+        owner policy's variables set for `make run` (HELPER_WAIT_REMIND_MS=... make run): a coordinator takes its
+        policy from the starter that starts it, so both shells start owners alike."""
+        policy = {str(field.validation_alias) for field in PolicyVariables.model_fields.values()}
+        return {**self.connection_variables(), **{name: os.environ[name] for name in sorted(policy & set(os.environ))}}
+
     def chat_runtime_token(self) -> dict[str, str]:
         """The reference chat's variable for the starter API's token, if the starter API requires one. The stack sets
         none; the starter API takes HELPER_API_TOKEN from the environment the stack passes on. A variable, not
@@ -170,7 +177,7 @@ class Stack:
         self.logs.mkdir(parents=True, exist_ok=True)
         write_local_env(
             self.env_file,
-            self.connection_variables(),
+            self.second_shell_variables(),
             header=(
                 "The local stack's settings (python -m tools.demo), for the starter in another shell: it reads\n"
                 "this file by itself when run from the checkout; elsewhere, `source` it. Holds the codec key:\n"
