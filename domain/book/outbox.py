@@ -44,7 +44,9 @@ def due(book: OwnerBook) -> bool:
 
 
 def next_event(book: OwnerBook) -> ChatEventRecord | None:
-    """The event to offer now: the one in flight, or a new one for every unannounced outcome, or the next notice."""
+    """The event to offer now: the one in flight, or a new one for every unannounced outcome, or the next notice.
+    What has nothing left to tell is withdrawn first, whichever change ended it (an answer, a close, a removal)."""
+    withdraw_settled(book)
     if book.event is not None and book.event.state is not EventState.DELIVERED:
         return book.event
     pending = unannounced(book)

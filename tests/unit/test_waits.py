@@ -9,6 +9,7 @@ import pytest
 
 from domain.book import (
     EventKind,
+    EventState,
     OwnerBook,
     Refusal,
     RefusalCode,
@@ -89,7 +90,6 @@ def test_an_answer_ends_the_wait_and_withdraws_a_reminder_not_yet_offered() -> N
     book = delivered_question()
     waits.come_due(book, DELIVERED + 2 * HOUR)
     take(book, WALK)
-    outbox.withdraw_settled(book)
     assert offered(book) == []
     assert waits.next_moment(book) is None
     assert waits.come_due(book, DELIVERED + 30 * HOUR).expired == []
@@ -139,8 +139,24 @@ def test_an_expiry_not_yet_offered_when_the_owner_closes_the_row_is_withdrawn() 
     waits.come_due(book, DELIVERED + 24 * HOUR)
     closing.closed_for_removal(book, "h1")
     retention.forget(book, ["h1"])
-    outbox.withdraw_settled(book)
     assert offered(book) == []
+
+
+def test_a_reminder_the_chat_was_too_busy_for_is_withdrawn_once_the_owner_answers() -> None:
+    """R54: a reminder offered while the chat is busy waits out its backoff; answered meanwhile, it is never offered
+    again, and the store learns that it was withdrawn."""
+    book = delivered_question()
+    waits.come_due(book, DELIVERED + 2 * HOUR)
+    event = outbox.next_event(book)
+    assert event is not None and event.kind is EventKind.REMINDER
+    outbox.start_offer(event, DELIVERED + 2 * HOUR)
+    busy = outbox.record_offer(
+        book, event, EventState.PENDING, None, "chat busy", DELIVERED + 2 * HOUR, outbox.OFFER_GIVE_UP
+    )
+    assert busy is outbox.OfferOutcome.RETRY
+    take(book, WALK)
+    assert outbox.next_event(book) is None
+    assert outbox.take_withdrawn(book) == [event.key]
 
 
 def test_the_policy_sets_the_offsets_and_the_bound_and_a_reminder_at_or_past_the_bound_never_comes() -> None:
