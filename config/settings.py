@@ -132,8 +132,9 @@ class PolicyVariables(Section):
                 follow=FollowTuning(**parts[FollowTuning]),
                 wait=WaitPolicy(**parts[WaitPolicy]),
             )
-        except ValidationError as error:  # a rule between variables (the wait's bound within the keep)
-            raise SettingsError(error.errors()[0]["msg"]) from None
+        except ValidationError as error:  # the one rule between variables: the wait's expiry within the keep
+            message = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise SettingsError(f"{type(self).model_fields['expire_after_ms'].validation_alias}: {message}") from None
 
 
 class ServiceSettings(Section):

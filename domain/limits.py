@@ -132,6 +132,14 @@ class WaitPolicy(BaseModel):
     remind_after_ms: tuple[PositiveInt, ...] = Field(default=HELPER_WAIT_REMIND_MS, max_length=WAIT_REMINDERS_MAX)
     expire_after_ms: int | None = Field(default=None, gt=0, description="None: the row's keep (HELPER_KEEP_MS).")
 
+    def beyond_keep(self, keep_ms: int) -> str | None:
+        """Why this expiry is not allowed with rows kept `keep_ms`, or None: a wait ends at the latest when its row
+        goes."""
+        if self.expire_after_ms is None or self.expire_after_ms <= keep_ms:
+            return None
+        keep = f"the row's keep of {keep_ms} ms"
+        return f"{self.expire_after_ms} is above {keep}; a wait ends at the latest when its row goes"
+
     def expires_after_ms(self, keep_ms: int) -> int:
         return min(self.expire_after_ms or keep_ms, keep_ms)
 
@@ -157,9 +165,7 @@ class Policy(BaseModel):
 
     @model_validator(mode="after")
     def _wait_within_keep(self) -> Policy:
-        if self.wait.expire_after_ms is not None and self.wait.expire_after_ms > self.keep_ms:
-            raise ValueError(
-                f"a wait's expiry ({self.wait.expire_after_ms} ms) is longer than the row's keep ({self.keep_ms} ms): "
-                "a wait ends at the latest when its row goes"
-            )
+        problem = self.wait.beyond_keep(self.keep_ms)
+        if problem is not None:
+            raise ValueError(f"a wait's expiry of {problem}")
         return self

@@ -205,16 +205,8 @@ class HelperRequest(BaseModel):
             raise RequestError(problems)
 
     def wait_problems(self, keep_ms: int) -> list[str]:
-        if self.wait is None:
-            return []
-        problems = []
-        expire = self.wait.expire_after_ms
-        if expire is not None and expire > keep_ms:
-            problems.append(
-                f"wait.expire_after_ms: {expire} is above the row's keep of {keep_ms} ms; a wait ends at the latest "
-                "when its row goes"
-            )
-        return problems
+        problem = self.wait.beyond_keep(keep_ms) if self.wait is not None else None
+        return [f"wait.expire_after_ms: {problem}"] if problem is not None else []
 
     def follow_up_problems(self) -> list[str]:
         """A follow-up continues an owner's own earlier helper; a Goal check starts its own work."""
