@@ -18,7 +18,6 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from reference.chat import runtime as runtime_module
 from reference.chat.app import create_app
 from reference.chat.runtime import TELL_CONCURRENCY, TELL_TIMEOUT_S
 from reference.core.server import serving
@@ -196,11 +195,12 @@ async def test_a_failing_mode_that_answers_still_tells(chat: httpx.AsyncClient, 
 
 
 async def test_many_owners_answering_again_are_told_in_bounded_time(
-    runtime: FakeRuntime, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    runtime: FakeRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A hanging runtime holds the control up for one bound, not one per owner; each owner is still tried."""
-    bound_s = 0.5  # the rounds of calls, not the bound's value, are what this test is about
-    monkeypatch.setattr(runtime_module, "TELL_TIMEOUT_S", bound_s)
+    # The chat's own bound: a shorter one can end a call before the loaded machine delivered it to the runtime,
+    # which then never sees that owner although the chat tried.
+    bound_s = TELL_TIMEOUT_S
     owners = [f"owner-{number}" for number in range(25)]
     runtime.hang = True
     with caplog.at_level(logging.WARNING, logger="reference.chat.runtime"):
@@ -211,7 +211,7 @@ async def test_many_owners_answering_again_are_told_in_bounded_time(
 
             put, took_s = await timed_put(chat, "/v1/control/failing", {"failing": False})
 
-            # One bound, not one per owner (25 x 0.5 s): the rest go on after the control answered.
+            # One bound, not one per owner (25 x 2 s): the rest go on after the control answered.
             assert put.status_code == 200 and took_s < BOUNDED_S < len(owners) * bound_s
             # A few at a time: the rest go on after the control answered, each with its own bound.
             await eventually(lambda: sorted(runtime.owners()) == sorted(owners))
