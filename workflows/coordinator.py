@@ -306,7 +306,7 @@ class CoordinatorWorkflow:
                 return await self._take_answer(request, judged)
             follow_up_id = judged.entry.followed_up_by
             if follow_up_id is None or follow_up_id not in self.writing:
-                return self._answer_of(request, repeated=True, same=judged.same)
+                return self._answer_of(request, judged.entry, repeated=True, same=judged.same)
             # The first answer's follow-up is still being written: answer once it is taken (or withdrawn).
             await workflow.wait_condition(partial(self._written, follow_up_id))
 
@@ -320,13 +320,13 @@ class CoordinatorWorkflow:
         if judged.follow_up is None or judged.admission is None:
             if answering.deny(self.book, entry, workflow.now()):
                 await self._write_row(entry, RowState.DELIVERED)
-            return self._answer_of(request)
+            return self._answer_of(request, entry)
         try:
             admitted = await self._admit_decided(judged.follow_up, judged.admission)
         except ApplicationError:
             answering.withdraw(self.book, request.helper_id)
             raise
-        return self._answer_of(request, follow_up=admitted)
+        return self._answer_of(request, entry, follow_up=admitted)
 
     @answer.validator
     def _validate_answer(self, request: updates.AnswerRequest) -> None:
@@ -339,14 +339,15 @@ class CoordinatorWorkflow:
     def _answer_of(
         self,
         request: updates.AnswerRequest,
+        entry: Entry,
         *,
         repeated: bool = False,
         same: bool = True,
         follow_up: updates.Admission | None = None,
     ) -> updates.AnswerResult:
         """The recorded answer, with the follow-up it started: as its admission answered (with the rows it evicted),
-        or as it is now for a repeated answer."""
-        entry = self.book.entries[request.helper_id]
+        or as it is now for a repeated answer. The entry is the one answered: a close while the follow-up was being
+        admitted may have removed it from the book since."""
         answer = entry.answer or request.answer
         if follow_up is None and entry.followed_up_by is not None and entry.followed_up_by in self.book.entries:
             follow_up = self._admission_of(self.book.entries[entry.followed_up_by], existing=repeated)
@@ -443,6 +444,9 @@ class CoordinatorWorkflow:
         # A helper whose admission is still writing has no row or workflow to close yet; the wait is bounded by the
         # admission's own writes (options.ADMISSION_WRITE).
         await workflow.wait_condition(lambda: helper_id not in self.writing)
+        waiting = self.book.entries.get(helper_id)
+        if waiting is not None and waits.past_bound(waiting, workflow.now()):
+            await self._expire()  # its wait ended at the bound: the close finds it expired, as an answer would
         action = closing.judge(self.book, helper_id)
         if isinstance(action, Refusal):
             raise refused(action)

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Final, TypeAlias
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
-from domain.book import delivery
+from domain.book import delivery, waits
 from domain.book.admission import Admit, AlreadyAdmitted
 from domain.book.admission import decide as decide_admission
 from domain.book.state import (
@@ -185,6 +185,9 @@ def decide(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: 
     language = entry.language
     if entry.state is RowState.EXPIRED and entry.expired_at is not None:
         return _expired(helper_id, entry.expired_at, language)
+    if waits.past_bound(entry, arrived_at):
+        assert entry.wait_ends_at is not None
+        return _expired(helper_id, entry.wait_ends_at, language)
     asked = entry.asked
     if asked is None or entry.state.is_open:
         return refusal(RefusalCode.NOT_ANSWERABLE, "refused.answer_nothing_asked", language, helper_id=helper_id)

@@ -26,6 +26,12 @@ def begin(book: OwnerBook, entry: Entry, now: datetime) -> None:
     entry.wait_ends_at = now + timedelta(milliseconds=after)
 
 
+def past_bound(entry: Entry, now: datetime) -> bool:
+    """The wait reached its bound and has ended, also in the moment before the coordinator's timer writes so: an
+    answer or a close from now on finds it expired."""
+    return wait_under_way(entry) and entry.wait_ends_at is not None and entry.wait_ends_at <= now
+
+
 def next_reminder_at(book: OwnerBook, entry: Entry) -> datetime | None:
     offsets = policy_of(book, entry).reminders_ms(book.policy.keep_ms)
     if entry.delivered_at is None or entry.reminders_sent >= len(offsets):
@@ -74,10 +80,11 @@ def come_due(book: OwnerBook, now: datetime) -> Due:
 
 
 def expire(book: OwnerBook, entry: Entry, now: datetime) -> None:
-    """The wait ended unanswered: the row says `expired` from now, is kept as retention says from now, the chat is
-    told once, and a reminder not yet offered is withdrawn. An answer from now on is refused `expired`."""
+    """The wait ended unanswered at its bound: the row says `expired` (at the bound, also when the timer came late),
+    is kept as retention says from now, the chat is told once, and a reminder not yet offered is withdrawn. An
+    answer arriving at or after the bound is refused `expired`, whether or not this ran yet."""
     entry.state = RowState.EXPIRED
-    entry.expired_at = now
+    entry.expired_at = entry.wait_ends_at or now  # the bound, which an answer arriving after it was told
     entry.generation += 1
     retention.keep_from(book, entry, now)
     outbox.withdraw_settled(book)

@@ -218,3 +218,16 @@ def test_a_wait_that_outlives_its_row_is_an_invalid_request_naming_the_field_and
         HelperRequest.parse({**request("h1").model_dump(), "wait": {"remind_after_ms": [0]}})
     with pytest.raises(RequestError, match=r"wait\.remind_after_ms: Tuple should have at most 5 items"):
         HelperRequest.parse({**request("h1").model_dump(), "wait": {"remind_after_ms": [1, 2, 3, 4, 5, 6]}})
+
+
+def test_an_answer_at_the_bound_before_the_timer_wrote_the_expiry_is_refused_expired_and_the_expiry_agrees() -> None:
+    book = delivered_question()
+    bound = DELIVERED + 24 * HOUR
+    just_before = answering.judge(book, "anna", "h1", WALK, arrived_at=bound - timedelta(milliseconds=1))
+    assert not isinstance(just_before, Refusal)
+    at_bound = answering.judge(book, "anna", "h1", WALK, arrived_at=bound)
+    assert isinstance(at_bound, Refusal) and at_bound.code is RefusalCode.EXPIRED
+    assert "2026-03-02 10:00 UTC" in at_bound.message and book.entries["h1"].answer is None
+    # The timer came a minute late (a worker was down): the row says it expired at the bound it was refused at.
+    waits.come_due(book, bound + timedelta(minutes=1))
+    assert book.entries["h1"].expired_at == bound
