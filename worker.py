@@ -103,7 +103,7 @@ def activities_of(
 ) -> list[object]:
     """The short activities, on HELPER_TASK_QUEUE: everything but the follow."""
     admission = AdmissionActivities(store, results)
-    rows = RowActivities(store, results)
+    rows = RowActivities(store, results, settings.audit_keep_ms)
     session = SessionActivities(store, core, results)
     chat_activities = ChatActivities(store, chat)
     goals = GoalActivities(settings)
@@ -112,6 +112,7 @@ def activities_of(
         admission.regrant_helper,
         rows.remove_rows,
         rows.sweep_orphan_directories,
+        rows.forget_wait_records,
         rows.mark_closed,
         rows.finalize_outcome,
         rows.coordinator_write,

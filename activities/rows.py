@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.core_api import Action, Snapshot
+from domain.audit import AUDIT_KEEP_MS
 from domain.bounds import ROW_ACTIONS_MAX, first
 from domain.messages.activities import (
     CoordinatorWrite,
@@ -32,7 +34,14 @@ from domain.rows import HelperRow, RowState
 from domain.run.follow import authorization_text, session_message
 from domain.work import Usage
 from observability import recording
-from protocol.names import COORDINATOR_WRITE, FINALIZE_OUTCOME, MARK_CLOSED, REMOVE_ROWS, SWEEP_ORPHAN_DIRECTORIES
+from protocol.names import (
+    COORDINATOR_WRITE,
+    FINALIZE_OUTCOME,
+    FORGET_WAIT_RECORDS,
+    MARK_CLOSED,
+    REMOVE_ROWS,
+    SWEEP_ORPHAN_DIRECTORIES,
+)
 from store.helper_store import HelperStore, RowChanges, RowGone
 from store.results import SESSION_JSON, ResultDirectories
 
@@ -52,7 +61,7 @@ async def remove_rows(store: HelperStore, results: ResultDirectories, removal: R
     the row removal still succeeds (R29)."""
     # Only the rows of these admissions: after a lost admission the same id may hold another's row.
     seqs = {row.helper_id: row.seq for row in removal.rows}
-    stored = await store.remove_rows(removal.owner, removal.helper_ids, seqs)
+    stored = await store.remove_rows(removal.owner, removal.helper_ids, seqs, removal.ended)
     directories = {Path(d) for d in stored}
     directories |= {results.path_for(removal.owner, row.helper_id, row.seq) for row in removal.rows}
     # Deleting a tree is blocking file I/O: off the worker's event loop, like every other result write.
@@ -78,9 +87,10 @@ class WholeSession:
 
 
 class RowActivities:
-    def __init__(self, store: HelperStore, results: ResultDirectories) -> None:
+    def __init__(self, store: HelperStore, results: ResultDirectories, audit_keep_ms: int = AUDIT_KEEP_MS) -> None:
         self.store = store
         self.results = results
+        self.audit_keep = timedelta(milliseconds=audit_keep_ms)
 
     @activity.defn(name=REMOVE_ROWS)
     async def remove_rows(self, removal: RemoveRows) -> RemovedRows:
@@ -96,6 +106,14 @@ class RowActivities:
         if removed:
             log.info("swept %d orphan result directories", len(removed))
         return len(removed)
+
+    @activity.defn(name=FORGET_WAIT_RECORDS)
+    async def forget_wait_records(self) -> int:
+        """Remove the records of waits that ended longer ago than HELPER_AUDIT_KEEP_MS (R56)."""
+        forgotten = await self.store.forget_wait_records(datetime.now(UTC) - self.audit_keep)
+        if forgotten:
+            log.info("forgot %d wait records past their keep", forgotten)
+        return forgotten
 
     @activity.defn(name=MARK_CLOSED)
     @recording.names_store_writes("close")
@@ -224,4 +242,4 @@ class RowActivities:
         changes = RowChanges(state=write.state, keep_until=write.keep_until)
         if write.delivered_at is not None:
             changes["delivered_at"] = write.delivered_at
-        return await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, **changes)
+        return await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, write.ended, **changes)

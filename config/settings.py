@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from config.local_env import DEFAULT_FILE, ENV_FILE_VARIABLE, LocalEnvError, with_local_env
 from config.store_address import StoreAddress
+from domain.audit import AUDIT_KEEP_MS
 from domain.limits import FollowTuning, Limits, Policy, WaitPolicy
 
 API_TOKEN_MIN_CHARS = 16
@@ -297,6 +298,8 @@ class Settings(Section):
     # Make this build the deployment's current version once the worker polls: right for one worker (the local run,
     # the tests); a cluster promotes a new build by hand while the old one drains (docs/operations.md).
     promote_build: Flag = Field(True, validation_alias="HELPER_PROMOTE_BUILD")
+    # How long the record of a wait for the owner is kept after the wait ended (R56): 30 days.
+    audit_keep_ms: Whole = Field(AUDIT_KEEP_MS, gt=0, validation_alias="HELPER_AUDIT_KEEP_MS")
     # The owner policy's limits, read through their variables (`PolicyVariables`).
     policy: Policy = Policy()
     service: ServiceSettings = ServiceSettings()

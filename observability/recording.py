@@ -75,6 +75,7 @@ STORE_OPERATIONS: Final = frozenset(
         "park",
         "keep",
         "replica",
+        "audit",
     }
     | {"state"}
 )

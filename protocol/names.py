@@ -50,6 +50,7 @@ MARK_CLOSED: Final = "mark_closed"
 FINALIZE_OUTCOME: Final = "finalize_outcome"
 SWEEP_ORPHAN_DIRECTORIES: Final = "sweep_orphan_directories"
 RESET_KEPT_SESSIONS: Final = "reset_kept_sessions"
+FORGET_WAIT_RECORDS: Final = "forget_wait_records"
 START_GOAL_CHECK: Final = "start_goal_check"
 # Queries.
 OWNER_BOOK: Final = "owner_book"

@@ -215,6 +215,8 @@ def _add_helper_commands(commands: Commands) -> None:
     chosen = answer.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--option", dest="option_id", help="the id of an option the question offered (or grant, deny)")
     chosen.add_argument("--text", help="an answer in your own words (1-4,000 characters), where the question takes one")
+    answer.add_argument("--by", help="who answered, as you say it (for example owner); kept in the wait's record")
+    answer.add_argument("--via", help="through which channel (for example telegram); kept in the wait's record")
 
 
 def _add_chat_commands(commands: Commands) -> None:

@@ -82,8 +82,15 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
         case "close":
             return commands.close(owner, arguments.helper_id)
         case "answer":
+            from domain.messages.updates import Decider  # only an answer loads the messages (R43)
+
             return commands.answer(
-                owner, arguments.helper_id, arguments.question_id, arguments.option_id, arguments.text
+                owner,
+                arguments.helper_id,
+                arguments.question_id,
+                arguments.option_id,
+                arguments.text,
+                Decider(by=arguments.by, via=arguments.via, through="cli"),
             )
         case "unreported":
             return commands.unreported(owner)

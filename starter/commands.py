@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 from domain.rows import RowState
 from protocol.deadlines import ReplyBy
 from starter import inputs
 from starter.inputs import answer_request, check_ids, delivered_request, parse_request, read_request
+
+if TYPE_CHECKING:
+    from domain.messages.updates import Decider
 
 # An operation gets a StoreReader, or a HelperClient (a StoreReader with writes) if its command needs Temporal, and
 # when its caller is answered: a write is answered by then, whatever happens (R48).
@@ -60,9 +63,12 @@ def close(owner: str, helper_id: str) -> Command:
     return Command("close", lambda client, by: client.close(owner, helper_id, by=by), needs_temporal=True)
 
 
-def answer(owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None) -> Command:
-    """The owner's one authoritative answer to a helper's question or authorization wait (R49)."""
-    request = answer_request(owner, helper_id, question_id, option_id, text)
+def answer(
+    owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None, decider: Decider
+) -> Command:
+    """The owner's one authoritative answer to a helper's question or authorization wait (R49); who answered and
+    through what is kept in the wait's record (R56)."""
+    request = answer_request(owner, helper_id, question_id, option_id, text, decider)
     return Command("answer", lambda client, by: client.answer(request, by=by), needs_temporal=True)
 
 

@@ -21,7 +21,7 @@ from protocol.errors import InvalidRequest
 
 if TYPE_CHECKING:  # the Goal checks load domain.goals when a Goal command runs: a read never needs it (R43)
     from domain.goals import Goal
-    from domain.messages.updates import AnswerRequest, DeliveredRequest, ReadRequest
+    from domain.messages.updates import AnswerRequest, Decider, DeliveredRequest, ReadRequest
 
 # A Schedule's interval must stay far from what Temporal (and timedelta) can hold: at most a year and a day.
 MAX_EVERY = timedelta(days=366)
@@ -97,7 +97,12 @@ def check_delivered(owner: str, turn: str, answer_chars: int) -> None:
 
 
 def answer_request(
-    owner: str, helper_id: str, question_id: str, option_id: str | None = None, text: str | None = None
+    owner: str,
+    helper_id: str,
+    question_id: str,
+    option_id: str | None = None,
+    text: str | None = None,
+    decider: Decider | None = None,
 ) -> AnswerRequest:
     """`answer`'s message, checked as the coordinator's validator checks it (domain.book.answer_problems)."""
     from domain.book import answering
@@ -105,10 +110,10 @@ def answer_request(
 
     check_ids(owner, [helper_id])
     answer = _built(lambda: OwnerAnswer(question_id=question_id, option_id=option_id, text=text))
-    problems = answering.answer_problems(answer)
+    problems = answering.answer_problems(answer, decider)
     if problems:
         raise InvalidRequest("; ".join(problems), {"problems": problems})
-    return AnswerRequest(owner=owner, helper_id=helper_id, answer=answer)
+    return AnswerRequest(owner=owner, helper_id=helper_id, answer=answer, decider=decider)
 
 
 def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config.store_address import StoreAddress
+from domain.audit import WaitEnd
 from domain.limits import Limits
 from domain.messages.activities import FollowedUp
 from domain.outcome import OutcomeKind
@@ -29,9 +30,11 @@ from store.database import check_schema, create_engine, migrate
 from store.reads import Marks, Query, Records, RowReader, helper_row
 from store.records import KeptSession, ParkedSession
 from store.statements import (
+    SHOWN_COLUMNS,
     WRITABLE,
     Prepared,
     RowChanges,
+    admission_of,
     events_table,
     follow_replica_update,
     insert_or_skip,
@@ -50,6 +53,8 @@ from store.statements import (
     upsert,
     usage_table,
     utc,
+    wait_record,
+    wait_table,
 )
 
 __all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "RowOfAnotherAdmission", "row_table"]
@@ -155,19 +160,43 @@ class HelperStore:
         existing = await self.get(row.owner, row.helper_id)
         raise RowOfAnotherAdmission(row.owner, row.helper_id, -1 if existing is None else existing.seq)
 
-    @staticmethod
-    async def _insert_admitted(connection: AsyncConnection, row: HelperRow, followed_up: FollowedUp | None) -> None:
+    async def _insert_admitted(
+        self, connection: AsyncConnection, row: HelperRow, followed_up: FollowedUp | None
+    ) -> None:
         await connection.execute(*row_insert(row_table, to_columns(row)))
         if followed_up is not None:
+            if followed_up.ended is not None:  # as the owner saw it, before the link delivers it
+                await self._record_wait_ends(connection, row.owner, [followed_up.ended])
             await connection.execute(link_follow_up(row, followed_up))
+
+    async def _record_wait_ends(self, connection: AsyncConnection, owner: str, ends: Sequence[WaitEnd]) -> None:
+        """Each wait's record, with what its row shows, in the transaction of the write that ends it (R56). A row
+        already gone was recorded by the attempt that removed it; a record already there stays as it is."""
+        for end in ends:
+            found = await connection.execute(select(*SHOWN_COLUMNS).where(*admission_of(owner, end.helper_id, end.seq)))
+            shown = found.mappings().first()
+            if shown is not None:
+                await connection.execute(
+                    *insert_or_skip(self.engine.dialect.name, wait_table, wait_record(owner, end, dict(shown)))
+                )
 
     @store_write(BY_CALLER, counts_conflicts=True)
     async def write_state(
-        self, owner: str, helper_id: str, seq: int, generation: int, **changes: Unpack[RowChanges]
+        self,
+        owner: str,
+        helper_id: str,
+        seq: int,
+        generation: int,
+        ended: WaitEnd | None = None,
+        **changes: Unpack[RowChanges],
     ) -> bool:
+        """A guarded state write; with `ended`, the record of the wait it ends, in the same transaction (R56)."""
         statement = state_update(owner, helper_id, seq, generation, changes)
         async with self.engine.begin() as connection:
-            return bool((await connection.execute(*statement)).rowcount)
+            written = bool((await connection.execute(*statement)).rowcount)
+            if ended is not None:
+                await self._record_wait_ends(connection, owner, [ended])
+            return written
 
     @store_write(BY_CALLER)
     async def start_running(
@@ -246,12 +275,23 @@ class HelperStore:
         async with self.engine.begin() as connection:
             await connection.execute(delete(replicas_table).where(replicas_table.c.identity == identity))
 
+    @store_write("audit")
+    async def forget_wait_records(self, ended_before: datetime) -> int:
+        async with self.engine.begin() as connection:
+            result = await connection.execute(delete(wait_table).where(wait_table.c.ended_at < utc(ended_before)))
+            return int(result.rowcount)
+
     @store_write("remove")
     async def remove_rows(
-        self, owner: str, helper_ids: Sequence[str], seqs: Mapping[str, int] | None = None
+        self,
+        owner: str,
+        helper_ids: Sequence[str],
+        seqs: Mapping[str, int] | None = None,
+        ended: Sequence[WaitEnd] = (),
     ) -> list[str]:
         """Delete rows; returns the result directories they pointed at. With `seqs` (helper id -> seq), a row is
-        deleted only if it is of that admission: a row a later or lost admission wrote under the same id stays."""
+        deleted only if it is of that admission: a row a later or lost admission wrote under the same id stays.
+        `ended`: the waits the removal ends, recorded from their rows in the same transaction (R56)."""
         if not helper_ids:
             return []
         named: ColumnElement[bool] = row_table.c.helper_id.in_(helper_ids)
@@ -264,6 +304,7 @@ class HelperStore:
             )
 
         async with self.engine.begin() as connection:
+            await self._record_wait_ends(connection, owner, ended)
             found = await connection.execute(select(row_table.c.result_dir).where(row_table.c.owner == owner, named))
             directories = [str(d) for d in found.scalars()]
             await connection.execute(delete(row_table).where(row_table.c.owner == owner, named))

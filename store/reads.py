@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from config.store_address import StoreAddress
+from domain.audit import WaitRecord
 from domain.rows import HelperRow, HelperView, RowState
 from store.records import UsageLine
 from store.revisions import REVISION_QUERY, NoStore, check_revision, check_sqlite_file
@@ -98,7 +99,31 @@ VIEW_COLUMNS = (
     "follow_started_at",
     "choices",
 )
-JSON_COLUMNS = frozenset({"boundary", "limits", "actions", "choices"})
+# A wait's record (R56), in the table's order.
+WAIT_RECORD_COLUMNS = (
+    "owner",
+    "helper_id",
+    "seq",
+    "session_id",
+    "kind",
+    "question_id",
+    "ended",
+    "ended_at",
+    "reminders_sent",
+    "answer",
+    "asked_grant",
+    "granted",
+    "decided_by",
+    "decided_via",
+    "decided_through",
+    "follow_up",
+    "shown_text",
+    "shown_choices",
+    "shown_sha256",
+    "asked_at",
+    "delivered_at",
+)
+JSON_COLUMNS = frozenset({"boundary", "limits", "actions", "choices", "answer", "shown_choices"})
 DATETIME_COLUMNS = frozenset(
     {
         "admitted_at",
@@ -109,6 +134,8 @@ DATETIME_COLUMNS = frozenset(
         "keep_until",
         "updated_at",
         "follow_started_at",
+        "ended_at",
+        "asked_at",
     }
 )
 
@@ -166,6 +193,17 @@ def offered_events_query(style: Marks, owner: str, states: Sequence[str]) -> Que
     return Query(sql, (owner, *states))
 
 
+def wait_records_query(style: Marks, owner: str, helper_id: str | None, limit: int) -> Query:
+    """The owner's wait records, newest first (the owner-first index on ended_at), of one helper or all."""
+    owner_mark, *more = _marks(style, 3 if helper_id is not None else 2)
+    sql = f"SELECT {', '.join(WAIT_RECORD_COLUMNS)} FROM wait_records WHERE owner = {owner_mark}"
+    parameters: tuple[Any, ...] = (owner,)
+    if helper_id is not None:
+        sql += f" AND helper_id = {more.pop(0)}"
+        parameters += (helper_id,)
+    return Query(f"{sql} ORDER BY ended_at DESC, helper_id, seq LIMIT {more[0]}", (*parameters, limit))
+
+
 # --- decoding: a record from any driver (JSON as its text or decoded, moments as text or datetime) ------------
 
 
@@ -206,6 +244,16 @@ def listed_views(records: Iterable[Mapping[Any, Any]]) -> list[HelperView]:
     return views
 
 
+def wait_record(record: Mapping[Any, Any]) -> WaitRecord:
+    data = _decoded(record)
+    data["decider"] = {
+        "by": data.pop("decided_by"),
+        "via": data.pop("decided_via"),
+        "through": data.pop("decided_through"),
+    }
+    return WaitRecord.model_validate(data)
+
+
 def usage_line(record: Mapping[Any, Any]) -> UsageLine:
     return UsageLine.model_validate(_decoded(record))
 
@@ -241,6 +289,11 @@ class RowReader:
 
     async def usage(self, owner: str) -> list[UsageLine]:
         return [usage_line(record) for record in await self.fetch(usage_query(self.marks, owner))]
+
+    async def wait_records(self, owner: str, helper_id: str | None = None, limit: int = 50) -> list[WaitRecord]:
+        """The records of the owner's waits that ended (R56), newest first; of one helper with `helper_id`."""
+        records = await self.fetch(wait_records_query(self.marks, owner, helper_id, limit))
+        return [wait_record(record) for record in records]
 
     async def event_offered_since(self, owner: str, states: Sequence[str], since: datetime) -> bool:
         """Whether one of the owner's chat events in these states changed after `since`: one the outbox still

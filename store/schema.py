@@ -148,3 +148,35 @@ class KeptSessionRecord(Base):
     helper_id: Mapped[str] = mapped_column(String(ID_MAX_CHARS))
     seq: Mapped[int] = mapped_column(BigInteger)
     kept_at: Mapped[datetime]
+
+
+class WaitRecordRow(Base):
+    """A wait for the owner that ended (migration 0008, R56): kept HELPER_AUDIT_KEEP_MS after `ended_at`."""
+
+    __tablename__ = "wait_records"
+    __table_args__ = (
+        Index("ix_wait_records_owner_ended_at", "owner", "ended_at"),
+        Index("ix_wait_records_ended_at", "ended_at"),
+    )
+
+    owner: Mapped[str] = mapped_column(String(ID_MAX_CHARS), primary_key=True)
+    helper_id: Mapped[str] = mapped_column(String(ID_MAX_CHARS), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    session_id: Mapped[str | None] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    question_id: Mapped[str] = mapped_column(String(64))
+    ended: Mapped[str] = mapped_column(String(16))
+    ended_at: Mapped[datetime]
+    reminders_sent: Mapped[int] = mapped_column(Integer)
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    asked_grant: Mapped[str | None] = mapped_column(Text)
+    granted: Mapped[str | None] = mapped_column(Text)
+    decided_by: Mapped[str | None] = mapped_column(String(64))
+    decided_via: Mapped[str | None] = mapped_column(String(64))
+    decided_through: Mapped[str | None] = mapped_column(String(8))
+    follow_up: Mapped[str | None] = mapped_column(String(ID_MAX_CHARS))
+    shown_text: Mapped[str] = mapped_column(Text)
+    shown_choices: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    shown_sha256: Mapped[str] = mapped_column(String(64))
+    asked_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]

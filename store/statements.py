@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql as postgresql_insert
 from sqlalchemy.dialects import sqlite as sqlite_insert
 
 from contracts.core_api import Action, QuestionChoices
+from domain.audit import WaitEnd, shown_digest
 from domain.messages.activities import FollowedUp
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -38,6 +39,7 @@ from store.schema import (
     KeptSessionRecord,
     ParkedSessionRecord,
     UsageRecord,
+    WaitRecordRow,
 )
 
 row_table = cast(Table, HelperRowRecord.__table__)
@@ -46,6 +48,7 @@ events_table = cast(Table, ChatEventRecordRow.__table__)
 parked_table = cast(Table, ParkedSessionRecord.__table__)
 kept_table = cast(Table, KeptSessionRecord.__table__)
 replicas_table = cast(Table, FollowReplicaRecord.__table__)
+wait_table = cast(Table, WaitRecordRow.__table__)
 
 
 class RowChanges(TypedDict, total=False):
@@ -271,3 +274,42 @@ def upsert(dialect: str, table: Table, values: Mapping[str, Any], key: str) -> P
     """INSERT … ON CONFLICT (key) DO UPDATE with the same values: one statement instead of an update that may
     find nothing and an insert after it."""
     return _upsert(dialect, table, tuple(sorted(values)), key), _values(values)
+
+
+# What a wait's record takes from its row: what the owner was shown, and when.
+SHOWN_COLUMNS = (
+    row_table.c.session_id,
+    row_table.c.summary,
+    row_table.c.choices,
+    row_table.c.finished_at,
+    row_table.c.delivered_at,
+)
+
+
+def wait_record(owner: str, end: WaitEnd, shown: Mapping[str, Any]) -> dict[str, Any]:
+    """A wait's record: its end, and what its row showed (`SHOWN_COLUMNS`), digested as it was shown."""
+    choices = QuestionChoices.model_validate(shown["choices"]) if shown["choices"] is not None else None
+    text = shown["summary"] or ""
+    return {
+        "owner": owner,
+        "helper_id": end.helper_id,
+        "seq": end.seq,
+        "session_id": shown["session_id"],
+        "kind": end.kind.value,
+        "question_id": end.question_id,
+        "ended": end.ended.value,
+        "ended_at": utc(end.ended_at),
+        "reminders_sent": end.reminders_sent,
+        "answer": end.answer.model_dump(mode="json", exclude_none=True) if end.answer is not None else None,
+        "asked_grant": end.asked_grant,
+        "granted": end.granted,
+        "decided_by": end.decider.by,
+        "decided_via": end.decider.via,
+        "decided_through": end.decider.through,
+        "follow_up": end.follow_up,
+        "shown_text": text,
+        "shown_choices": shown["choices"],
+        "shown_sha256": shown_digest(text, choices),
+        "asked_at": column_value(shown["finished_at"]),
+        "delivered_at": column_value(shown["delivered_at"]),
+    }

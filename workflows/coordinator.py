@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -25,7 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
     from activities.chat import ChatActivities
     from activities.rows import RowActivities
-    from domain.book import admission, answering, closing, delivery, outbox, retention, slots, waits, writes
+    from domain.audit import WaitEnd, WaitEndKind
+    from domain.book import admission, answering, audit, closing, delivery, outbox, retention, slots, waits, writes
     from domain.book.state import (
         AwaitEarlier,
         ChatEventRecord,
@@ -143,10 +145,13 @@ class CoordinatorWorkflow:
         await self._hand_out_slots()
         for entry in waits.come_due(self.book, now).expired:
             workflow.logger.info("%s/%s: its wait expired unanswered", self.book.owner, entry.helper_id)
-            await self._write_row(entry, RowState.EXPIRED)
+            await self._write_row(
+                entry, RowState.EXPIRED, audit.end_of(entry, WaitEndKind.EXPIRED, entry.expired_at or now)
+            )
         expired = retention.expired(self.book, now)
         if expired:
-            await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
+            gone = [self.book.entries[helper_id] for helper_id in expired]
+            await self._remove_rows(gone, ended=audit.ended_by_removal(gone, WaitEndKind.REMOVED, now))
 
     def _refuse_late_or_draining(self) -> None:
         """Every validator's first checks. An update that arrives after its accept-by time is turned away: its
@@ -196,22 +201,28 @@ class CoordinatorWorkflow:
                 timeout_summary="wait for the helper's finished notice",
             )
 
-    async def _admit_decided(self, request: HelperRequest, decision: admission.Admit) -> updates.Admission:
-        """Carry out an admission decided in this task: the book first, then the row and the workflow."""
+    async def _admit_decided(
+        self, request: HelperRequest, decision: admission.Admit, ended: WaitEnd | None = None
+    ) -> updates.Admission:
+        """Carry out an admission decided in this task: the book first, then the row and the workflow. `ended`: the
+        wait of the earlier row that an answer ends; a follow-up started by hand ends it too."""
         policy = self.book.policy
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
         now = workflow.now()
         evicted = [self.book.entries[helper_id] for helper_id in decision.evict]
+        evicted_waits = audit.ended_by_removal(evicted, WaitEndKind.REMOVED, now)
         earlier = self.book.entries.get(request.follow_up) if request.follow_up else None
         earlier_before = earlier.model_copy(deep=True) if earlier is not None else None
+        if ended is None and earlier is not None and audit.takes_answer(earlier):
+            ended = audit.end_of(earlier, WaitEndKind.FOLLOWED_UP, now, follow_up=request.helper_id)
         entry = admission.take(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = slots.grant(self.book, now)
         admitting = activities.AdmitHelper(
-            row=writes.new_row(self.book, request, entry, limits, now),
+            row=writes.new_row(self.book, request, entry, limits, now, ended),
             start=writes.helper_start(
                 policy, request, seq=entry.seq, limits=limits, slot_granted=request.helper_id in granted
             ),
-            evict=writes.rows_to_remove(self.book.owner, evicted) if evicted else None,
+            evict=writes.rows_to_remove(self.book.owner, evicted, evicted_waits) if evicted else None,
         )
         # The decision is committed with this task before the row is written and the helper started: the write is
         # an activity scheduled in the task that accepts the update, so a worker killed during the write leaves a
@@ -294,7 +305,13 @@ class CoordinatorWorkflow:
         waited = False
         while True:
             judged = answering.judge(
-                self.book, request.owner, request.helper_id, request.answer, arrived_at=arrived_at, waited=waited
+                self.book,
+                request.owner,
+                request.helper_id,
+                request.answer,
+                arrived_at=arrived_at,
+                waited=waited,
+                decider=request.decider,
             )
             if isinstance(judged, Refusal):
                 raise refused(judged)
@@ -317,12 +334,15 @@ class CoordinatorWorkflow:
         """Record a first valid answer and admit its follow-up, or, for `deny`, deliver the outcome. An answer whose
         follow-up fails to be admitted is withdrawn: the owner can answer again."""
         entry = answering.record(self.book, request.helper_id, request.answer)
+        now = workflow.now()
         if judged.follow_up is None or judged.admission is None:
-            if answering.deny(self.book, entry, workflow.now()):
-                await self._write_row(entry, RowState.DELIVERED)
+            answering.deny(self.book, entry, now)
+            # Written also when the row was delivered already: the write carries the wait's record.
+            await self._write_row(entry, RowState.DELIVERED, audit.answered(entry, now, request.decider, None))
             return self._answer_of(request, entry)
+        ended = audit.answered(entry, now, request.decider, judged.follow_up.helper_id)
         try:
-            admitted = await self._admit_decided(judged.follow_up, judged.admission)
+            admitted = await self._admit_decided(judged.follow_up, judged.admission, ended)
         except ApplicationError:
             answering.withdraw(self.book, request.helper_id)
             raise
@@ -333,7 +353,14 @@ class CoordinatorWorkflow:
         # Rejected here, the answer leaves no trace in the history and writes nothing.
         self._refuse_late_or_draining()
         refuse_if_refused(
-            answering.judge(self.book, request.owner, request.helper_id, request.answer, arrived_at=workflow.now())
+            answering.judge(
+                self.book,
+                request.owner,
+                request.helper_id,
+                request.answer,
+                arrived_at=workflow.now(),
+                decider=request.decider,
+            )
         )
 
     def _answer_of(
@@ -468,11 +495,13 @@ class CoordinatorWorkflow:
             action = closing.decide(self.book, helper_id) if not entry.helper_writes else closing.CloseAction.NOTHING
             if isinstance(action, Refusal):
                 raise refused(action)
-        if action is closing.CloseAction.WRITE_CLOSED and helper_id in self.book.entries:
+        closed = [self.book.entries[helper_id]] if helper_id in self.book.entries else []
+        ended = audit.ended_by_removal(closed, WaitEndKind.CLOSED, workflow.now())
+        if action is closing.CloseAction.WRITE_CLOSED and closed:
             entry = closing.close_row(self.book, helper_id)
-            await self._write_row(entry, RowState.CLOSED)
+            await self._write_row(entry, RowState.CLOSED, ended[0] if ended else None)
         elif action is closing.CloseAction.REMOVE:
-            await self._remove_rows([self.book.entries[helper_id]], closed_by_owner=True)
+            await self._remove_rows(closed, closed_by_owner=True, ended=ended)
             return updates.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         remaining = self.book.entries.get(helper_id)
         if remaining is None:
@@ -603,7 +632,7 @@ class CoordinatorWorkflow:
 
     # --- rows (R29) -------------------------------------------------------------------------------------
 
-    async def _write_row(self, entry: Entry, state: RowState) -> None:
+    async def _write_row(self, entry: Entry, state: RowState, ended: WaitEnd | None = None) -> None:
         await workflow.execute_local_activity_method(
             RowActivities.coordinator_write,
             activities.CoordinatorWrite(
@@ -611,13 +640,16 @@ class CoordinatorWorkflow:
                 state=state,
                 delivered_at=entry.delivered_at if state is RowState.DELIVERED else None,
                 keep_until=entry.keep_until,
+                ended=ended,
             ),
             **options.STORE_WRITE,
         )
 
-    async def _remove_rows(self, entries: list[Entry], *, closed_by_owner: bool = False) -> None:
+    async def _remove_rows(
+        self, entries: list[Entry], *, closed_by_owner: bool = False, ended: Sequence[WaitEnd] = ()
+    ) -> None:
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows, writes.rows_to_remove(self.book.owner, entries), **options.STORE_WRITE
+            RowActivities.remove_rows, writes.rows_to_remove(self.book.owner, entries, ended), **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)

@@ -45,6 +45,11 @@ class SweepWorkflow:
             **options.SWEEP,
         )
         await workflow.execute_activity_method(
+            RowActivities.forget_wait_records,
+            summary="remove the records of waits that ended longer ago than their keep",
+            **options.SWEEP,
+        )
+        await workflow.execute_activity_method(
             SessionActivities.reset_kept_sessions,
             summary="reset sessions kept for follow-ups that nothing can need any more",
             **options.SWEEP,

@@ -43,7 +43,7 @@ from domain.boundary import BoundaryError, control_character_problem, parse_boun
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID, Asked
-from domain.messages.updates import OwnerAnswer
+from domain.messages.updates import DECIDER_MAX_CHARS, Decider, OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, check_utf8
 from domain.rows import RowState
@@ -97,11 +97,12 @@ def asked_of(
     return None
 
 
-def answer_problems(answer: OwnerAnswer) -> list[str]:
+def answer_problems(answer: OwnerAnswer, decider: Decider | None = None) -> list[str]:
     """The answer's own bounds, wherever it enters (the starter, the coordinator's validator): a question id and
     an option id of 1-64 printable characters, exactly one of an option and a text, a text of 1-4,000 characters
-    without control characters other than line breaks and tabs."""
-    problems = []
+    without control characters other than line breaks and tabs; who answered and via what (`by`, `via`) of 1-64
+    characters without control characters."""
+    problems = _decider_problems(decider) if decider is not None else []
     for field, value in (("question_id", answer.question_id), ("option_id", answer.option_id), ("text", answer.text)):
         try:
             check_utf8(field, value or "")
@@ -122,6 +123,22 @@ def answer_problems(answer: OwnerAnswer) -> list[str]:
     return problems
 
 
+def _decider_problems(decider: Decider) -> list[str]:
+    problems = []
+    for field, value in (("by", decider.by), ("via", decider.via)):
+        if value is None:
+            continue
+        try:
+            check_utf8(field, value)
+        except ValueError as error:
+            return [str(error)]
+        if not value.strip() or len(value) > DECIDER_MAX_CHARS:
+            problems.append(f"{field}: use 1-{DECIDER_MAX_CHARS} characters")
+        elif (problem := control_character_problem(field, value)) is not None:
+            problems.append(problem)
+    return problems
+
+
 def answer_helper_id(helper_id: str) -> str:
     """The follow-up's helper id: the question's id with `.answer` appended; an id too long for that keeps its first
     characters and a digest of the whole, so two long ids never share a follow-up."""
@@ -134,7 +151,14 @@ def answer_helper_id(helper_id: str) -> str:
 
 
 def judge(
-    book: OwnerBook, owner: str, helper_id: str, answer: OwnerAnswer, *, arrived_at: datetime, waited: bool = False
+    book: OwnerBook,
+    owner: str,
+    helper_id: str,
+    answer: OwnerAnswer,
+    *,
+    arrived_at: datetime,
+    waited: bool = False,
+    decider: Decider | None = None,
 ) -> Judgement[Verdict]:
     """The whole judgement of an owner's answer, as the coordinator's validator and its handler both make it: the
     owner, the answer's own bounds (`answer_problems`), then, once the helper's finished notice is in the book or was
@@ -143,7 +167,7 @@ def judge(
     wrong_owner = other_owner(book, owner, book.language)
     if wrong_owner is not None:
         return wrong_owner
-    problems = answer_problems(answer)
+    problems = answer_problems(answer, decider)
     if problems:
         return Refusal(code=RefusalCode.INVALID_REQUEST, message="; ".join(problems))
     if not waited and still_working(book, helper_id):

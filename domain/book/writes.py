@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from domain.audit import WaitEnd
 from domain.book.state import Entry, OwnerBook
 from domain.limits import Limits, Policy
 from domain.messages.activities import FollowedUp, NewRow, RemoveRows, RowKey, RowToRemove
@@ -64,12 +65,17 @@ def entry_row(owner: str, entry: Entry) -> RowKey:
     return RowKey(owner=owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
 
 
-def rows_to_remove(owner: str, entries: list[Entry]) -> RemoveRows:
-    return RemoveRows(owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries])
+def rows_to_remove(owner: str, entries: list[Entry], ended: Sequence[WaitEnd] = ()) -> RemoveRows:
+    return RemoveRows(
+        owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries], ended=list(ended)
+    )
 
 
-def new_row(book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limits, now: datetime) -> NewRow:
-    """The admission's row write; a follow-up's carries the earlier row as the admission left it."""
+def new_row(
+    book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limits, now: datetime, ended: WaitEnd | None = None
+) -> NewRow:
+    """The admission's row write; a follow-up's carries the earlier row as the admission left it, and the record of
+    the wait it ended."""
     earlier = book.entries.get(entry.follow_up_of) if entry.follow_up_of else None
     followed_up = None
     if earlier is not None:
@@ -80,5 +86,6 @@ def new_row(book: OwnerBook, request: HelperRequest, entry: Entry, limits: Limit
             state=earlier.state,
             delivered_at=earlier.delivered_at,
             keep_until=earlier.keep_until,
+            ended=ended,
         )
     return NewRow(request=request, seq=entry.seq, limits=limits, admitted_at=now, followed_up=followed_up)

@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action, QuestionChoices, SessionStatus, StopReason
+from domain.audit import WaitEnd
 from domain.book import EventKind, EventState
 from domain.bounds import NOTICE_ABOUT_MAX
 from domain.goals import Goal
@@ -43,6 +44,7 @@ class FollowedUp(BaseModel):
     state: RowState
     delivered_at: datetime | None = None
     keep_until: datetime | None = None
+    ended: WaitEnd | None = Field(default=None, description="Its wait ended with this admission: its record (R56).")
 
 
 class NewRow(BaseModel):
@@ -64,6 +66,7 @@ class RemoveRows(BaseModel):
 
     owner: OwnerId
     rows: list[RowToRemove]
+    ended: list[WaitEnd] = Field(default_factory=list, description="Waits the removal ends: their records (R56).")
 
     @property
     def helper_ids(self) -> list[str]:
@@ -207,6 +210,7 @@ class CoordinatorWrite(BaseModel):
     state: RowState
     delivered_at: datetime | None = None
     keep_until: datetime | None = None
+    ended: WaitEnd | None = Field(default=None, description="The row's wait ends with this write: its record (R56).")
 
 
 class OfferEvent(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from domain.ids import HelperId, OwnerId
@@ -33,6 +35,19 @@ class OwnerAnswer(BaseModel):
     text: str | None = None
 
 
+# A caller's own words for who answered and through which channel ("owner", "telegram"): short labels.
+DECIDER_MAX_CHARS = 64
+
+
+class Decider(BaseModel):
+    """Who answered as the caller says (`by`, `via`), and through what the answer came, as the starter knows it
+    (R56). Kept in the wait's record, never judged."""
+
+    by: str | None = None
+    via: str | None = None
+    through: Literal["api", "cli"] | None = None
+
+
 class AnswerRequest(BaseModel):
     """The owner's answer to a helper's question or authorization wait (R49); its checks are
     `domain.book.answering.answer_problems`, made by the starter and again by the coordinator's validator."""
@@ -40,6 +55,8 @@ class AnswerRequest(BaseModel):
     owner: OwnerId
     helper_id: HelperId
     answer: OwnerAnswer
+    # A worker of the build before ignores the field (the message takes unknown fields).
+    decider: Decider | None = None
 
 
 # The replies to the coordinator's updates.

@@ -25,6 +25,7 @@ from domain.limits import (
     LimitOverrides,
     WaitPolicy,
 )
+from domain.messages.updates import DECIDER_MAX_CHARS
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
 from domain.texts import SUPPORTED_LANGUAGES
@@ -105,6 +106,7 @@ class DeliveredBody(_Body):
 
 
 CHOICE_ID_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": MAX_CHOICE_ID_CHARS}
+DECIDER_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": DECIDER_MAX_CHARS, "pattern": r"\S"}
 
 
 class AnswerBody(_Body):
@@ -126,6 +128,16 @@ class AnswerBody(_Body):
         description=f"an answer in the owner's words (1-{ANSWER_TEXT_MAX_CHARS:,} characters), where the question "
         "takes one",
         json_schema_extra={"minLength": 1, "maxLength": ANSWER_TEXT_MAX_CHARS, "pattern": r"\S"},
+    )
+    by: str | None = Field(
+        default=None,
+        description="who answered, as the caller says (for example 'owner'); kept in the wait's record",
+        json_schema_extra=DECIDER_SCHEMA,
+    )
+    via: str | None = Field(
+        default=None,
+        description="through which channel (for example 'telegram'); kept in the wait's record",
+        json_schema_extra=DECIDER_SCHEMA,
     )
 
 

@@ -10,13 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from domain.messages.updates import AnswerResult
+from domain.audit import WaitEndKind, shown_digest
+from domain.messages.updates import AnswerResult, Decider
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.errors import HelperRefused, InvalidRequest
 from protocol.names import coordinator_id
 from reference.core.script import scripted_task
-from starter.inputs import answer_request
+from starter.inputs import answer_request, delivered_request, read_request
 from tests.e2e.conftest import Stack, core_sessions, finished_row
 from tests.e2e.test_api import serving_api
 from tests.helpers import helper_request
@@ -113,6 +114,11 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
         assert await stack.store.get(stack.owner, "offer.answer") is None
     row = await stack.store.get(stack.owner, "offer")
     assert row is not None and row.state is RowState.DELIVERED
+    # One record of the one end (R56): what was asked, what was granted, against exactly what was shown.
+    [record] = await stack.store.reads.wait_records(stack.owner, helper_id="offer")
+    assert record.ended is (WaitEndKind.GRANTED if first.option_id == "grant" else WaitEndKind.DENIED)
+    assert record.asked_grant == ACTION and record.granted == (ACTION if first.option_id == "grant" else None)
+    assert record.shown_text == waiting.summary and record.shown_sha256 == shown_digest(waiting.summary or "", None)
 
 
 async def test_an_outcome_says_its_question_or_its_authorization_once_and_not_the_cleanups_cancel(
@@ -132,10 +138,17 @@ async def test_an_outcome_says_its_question_or_its_authorization_once_and_not_th
 
 async def test_a_deny_starts_nothing_and_delivers_the_outcome(stack: Stack, tmp_path: Path) -> None:
     await _ask(stack, "invite", end="authorization", authorization=ACTION)
-    denied = await stack.client.answer(answer_request(stack.owner, "invite", "authorization", option_id="deny"))
+    await stack.client.read(read_request(stack.owner, "t-1", ["invite"]))
+    await stack.client.delivered(delivered_request(stack.owner, "t-1", answer_chars=40))
+    by = Decider(by="owner", via="telegram", through="cli")
+    denied = await stack.client.answer(answer_request(stack.owner, "invite", "authorization", "deny", decider=by))
     assert not denied.repeated and denied.follow_up is None
     row = await stack.store.get(stack.owner, "invite")
     assert row is not None and row.state is RowState.DELIVERED and row.followed_up_by is None
+    # The deny of a delivered outcome changes no row, and still leaves its record (R56).
+    [record] = await stack.store.reads.wait_records(stack.owner, helper_id="invite")
+    assert (record.ended, record.granted, record.decider) == (WaitEndKind.DENIED, None, by)
+    assert record.delivered_at == row.delivered_at
     granted = await stack.client.answer(answer_request(stack.owner, "invite", "authorization", option_id="grant"))
     assert granted.repeated and not granted.same and granted.option_id == "deny"
     assert await stack.store.get(stack.owner, "invite.answer") is None

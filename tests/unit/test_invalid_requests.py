@@ -36,7 +36,7 @@ from domain.book import answering
 from domain.goals import Goal
 from domain.ids import check_id
 from domain.limits import READ_MAX_HELPERS, TURN_MAX_CHARS
-from domain.messages.updates import AnswerRequest, DeliveredRequest, OwnerAnswer, ReadRequest
+from domain.messages.updates import AnswerRequest, Decider, DeliveredRequest, OwnerAnswer, ReadRequest
 from domain.requests import HelperRequest
 from protocol.errors import InvalidRequest, StarterError
 from starter import commands
@@ -957,21 +957,24 @@ def test_an_id_the_wire_refuses_is_refused_first(owner: str, helper_id: str, goa
     question_id=st.one_of(IDS, st.just("q" * 65)),
     option_id=st.one_of(st.none(), IDS),
     text=st.one_of(st.none(), ANY_TEXT, st.just("x" * 4_001)),
+    by=st.one_of(st.none(), ANY_TEXT, st.just("b" * 65)),
 )
 def test_an_answer_the_coordinator_refuses_as_invalid_is_refused_first(
-    owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None
+    owner: str, helper_id: str, question_id: str, option_id: str | None, text: str | None, by: str | None
 ) -> None:
-    """R48, R49: whatever the coordinator's answer validator refuses as invalid (the ids, the answer's own bounds),
-    `answer` has refused first, as invalid; what it takes is a message that builds and travels as JSON."""
-    refusal = _checked(lambda: commands.answer(owner, helper_id, question_id, option_id, text))
+    """R48, R49, R56: whatever the coordinator's answer validator refuses as invalid (the ids, the answer's own
+    bounds, who answered), `answer` has refused first, as invalid; what it takes is a message that builds and travels
+    as JSON."""
+    decider = Decider(by=by, via="telegram", through="cli")
+    refusal = _checked(lambda: commands.answer(owner, helper_id, question_id, option_id, text, decider))
     assert refusal is None or isinstance(refusal, InvalidRequest)
     answer = OwnerAnswer(question_id=question_id, option_id=option_id, text=text)
     validator_refuses = _refused(lambda: (check_id("owner", owner), check_id("helper id", helper_id))) or bool(
-        answering.answer_problems(answer)
+        answering.answer_problems(answer, decider)
     )
     assert (refusal is not None) == validator_refuses
     if refusal is None:
-        AnswerRequest(owner=owner, helper_id=helper_id, answer=answer).model_dump_json()
+        AnswerRequest(owner=owner, helper_id=helper_id, answer=answer, decider=decider).model_dump_json()
 
 
 LIMIT_VALUES = st.one_of(st.integers(-5, 10**31), st.text(max_size=5), st.none())

@@ -13,6 +13,7 @@ from domain.messages.updates import (
     AnswerResult,
     ChatIdleAnswer,
     CloseAnswer,
+    Decider,
     DeliveredAnswer,
     ReadAnswer,
 )
@@ -90,7 +91,16 @@ async def answer_question(owner: Owner, helper_id: HelperId, body: AnswerBody, r
     any later answer gets it back (`repeated`, and `same` says whether it is this one) and starts nothing
     (R49)."""
     return await reply(
-        request, lambda: commands.answer(owner, helper_id, body.question_id, body.option_id, body.text), body
+        request,
+        lambda: commands.answer(
+            owner,
+            helper_id,
+            body.question_id,
+            body.option_id,
+            body.text,
+            Decider(by=body.by, via=body.via, through="api"),
+        ),
+        body,
     )
 
 

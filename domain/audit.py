@@ -1,0 +1,71 @@
+"""A record of every wait for the owner (R56): how it ended, who answered as the caller says and through what, and
+exactly what the owner was shown, with its SHA-256 digest. The coordinator says how a wait ended (`WaitEnd`, in the
+activity that writes the row's change); the store adds what the row showed, in the same transaction, and keeps the
+record `HELPER_AUDIT_KEEP_MS` after the end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from contracts.core_api import QuestionChoices
+from domain.ids import HelperId, OwnerId
+from domain.messages.updates import Decider, OwnerAnswer
+
+# How long a wait's record is kept after the wait ended, by default (HELPER_AUDIT_KEEP_MS).
+AUDIT_KEEP_MS = 30 * 24 * 3_600_000
+
+
+class WaitEndKind(StrEnum):
+    ANSWERED = "answered"  # a question's answer started its follow-up
+    GRANTED = "granted"  # an authorization granted: its follow-up goes on with the item
+    DENIED = "denied"  # an authorization denied: nothing was done
+    EXPIRED = "expired"  # unanswered at its bound (R54)
+    CLOSED = "closed"  # the owner closed the row
+    FOLLOWED_UP = "followed_up"  # a follow-up started by hand took its place
+    REMOVED = "removed"  # the row was removed to make room for an admission
+
+
+class WaitKind(StrEnum):
+    QUESTION = "question"
+    AUTHORIZATION = "authorization"
+
+
+class WaitEnd(BaseModel):
+    """How one admission's wait ended, as the coordinator's book decided it."""
+
+    helper_id: HelperId
+    seq: int
+    kind: WaitKind
+    question_id: str
+    ended: WaitEndKind
+    ended_at: datetime
+    reminders_sent: int = 0
+    answer: OwnerAnswer | None = None
+    asked_grant: str | None = Field(default=None, description="Authorization: the item a grant adds, as asked.")
+    granted: str | None = Field(default=None, description="Authorization granted: the item it added.")
+    decider: Decider = Decider()
+    follow_up: HelperId | None = None
+
+
+class WaitRecord(WaitEnd):
+    """The kept record: the end, and what the row showed the owner when it ended."""
+
+    owner: OwnerId
+    session_id: str | None = None
+    shown_text: str
+    shown_choices: QuestionChoices | None = None
+    shown_sha256: str
+    asked_at: datetime | None = None
+    delivered_at: datetime | None = None
+
+
+def shown_digest(text: str, choices: QuestionChoices | None) -> str:
+    """SHA-256 of exactly what was shown: the outcome's text and the options offered, as canonical JSON."""
+    shown = {"text": text, "choices": choices.model_dump(mode="json") if choices is not None else None}
+    canonical = json.dumps(shown, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
