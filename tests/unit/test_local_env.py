@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from config.local_env import LocalEnvError, read_local_env, with_local_env, write_local_env
+from domain.limits import WaitPolicy
 from tests.helpers import free_stack_ports
 from tools.demo.stack import Stack
 
@@ -74,3 +75,5 @@ def test_the_stacks_file_carries_the_owner_policy_set_for_make_run(
     written = read_local_env(stack.env_file)
     assert (written["HELPER_WAIT_REMIND_MS"], written["HELPER_WAIT_EXPIRE_MS"]) == ("20000,40000", "60000")
     assert "HELPER_SOMETHING_ELSE" not in written and "TEMPORAL_ADDRESS" in written
+    # The stack's own starter (the demo's) starts owners with the same policy.
+    assert stack.settings().policy.wait == WaitPolicy(remind_after_ms=(20_000, 40_000), expire_after_ms=60_000)

@@ -106,6 +106,8 @@ class Stack:
         return f"http://{HOST}:{self.ports.ui}"
 
     def settings(self, **overrides: object) -> Settings:
+        """The stack's settings. The owner policy is the one its variables give (HELPER_WAIT_REMIND_MS=... make run),
+        unless overridden: the demo's starter starts the owners' coordinators, which keep the policy they began with."""
         return Settings(
             temporal_address=f"{HOST}:{self.ports.temporal}",
             store=self.store_url or f"sqlite+aiosqlite:///{self.data / 'helpers.sqlite3'}",
@@ -114,7 +116,7 @@ class Stack:
             chat_url=f"http://{HOST}:{self.ports.chat}",
             codec_keys=self.codec_keys,
             codec_key_id=os.environ.get("HELPER_CODEC_KEY_ID"),
-            **overrides,
+            **{"policy": Settings.from_env().policy, **overrides},
         )
 
     def environment(self) -> dict[str, str]:
