@@ -242,4 +242,7 @@ class RowActivities:
         changes = RowChanges(state=write.state, keep_until=write.keep_until)
         if write.delivered_at is not None:
             changes["delivered_at"] = write.delivered_at
+        if write.wait is not None:
+            changes["wait_ends_at"] = write.wait.ends_at
+            changes["wait_reminders_ms"] = write.wait.reminders_ms
         return await self.store.write_state(key.owner, key.helper_id, key.seq, key.generation, write.ended, **changes)

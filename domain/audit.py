@@ -35,6 +35,20 @@ class WaitKind(StrEnum):
     AUTHORIZATION = "authorization"
 
 
+class OwnerWait(BaseModel):
+    """A wait of the owner's that still takes an answer, across helpers: the inbox (R56)."""
+
+    helper_id: HelperId
+    kind: WaitKind
+    question_id: str = Field(description="the id to answer under ('question' or 'authorization' when none is named)")
+    text: str = Field(description="the outcome as the owner is shown it: the question, or the action asked for")
+    choices: QuestionChoices | None = None
+    asked_at: datetime | None = Field(default=None, description="when the helper asked (its outcome)")
+    delivered_at: datetime | None = Field(default=None, description="when a chat turn delivered it; none yet")
+    reminders_sent: int = 0
+    expires_at: datetime | None = Field(default=None, description="the wait's bound; none before delivery")
+
+
 class WaitEnd(BaseModel):
     """How one admission's wait ended, as the coordinator's book decided it."""
 

@@ -60,6 +60,8 @@ class HelperRow(BaseModel):
     followed_up_by: str | None = None
     follow_started_at: datetime | None = None
     choices: QuestionChoices | None = None
+    wait_ends_at: datetime | None = None  # a delivered wait's bound (R54)
+    wait_reminders_ms: list[int] | None = None  # its reminders, milliseconds after delivery
 
 
 class HelperView(BaseModel):

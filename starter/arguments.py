@@ -229,6 +229,16 @@ def _add_chat_commands(commands: Commands) -> None:
     )
     _owner(unreported)
 
+    waits = commands.add_parser(
+        "waits",
+        help="every wait of the owner's that still takes an answer, across helpers",
+        description="Every question and authorization wait of the owner's that still takes an answer, across "
+        "helpers, from the store: what it asks, when it was asked and delivered, the reminders sent, when it "
+        "expires. Answer each with `answer`.",
+        epilog=_epilog(ENV_READ),
+    )
+    _owner(waits)
+
     read = commands.add_parser(
         "read",
         help="record that a chat turn read these outcomes",

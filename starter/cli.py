@@ -94,6 +94,8 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
             )
         case "unreported":
             return commands.unreported(owner)
+        case "waits":
+            return commands.waits(owner)
         case "read":
             return commands.read(owner, arguments.turn, arguments.helper_ids)
         case "delivered":

@@ -72,6 +72,10 @@ def answer(
     return Command("answer", lambda client, by: client.answer(request, by=by), needs_temporal=True)
 
 
+def waits(owner: str) -> Command:
+    return Command("waits", lambda client, _: client.waits(owner), needs_temporal=False)
+
+
 def unreported(owner: str) -> Command:
     check_ids(owner, [])
     return Command("unreported", lambda client, _: client.unreported(owner), needs_temporal=False)

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from config.settings import Settings
 from config.store_address import StoreAddress
+from domain.audit import OwnerWait
 from domain.rows import HelperRow, HelperView, RowState
 from protocol.errors import Unavailable, unknown_helper
 from starter.inputs import check_ids, scrub
@@ -150,6 +151,11 @@ class StoreReader:
     async def unreported(self, owner: str) -> list[HelperView]:
         """Finalized outcomes not yet delivered, with summaries, for the chat's next instruction (R27)."""
         return await self.list_helpers(owner, [RowState.UNREPORTED])
+
+    async def waits(self, owner: str) -> list[OwnerWait]:
+        """Every wait of the owner's that still takes an answer, across helpers, from the store (R56)."""
+        check_ids(owner, [])
+        return await self.store.waits(owner)
 
     def _view(self, row: HelperRow, ahead: int | None) -> HelperView:
         # The view is the row's public part: everything but the task, the limits and the writer's bookkeeping.

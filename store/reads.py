@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from config.store_address import StoreAddress
-from domain.audit import WaitRecord
+from domain.audit import OwnerWait, WaitKind, WaitRecord
+from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID
+from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
 from store.records import UsageLine
 from store.revisions import REVISION_QUERY, NoStore, check_revision, check_sqlite_file
@@ -57,6 +59,8 @@ HELPER_ROW_COLUMNS = (
     "followed_up_by",
     "follow_started_at",
     "choices",
+    "wait_ends_at",
+    "wait_reminders_ms",
 )
 # Columns of the row the runtime keeps for itself, which no read decodes: the replica a follow runs on
 # (replica/liveness.py).
@@ -123,7 +127,7 @@ WAIT_RECORD_COLUMNS = (
     "asked_at",
     "delivered_at",
 )
-JSON_COLUMNS = frozenset({"boundary", "limits", "actions", "choices", "answer", "shown_choices"})
+JSON_COLUMNS = frozenset({"boundary", "limits", "actions", "choices", "answer", "shown_choices", "wait_reminders_ms"})
 DATETIME_COLUMNS = frozenset(
     {
         "admitted_at",
@@ -136,6 +140,7 @@ DATETIME_COLUMNS = frozenset(
         "follow_started_at",
         "ended_at",
         "asked_at",
+        "wait_ends_at",
     }
 )
 
@@ -193,6 +198,34 @@ def offered_events_query(style: Marks, owner: str, states: Sequence[str]) -> Que
     return Query(sql, (owner, *states))
 
 
+# What the inbox shows of a row that asks (R56).
+WAIT_COLUMNS = (
+    "helper_id",
+    "outcome_kind",
+    "summary",
+    "choices",
+    "finished_at",
+    "delivered_at",
+    "wait_ends_at",
+    "wait_reminders_ms",
+)
+
+
+def waits_query(style: Marks, owner: str) -> Query:
+    """The owner's rows that ask and still take an answer: unreported or delivered, not followed up, and no record
+    of an end (an answer that delivered the row, a denial). Owner first: the state index, then the record's key."""
+    owner_mark, unreported, delivered, question, authorization = _marks(style, 5)
+    columns = ", ".join(f"r.{column}" for column in WAIT_COLUMNS)
+    sql = (
+        f"SELECT {columns} FROM helper_rows r WHERE r.owner = {owner_mark}"
+        f" AND r.state IN ({unreported}, {delivered}) AND r.outcome_kind IN ({question}, {authorization})"
+        " AND r.followed_up_by IS NULL AND NOT EXISTS (SELECT 1 FROM wait_records w"
+        " WHERE w.owner = r.owner AND w.helper_id = r.helper_id AND w.seq = r.seq) ORDER BY r.seq"
+    )
+    states = (RowState.UNREPORTED.value, RowState.DELIVERED.value)
+    return Query(sql, (owner, *states, OutcomeKind.QUESTION.value, OutcomeKind.AUTHORIZATION.value))
+
+
 def wait_records_query(style: Marks, owner: str, helper_id: str | None, limit: int) -> Query:
     """The owner's wait records, newest first (the owner-first index on ended_at), of one helper or all."""
     owner_mark, *more = _marks(style, 3 if helper_id is not None else 2)
@@ -201,7 +234,7 @@ def wait_records_query(style: Marks, owner: str, helper_id: str | None, limit: i
     if helper_id is not None:
         sql += f" AND helper_id = {more.pop(0)}"
         parameters += (helper_id,)
-    return Query(f"{sql} ORDER BY ended_at DESC, helper_id, seq LIMIT {more[0]}", (*parameters, limit))
+    return Query(f"{sql} ORDER BY ended_at DESC, helper_id DESC, seq DESC LIMIT {more[0]}", (*parameters, limit))
 
 
 # --- decoding: a record from any driver (JSON as its text or decoded, moments as text or datetime) ------------
@@ -242,6 +275,29 @@ def listed_views(records: Iterable[Mapping[Any, Any]]) -> list[HelperView]:
             data["ahead"] = sum(1 for other in waiting if other < seq)
         views.append(HelperView.model_validate(data))
     return views
+
+
+def owner_wait(record: Mapping[Any, Any], now: datetime) -> OwnerWait | None:
+    """One wait of the inbox, or None for one past its bound (its expiry is being written)."""
+    data = _decoded(record)
+    ends_at, delivered_at = data["wait_ends_at"], data["delivered_at"]
+    if ends_at is not None and ends_at <= now:
+        return None
+    choices = data["choices"]
+    authorization = data["outcome_kind"] == OutcomeKind.AUTHORIZATION.value
+    unnamed = AUTHORIZATION_QUESTION_ID if authorization else PLAIN_QUESTION_ID
+    offsets = (data["wait_reminders_ms"] or []) if delivered_at is not None else []
+    return OwnerWait(
+        helper_id=data["helper_id"],
+        kind=WaitKind.AUTHORIZATION if authorization else WaitKind.QUESTION,
+        question_id=choices["question_id"] if choices else unnamed,
+        text=data["summary"] or "",
+        choices=choices,
+        asked_at=data["finished_at"],
+        delivered_at=delivered_at,
+        reminders_sent=sum(1 for ms in offsets if delivered_at + timedelta(milliseconds=ms) <= now),
+        expires_at=ends_at,
+    )
 
 
 def wait_record(record: Mapping[Any, Any]) -> WaitRecord:
@@ -289,6 +345,12 @@ class RowReader:
 
     async def usage(self, owner: str) -> list[UsageLine]:
         return [usage_line(record) for record in await self.fetch(usage_query(self.marks, owner))]
+
+    async def waits(self, owner: str) -> list[OwnerWait]:
+        """Every wait of the owner's that still takes an answer (R56), in admission order."""
+        now = datetime.now(UTC)
+        waits = (owner_wait(record, now) for record in await self.fetch(waits_query(self.marks, owner)))
+        return [wait for wait in waits if wait is not None]
 
     async def wait_records(self, owner: str, helper_id: str | None = None, limit: int = 50) -> list[WaitRecord]:
         """The records of the owner's waits that ended (R56), newest first; of one helper with `helper_id`."""

@@ -81,6 +81,10 @@ class HelperRowRecord(Base):
     # replica falls silent, another starts the follow again at once. The column followed_by (0006) held it before
     # and is unused: 1.3.0 workers still write it during a rollout, and it stays until a later migration drops it.
     follow_replica: Mapped[str | None] = mapped_column(String(200))
+    # A delivered question's or authorization's wait (migration 0008, R54, R56): its bound, and its reminders as
+    # milliseconds after delivery, for the owner's inbox.
+    wait_ends_at: Mapped[datetime | None]
+    wait_reminders_ms: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class FollowReplicaRecord(Base):
@@ -155,7 +159,7 @@ class WaitRecordRow(Base):
 
     __tablename__ = "wait_records"
     __table_args__ = (
-        Index("ix_wait_records_owner_ended_at", "owner", "ended_at"),
+        Index("ix_wait_records_owner_ended_at", "owner", "ended_at", "helper_id", "seq"),
         Index("ix_wait_records_ended_at", "ended_at"),
     )
 

@@ -69,6 +69,8 @@ class RowChanges(TypedDict, total=False):
     finished_at: datetime
     delivered_at: datetime | None
     keep_until: datetime | None
+    wait_ends_at: datetime | None
+    wait_reminders_ms: list[int] | None
 
 
 WRITABLE = frozenset(RowChanges.__annotations__)

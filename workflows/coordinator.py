@@ -547,7 +547,7 @@ class CoordinatorWorkflow:
         self.messages_this_run += 1
         delivered = delivery.deliver(self.book, request.turn, workflow.now())
         for entry in delivered:
-            await self._write_row(entry, RowState.DELIVERED)
+            await self._write_row(entry, RowState.DELIVERED, wait=waits.schedule(self.book, entry))
         return updates.DeliveredAnswer(
             owner=self.book.owner, turn=request.turn, delivered=[e.helper_id for e in delivered]
         )
@@ -632,7 +632,14 @@ class CoordinatorWorkflow:
 
     # --- rows (R29) -------------------------------------------------------------------------------------
 
-    async def _write_row(self, entry: Entry, state: RowState, ended: WaitEnd | None = None) -> None:
+    async def _write_row(
+        self,
+        entry: Entry,
+        state: RowState,
+        ended: WaitEnd | None = None,
+        *,
+        wait: activities.WaitSchedule | None = None,
+    ) -> None:
         await workflow.execute_local_activity_method(
             RowActivities.coordinator_write,
             activities.CoordinatorWrite(
@@ -641,6 +648,7 @@ class CoordinatorWorkflow:
                 delivered_at=entry.delivered_at if state is RowState.DELIVERED else None,
                 keep_until=entry.keep_until,
                 ended=ended,
+                wait=wait,
             ),
             **options.STORE_WRITE,
         )

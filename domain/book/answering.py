@@ -42,15 +42,13 @@ from domain.book.state import (
 from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
-from domain.messages.signals import AUTHORIZATION_QUESTION_ID, Asked
+from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID, Asked
 from domain.messages.updates import DECIDER_MAX_CHARS, Decider, OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, check_utf8
 from domain.rows import RowState
 from domain.texts import text
 
-# The question id of a plain-text question (it takes free text); an authorization wait's is AUTHORIZATION_QUESTION_ID.
-PLAIN_QUESTION_ID: Final = "question"
 GRANT: Final = "grant"
 DENY: Final = "deny"
 # The suffix of a follow-up's helper id (`answer_helper_id`).

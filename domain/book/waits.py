@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from domain.book import outbox, retention
 from domain.book.state import Entry, EventKind, OwnerBook, wait_under_way
 from domain.limits import WaitPolicy
+from domain.messages.activities import WaitSchedule
 from domain.rows import RowState
 
 
@@ -24,6 +25,14 @@ def begin(book: OwnerBook, entry: Entry, now: datetime) -> None:
         return
     after = policy_of(book, entry).expires_after_ms(book.policy.keep_ms)
     entry.wait_ends_at = now + timedelta(milliseconds=after)
+
+
+def schedule(book: OwnerBook, entry: Entry) -> WaitSchedule | None:
+    """The wait that began at delivery, as the row keeps it: its bound and the reminders before it."""
+    if entry.wait_ends_at is None or entry.delivered_at is None:
+        return None
+    reminders = policy_of(book, entry).reminders_ms(book.policy.keep_ms)
+    return WaitSchedule(ends_at=entry.wait_ends_at, reminders_ms=list(reminders))
 
 
 def past_bound(entry: Entry, now: datetime) -> bool:

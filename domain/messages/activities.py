@@ -34,6 +34,13 @@ class RowKey(BaseModel):
     generation: int
 
 
+class WaitSchedule(BaseModel):
+    """A delivered wait's bound and reminders (milliseconds after delivery), as the row keeps them for the inbox."""
+
+    ends_at: datetime
+    reminders_ms: list[int] = Field(default_factory=list)
+
+
 class FollowedUp(BaseModel):
     """The earlier row a follow-up continues, as the admission leaves it: linked, and delivered if it was
     unreported. Written in the admission's transaction, guarded by its generation."""
@@ -211,6 +218,7 @@ class CoordinatorWrite(BaseModel):
     delivered_at: datetime | None = None
     keep_until: datetime | None = None
     ended: WaitEnd | None = Field(default=None, description="The row's wait ends with this write: its record (R56).")
+    wait: WaitSchedule | None = Field(default=None, description="Delivered: the wait that begins (R54, R56).")
 
 
 class OfferEvent(BaseModel):

@@ -21,6 +21,8 @@ class Token(BaseModel):
 
 # The question id of an authorization wait: it takes `grant` or `deny`.
 AUTHORIZATION_QUESTION_ID: Final = "authorization"
+# The question id of a plain-text question (one that names no choices): it takes the owner's words.
+PLAIN_QUESTION_ID: Final = "question"
 
 
 class Asked(BaseModel):

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 from domain.limits import FollowTuning, Policy
+from domain.messages.updates import AnswerRequest
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from protocol.errors import Unavailable
 from reference.core.script import scripted_task
 from starter.client import HelperClient
+from starter.inputs import answer_request, delivered_request, read_request
 from tests.helpers import eventually, free_stack_ports, helper_request, start_asking_again
 from tools.demo.stack import Stack
 
@@ -98,3 +101,44 @@ async def test_temporal_server_killed_and_restarted_on_its_file_loses_nothing(pr
     """R25: the Temporal dev server is SIGKILLed mid-run and restarted on the same SQLite file; the worker
     reconnects, timers and activities go on, and every helper completes once."""
     await _run_through(processes, "temporal")
+
+
+async def test_a_wait_stays_in_the_owners_inbox_across_a_restart_and_its_answer_takes_it_out(processes: Stack):
+    """R56: the inbox is read from the store. With the worker and the Temporal server killed between the question
+    and its answer, the wait is still listed, with what it asks and its bound; after both restart, the answer is
+    taken and the wait leaves the inbox for its record."""
+    client = await HelperClient.connect(processes.settings())
+    owner = "rita"
+    task = scripted_task("Plan.", steps=1, step_ms=20, end="question", question="Where?", options=[("walk", "Walk")])
+    try:
+        await start_asking_again(client, helper_request(owner, "trip", task))
+        await eventually(lambda: _unreported(client, owner, "trip"), timeout=30)
+        await client.read(read_request(owner, "t-1", ["trip"]))
+        await client.delivered(delivered_request(owner, "t-1", answer_chars=40))
+        [before] = await client.waits(owner)
+        processes.kill("worker")
+        processes.kill("temporal")
+        assert await client.waits(owner) == [before]  # nothing runs but the store
+        await processes.respawn("temporal")
+        await processes.respawn("worker")
+        assert before.helper_id == "trip" and before.text and before.expires_at is not None
+        answer = answer_request(owner, "trip", before.question_id, option_id="walk")
+        await eventually(lambda: _answered(client, answer), timeout=60, interval=0.5)
+        assert await client.waits(owner) == []
+        [record] = await client.store.wait_records(owner)
+        assert (record.helper_id, record.ended.value) == ("trip", "answered")
+    finally:
+        await client.aclose()
+
+
+async def _unreported(client: HelperClient, owner: str, helper_id: str) -> bool:
+    return helper_id in [view.helper_id for view in await client.unreported(owner)]
+
+
+async def _answered(client: HelperClient, answer: AnswerRequest) -> bool:
+    """An answer sent until the restarted runtime takes it: refused as unavailable meanwhile, nothing taken."""
+    try:
+        await client.answer(answer)
+    except Unavailable:
+        return False
+    return True

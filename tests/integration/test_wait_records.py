@@ -98,3 +98,19 @@ async def test_a_close_and_a_follow_up_by_hand_end_a_wait_once_each_and_a_closed
     await skip_time(rig.env, 30 * HOUR)
     assert await rig.store.get(OWNER, "taken") is None
     assert {r.helper_id for r in await rig.store.reads.wait_records(OWNER)} == {"closed", "early", "taken"}
+
+
+async def test_the_inbox_lists_a_wait_with_its_bound_and_reminders_until_its_answer(rig: Rig) -> None:  # noqa: F811
+    """R56: every wait that still takes an answer, from the store; an answer takes it out. (A restart between the
+    wait and its answer: tests/e2e/test_restarts.py.)"""
+    shown = await asked(rig, "q1")
+    await asked(rig, "q2", deliver=False)
+    await skip_time(rig.env, HOUR + timedelta(minutes=1))
+    delivered_at = (await rig.row(OWNER, "q1")).delivered_at
+    assert delivered_at is not None
+    first, second = await rig.client.waits(OWNER)
+    assert (first.helper_id, first.question_id, first.text, first.choices) == ("q1", "venue", shown, VENUE)
+    assert first.expires_at == delivered_at + 3 * HOUR
+    assert (second.helper_id, second.delivered_at, second.expires_at) == ("q2", None, None)
+    await rig.client.answer(answer("q1", "venue", "walk"))
+    assert [wait.helper_id for wait in await rig.client.waits(OWNER)] == ["q2"]

@@ -29,6 +29,7 @@ OWNER_FIRST = (
     "ix_helper_rows_owner_seq",
     "pk_helper_rows",
     "sqlite_autoindex_helper_rows_1",
+    "ix_wait_records_owner_ended_at",
 )
 UNREPORTED = [RowState.UNREPORTED]
 
@@ -70,6 +71,8 @@ async def _plan(engine: AsyncEngine, sql: str, parameters: Any) -> str:
         ("list", lambda s: s.reads.views("anna")),
         ("show", lambda s: s.reads.get("anna", "h3")),
         ("place in the queue", lambda s: s.reads.ahead("anna", 7)),
+        ("waits", lambda s: s.reads.waits("anna")),
+        ("audit", lambda s: s.reads.wait_records("anna")),
     ],
 )
 async def test_per_turn_reads_use_an_owner_first_index(
@@ -77,9 +80,9 @@ async def test_per_turn_reads_use_an_owner_first_index(
     name: str,
     read: Callable[[HelperStore], Awaitable[Any]],
 ) -> None:
-    """R43: `unreported`, `list`, `show` and the queue position each read one owner through an index that starts with
-    the owner; no plan scans the table or every owner's rows in a state (the first release's `unreported`
-    searched the state index and sorted all owners' unreported rows)."""
+    """R43, R56: `unreported`, `list`, `show`, the queue position, the inbox of waits and the audit each read one
+    owner through an index that starts with the owner; no plan scans the table or every owner's rows in a state (the
+    first release's `unreported` searched the state index and sorted all owners' unreported rows)."""
     for owner in ("anna", "boris", "chen"):
         for number in range(1, 9):
             state = [RowState.WAITING, RowState.RUNNING, RowState.UNREPORTED, RowState.DELIVERED][number % 4]
@@ -129,7 +132,15 @@ async def test_a_first_release_store_migrates_with_its_rows(backend: str, tmp_pa
         first_release_columns = {
             name: value
             for name, value in to_columns(row("h1", seq=1, state=RowState.UNREPORTED)).items()
-            if name not in ("follow_up_of", "followed_up_by", "follow_started_at", "choices")
+            if name
+            not in (
+                "follow_up_of",
+                "followed_up_by",
+                "follow_started_at",
+                "choices",
+                "wait_ends_at",
+                "wait_reminders_ms",
+            )
         }
         async with engine.begin() as connection:
             await connection.execute(insert(HelperRowRecord).values(**first_release_columns))

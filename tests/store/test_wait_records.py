@@ -109,3 +109,42 @@ async def test_records_are_one_owners_and_go_after_their_keep(store: HelperStore
 
     assert await store.forget_wait_records(NOW - timedelta(days=30)) == 1
     assert [r.helper_id for r in await store.reads.wait_records("anna")] == ["new"]
+
+
+async def test_the_inbox_lists_the_owners_waits_that_still_take_an_answer(store: HelperStore) -> None:  # noqa: F811
+    wall = datetime.now(UTC)  # the inbox counts reminders and drops a wait past its bound by the wall clock
+    delivered = wall - timedelta(hours=3)
+    await store.insert_admitted(asked_row("asks"))  # type: ignore[arg-type]
+    schedule: dict[str, object] = {
+        "wait_ends_at": wall + timedelta(hours=1),
+        "wait_reminders_ms": [3_600_000, 14_400_000],
+    }
+    assert await store.write_state("anna", "asks", 1, 5, state=RowState.DELIVERED, delivered_at=delivered, **schedule)  # type: ignore[arg-type]
+    await store.insert_admitted(
+        row("unreported", state=RowState.UNREPORTED, outcome_kind=OutcomeKind.AUTHORIZATION, summary="needs: mail")
+    )
+    await store.insert_admitted(row("done", state=RowState.DELIVERED, outcome_kind=OutcomeKind.COMPLETED))
+    await store.insert_admitted(asked_row("denied"))  # type: ignore[arg-type]
+    await store.write_state("anna", "denied", 1, 5, end("denied", WaitEndKind.DENIED), state=RowState.DELIVERED)
+    await store.insert_admitted(asked_row("answered"))  # type: ignore[arg-type]
+    followed = FollowedUp(helper_id="answered", seq=1, generation=3, state=RowState.DELIVERED)
+    await store.insert_admitted(row("answered.answer", seq=2, follow_up_of="answered"), followed)
+    await store.insert_admitted(asked_row("past"))  # type: ignore[arg-type]
+    await store.write_state(
+        "anna", "past", 1, 5, state=RowState.DELIVERED, wait_ends_at=datetime.now(UTC) - timedelta(seconds=1)
+    )
+    await store.insert_admitted(asked_row("hers", owner="bea"))  # type: ignore[arg-type]
+
+    waits = await store.reads.waits("anna")
+    assert [wait.helper_id for wait in waits] == ["asks", "unreported"]
+    asks, unreported = waits
+    assert (asks.kind, asks.question_id, asks.text, asks.choices) == (WaitKind.QUESTION, "venue", SHOWN, VENUE)
+    assert (asks.delivered_at, asks.expires_at) == (delivered, wall + timedelta(hours=1))
+    assert asks.reminders_sent == 1  # of 1 h and 4 h after delivery, 3 h ago
+    assert (unreported.kind, unreported.question_id, unreported.text) == (
+        WaitKind.AUTHORIZATION,
+        "authorization",
+        "needs: mail",
+    )
+    assert (unreported.delivered_at, unreported.expires_at, unreported.reminders_sent) == (None, None, 0)
+    assert [wait.helper_id for wait in await store.reads.waits("bea")] == ["hers"]

@@ -24,7 +24,7 @@ from domain.book import (
 )
 from domain.book.state import LEASE_MARGIN, summarize_book
 from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
-from domain.messages.signals import AUTHORIZATION_QUESTION_ID, FinishedNotice
+from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID, FinishedNotice
 from domain.messages.updates import OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest
@@ -1054,12 +1054,12 @@ def test_a_closed_question_or_one_followed_up_by_hand_takes_no_answer() -> None:
 
 def test_a_plain_text_question_takes_free_text_under_the_id_question() -> None:
     book = asked_book(choices=None)
-    assert book.entries["h1"].asked is not None and book.entries["h1"].asked.question_id == answering.PLAIN_QUESTION_ID
+    assert book.entries["h1"].asked is not None and book.entries["h1"].asked.question_id == PLAIN_QUESTION_ID
     option = answering.decide(
-        book, "h1", OwnerAnswer(question_id=answering.PLAIN_QUESTION_ID, option_id="walk"), arrived_at=ANSWERED_AT
+        book, "h1", OwnerAnswer(question_id=PLAIN_QUESTION_ID, option_id="walk"), arrived_at=ANSWERED_AT
     )
     assert isinstance(option, Refusal) and option.code is RefusalCode.NOT_OFFERED
-    follow = take(book, OwnerAnswer(question_id=answering.PLAIN_QUESTION_ID, text="Friday at seven"))
+    follow = take(book, OwnerAnswer(question_id=PLAIN_QUESTION_ID, text="Friday at seven"))
     assert follow is not None and "Friday at seven" in follow.task
 
 

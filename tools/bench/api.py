@@ -9,8 +9,8 @@ The service runs as its own process (`helper-starter serve`) on a dev server, a 
 in every state for `--owners` owners
 (20 each, as `tools.bench.reads` fills it). Over one keep-alive HTTP connection, taking turns:
 
-- `unreported` and `list` of a random owner against `/readyz`, which is one `SELECT 1` through the same
-  service's store connection: the HTTP round trip plus one store round trip, the least a read can cost;
+- `unreported`, `list` and `waits` (the inbox, R56) of a random owner against `/readyz`, which is one `SELECT 1`
+  through the same service's store connection: the HTTP round trip plus one store round trip, the least a read can cost;
 - `start`, `close` and `delivered` (to owners whose coordinators run) against the same calls made straight to
   Temporal: the admission's update-with-start and the updates, on the same coordinators, in turns (what the
   service adds to the Temporal call it makes);
@@ -119,18 +119,20 @@ async def _timed(request: Awaitable[httpx.Response]) -> float:
 
 
 async def reads(url: str, owners: int, samples: int) -> list[str]:
-    durations: dict[str, list[float]] = {"unreported": [], "list": [], "select": []}
+    durations: dict[str, list[float]] = {"unreported": [], "list": [], "waits": [], "select": []}
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         await client.get("/readyz")
         for _ in range(samples):
             owner = f"owner-{random.randrange(owners):06d}"
             durations["unreported"].append(await _timed(client.get(f"/v1/owners/{owner}/unreported")))
             durations["list"].append(await _timed(client.get(f"/v1/owners/{owner}/helpers")))
+            durations["waits"].append(await _timed(client.get(f"/v1/owners/{owner}/waits")))
             durations["select"].append(await _timed(client.get("/readyz")))
     baseline = "SELECT 1 through the service's store connection, GET /readyz"
     return [
         _line("api unreported (HTTP)", baseline, durations["unreported"], durations["select"]),
         _line("api list (HTTP)", baseline, durations["list"], durations["select"]),
+        _line("api waits (HTTP)", baseline, durations["waits"], durations["select"]),
     ]
 
 

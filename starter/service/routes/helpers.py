@@ -1,4 +1,4 @@
-"""An owner's helpers, and the chat's side: start, list, show, close, answer, unreported, read, delivered, idle,
+"""An owner's helpers, and the chat's side: start, list, show, close, answer, unreported, waits, read, delivered, idle,
 usage."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from domain.audit import OwnerWait
 from domain.messages.updates import (
     Admission,
     AnswerResult,
@@ -112,6 +113,16 @@ async def answer_question(owner: Owner, helper_id: HelperId, body: AnswerBody, r
 async def unreported(owner: Owner, request: Request) -> Response:
     """For the chat's next instruction, from the store alone (R27)."""
     return await reply(request, lambda: commands.unreported(owner))
+
+
+@router.get(
+    "/waits",
+    summary="waits: every wait of the owner's that still takes an answer",
+    responses={200: {"model": list[OwnerWait]}},
+)
+async def waits(owner: Owner, request: Request) -> Response:
+    """Questions and authorization waits across helpers, from the store alone (R56)."""
+    return await reply(request, lambda: commands.waits(owner))
 
 
 @router.post(

@@ -1,7 +1,9 @@
-"""A record of every wait for the owner (R56): how it ended, who answered and through what, and what the row showed,
-with its digest; kept `HELPER_AUDIT_KEEP_MS` after the end, beyond the row.
+"""An owner's waits in one place, and a record of each (R56): a delivered row's wait bound and reminder offsets, which
+the inbox reads; and the table of ended waits (how each ended, who answered and through what, what the row showed,
+with its digest), kept `HELPER_AUDIT_KEEP_MS` after the end, beyond the row.
 
-A new table: workers of the previous release never write it during a rollout (the waits they end have no record).
+Nullable columns and a new table: workers of the previous release leave both alone during a rollout (the waits
+they deliver show no bound in the inbox, the waits they end have no record).
 
 Revision ID: 0008
 Revises: 0007
@@ -19,6 +21,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.add_column("helper_rows", sa.Column("wait_ends_at", sa.DateTime(timezone=True)))
+    op.add_column("helper_rows", sa.Column("wait_reminders_ms", sa.JSON()))
     op.create_table(
         "wait_records",
         sa.Column("owner", sa.String(64), nullable=False),
@@ -44,9 +48,12 @@ def upgrade() -> None:
         sa.Column("delivered_at", sa.DateTime(timezone=True)),
         sa.PrimaryKeyConstraint("owner", "helper_id", "seq", name="pk_wait_records"),
     )
-    op.create_index("ix_wait_records_owner_ended_at", "wait_records", ["owner", "ended_at"])
+    op.create_index("ix_wait_records_owner_ended_at", "wait_records", ["owner", "ended_at", "helper_id", "seq"])
     op.create_index("ix_wait_records_ended_at", "wait_records", ["ended_at"])
 
 
 def downgrade() -> None:
     op.drop_table("wait_records")
+    with op.batch_alter_table("helper_rows") as table:
+        table.drop_column("wait_reminders_ms")
+        table.drop_column("wait_ends_at")
