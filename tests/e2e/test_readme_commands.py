@@ -231,6 +231,10 @@ def _using_it(shell: Shell) -> None:
             assert answer["repeated"] is False and answer["follow_up"]["helper_id"] == "pick-room.answer", answer
             again = shell.answer(pasted)
             assert again["repeated"] is True and again["follow_up"]["helper_id"] == "pick-room.answer", again
+        elif " waits " in command:
+            # pick-room asked its question (the walk's answer below takes it); no turn has read it yet.
+            [asking] = [wait for wait in answer if wait["helper_id"] == "pick-room"]
+            assert (asking["question_id"], asking["delivered_at"]) == ("room", None), asking
         elif " idle " in command:
             # The demo's chat is idle, so its events are delivered at once and none waits, unless one is offered now.
             assert answer["owner"] == "anna" and isinstance(answer["told"], bool), answer
