@@ -39,6 +39,8 @@ TURN_MAX_CHARS = 200
 # mistake, not an answer.
 ANSWER_CHARS_MAX = 1_000_000
 READ_MAX_HELPERS = 100
+# Answers in one call of `answers` (R56): an owner's waits fit, and the call stays within one write's bound.
+ANSWERS_MAX = 20
 
 
 def delivered_problem(answer_chars: int) -> str | None:

@@ -218,6 +218,21 @@ def _add_helper_commands(commands: Commands) -> None:
     answer.add_argument("--by", help="who answered, as you say it (for example owner); kept in the wait's record")
     answer.add_argument("--via", help="through which channel (for example telegram); kept in the wait's record")
 
+    answers = commands.add_parser(
+        "answers",
+        help="several answers at once, each judged alone as answer judges it (at most 20)",
+        description='Several answers of the owner\'s in one call, from JSON: {"answers": [{"helper_id": "pick-room", '
+        '"question_id": "room", "option_id": "hall", "by": "owner", "via": "telegram"}, ...]} (at most 20, each '
+        "with answer's fields). Each is judged alone, exactly as answer judges it, in the order given, and gets its "
+        "own result or error; one refused changes nothing of another. An invalid one makes the whole call invalid, "
+        "and nothing is sent.",
+        epilog=_epilog(ENV_WRITE),
+    )
+    _owner(answers)
+    answers.add_argument(
+        "--file", type=Path, default=Path("-"), help="the JSON, from this file; '-' (the default) for stdin"
+    )
+
 
 def _add_chat_commands(commands: Commands) -> None:
     """What a chat turn reads and reports: unreported, read, delivered; the chat turning idle; the owner's usage."""

@@ -52,6 +52,25 @@ def _read_task(arguments: argparse.Namespace) -> str:
     return text
 
 
+# `answers`' JSON: 20 answers of 4,000 characters fit many times over; a larger file is not one.
+ANSWERS_FILE_MAX_BYTES = 1024 * 1024
+
+
+def _answers_body(source: Path) -> object:
+    """The JSON body of `answers`, from a file or stdin ('-'), bounded."""
+    try:
+        with contextlib.nullcontext(sys.stdin.buffer) if str(source) == "-" else source.open("rb") as stream:
+            raw = stream.read(ANSWERS_FILE_MAX_BYTES + 1)
+    except OSError as error:
+        raise InvalidRequest(f"answers file {source} cannot be read: {error.strerror}") from None
+    if len(raw) > ANSWERS_FILE_MAX_BYTES:
+        raise InvalidRequest(f"answers file is larger than {ANSWERS_FILE_MAX_BYTES:,} bytes")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidRequest(f"answers file is not JSON: {error}") from None
+
+
 def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
     """Validate every input of the command, connecting to nothing, and return what to run once connected (R42)."""
     owner: str = arguments.owner
@@ -96,6 +115,8 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
             return commands.unreported(owner)
         case "waits":
             return commands.waits(owner)
+        case "answers":
+            return commands.answers(owner, _answers_body(arguments.file), "cli")
         case "read":
             return commands.read(owner, arguments.turn, arguments.helper_ids)
         case "delivered":

@@ -26,8 +26,11 @@ from domain.goals import Goal
 from domain.ids import clip
 from domain.messages.updates import (
     Admission,
+    AnsweredItem,
+    AnswerRefusedItem,
     AnswerRequest,
     AnswerResult,
+    AnswersResult,
     ChatIdleAnswer,
     CloseAnswer,
     DeliveredAnswer,
@@ -41,6 +44,7 @@ from protocol.deadlines import ReplyBy, accept_within_s, reply_by
 from protocol.errors import (
     InvalidConfiguration,
     InvalidRequest,
+    StarterError,
     Unavailable,
 )
 from protocol.temporal_errors import refusal_of_rpc, unreachable
@@ -123,6 +127,27 @@ class HelperClient(StoreReader):
         nothing. It admits the follow-up that goes on from it, as `start --follow-up` would."""
         by = by or reply_by(self.settings)
         return await self._write(lambda: answer_helper(self.temporal, self.settings, request, by), by)
+
+    async def answer_all(
+        self, owner: str, requests: list[AnswerRequest], *, by: ReplyBy | None = None
+    ) -> AnswersResult:
+        """Several answers of one owner's (`starter.inputs.answer_requests` builds them, at most 20), each judged
+        alone exactly as `answer` judges it, one after another in the order given (so of two answers to one
+        question the earlier is the one): each gets its own result or error, and one refused changes nothing of
+        another (R56). All share the call's bound: one not sent in time is `unavailable`, nothing taken."""
+        by = by or reply_by(self.settings)
+        answered = []
+        for request in requests:
+            if request.owner != owner:
+                raise InvalidRequest(f"answer to {request.helper_id} names owner {request.owner}, not {owner}")
+            try:
+                result = await self.answer(request, by=by)
+            except StarterError as error:
+                refused = AnswerRefusedItem(code=error.code, message=error.message)
+                answered.append(AnsweredItem(helper_id=request.helper_id, error=refused))
+            else:
+                answered.append(AnsweredItem(helper_id=request.helper_id, result=result))
+        return AnswersResult(owner=owner, answers=answered)
 
     async def read(self, request: ReadRequest, *, by: ReplyBy | None = None) -> ReadAnswer:
         """Record that a chat turn read these outcomes (`starter.inputs.read_request` builds the request); nothing

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from config.settings import Settings
 from domain.rows import RowState
 from protocol.deadlines import ReplyBy
 from starter import inputs
-from starter.inputs import answer_request, check_ids, delivered_request, parse_request, read_request
+from starter.inputs import (
+    answer_request,
+    answer_requests,
+    check_ids,
+    delivered_request,
+    parse_request,
+    read_request,
+)
 
 if TYPE_CHECKING:
     from domain.messages.updates import Decider
@@ -70,6 +77,12 @@ def answer(
     through what is kept in the wait's record (R56)."""
     request = answer_request(owner, helper_id, question_id, option_id, text, decider)
     return Command("answer", lambda client, by: client.answer(request, by=by), needs_temporal=True)
+
+
+def answers(owner: str, body: Any, through: Literal["api", "cli"]) -> Command:
+    """Several answers of the owner's in one call, each judged alone as `answer` judges it (R56)."""
+    requests = answer_requests(owner, body, through)
+    return Command("answers", lambda client, by: client.answer_all(owner, requests, by=by), needs_temporal=True)
 
 
 def waits(owner: str) -> Command:

@@ -8,7 +8,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -114,6 +114,53 @@ def answer_request(
     if problems:
         raise InvalidRequest("; ".join(problems), {"problems": problems})
     return AnswerRequest(owner=owner, helper_id=helper_id, answer=answer, decider=decider)
+
+
+# The fields of one answer of `answers` (R56): `answer`'s, with the helper each names.
+ANSWER_FIELDS = frozenset({"helper_id", "question_id", "option_id", "text", "by", "via"})
+
+
+def answer_requests(owner: str, body: Any, through: Literal["api", "cli"]) -> list[AnswerRequest]:
+    """`answers`' messages, each checked as `answer` checks it, all before any is sent: one that breaks a limit makes
+    the whole call an invalid request naming it (`answers[2].text: …`), and nothing is written."""
+    from domain.limits import ANSWERS_MAX
+    from domain.messages.updates import Decider
+
+    items = body.get("answers") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not 1 <= len(items) <= ANSWERS_MAX:
+        raise InvalidRequest(f"answers: give a list of 1-{ANSWERS_MAX} answers, each naming its helper_id")
+    unknown = set(body) - {"answers"}
+    problems = [f"{field}: not a field of answers" for field in sorted(unknown)]
+    requests = []
+    for index, item in enumerate(items):
+        where = f"answers[{index}]"
+        if not isinstance(item, dict) or not isinstance(item.get("helper_id"), str):
+            problems.append(f"{where}: an object naming its helper_id")
+            continue
+        strings = {name: value for name, value in item.items() if name != "helper_id"}
+        problems += [f"{where}.{name}: not a field of an answer" for name in sorted(set(item) - ANSWER_FIELDS)]
+        problems += [
+            f"{where}.{name}: a string" for name, value in strings.items() if not isinstance(value, str | None)
+        ]
+        if problems:
+            continue
+        try:
+            decider = Decider(by=item.get("by"), via=item.get("via"), through=through)
+            requests.append(
+                answer_request(
+                    owner,
+                    item["helper_id"],
+                    item.get("question_id", ""),
+                    item.get("option_id"),
+                    item.get("text"),
+                    decider,
+                )
+            )
+        except InvalidRequest as error:
+            problems += [f"{where}: {problem}" for problem in error.details["problems"]]
+    if problems:
+        raise InvalidRequest("; ".join(problems), {"problems": problems})
+    return requests
 
 
 def read_request(owner: str, turn: str, helper_ids: list[str]) -> ReadRequest:

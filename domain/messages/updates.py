@@ -90,6 +90,26 @@ class AnswerResult(BaseModel):
     follow_up: Admission | None = None
 
 
+class AnswerRefusedItem(BaseModel):
+    code: str = Field(description="as `answer` would fail: a refusal's code, or unavailable, accepted, busy")
+    message: str
+
+
+class AnsweredItem(BaseModel):
+    """One answer of `answers`, in the order sent: exactly one of `result` (what `answer` answers) and `error`."""
+
+    helper_id: str
+    result: AnswerResult | None = None
+    error: AnswerRefusedItem | None = None
+
+
+class AnswersResult(BaseModel):
+    """The reply to `answers` (R56): each answer judged alone, as `answer` judges it."""
+
+    owner: str
+    answers: list[AnsweredItem]
+
+
 class CloseAnswer(BaseModel):
     owner: str
     helper_id: str

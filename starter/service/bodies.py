@@ -17,6 +17,7 @@ from domain.ids import GOAL_ID_MAX, GOAL_ID_RULE, ID_MAX_CHARS, ID_PATTERN, ID_R
 from domain.limits import (
     ANSWER_CHARS_MAX,
     ANSWER_TEXT_MAX_CHARS,
+    ANSWERS_MAX,
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
     HELPER_BOUNDARY_MAX_ITEMS,
     HELPER_TASK_MAX_CHARS,
@@ -139,6 +140,18 @@ class AnswerBody(_Body):
         description="through which channel (for example 'telegram'); kept in the wait's record",
         json_schema_extra=DECIDER_SCHEMA,
     )
+
+
+class OneOfAnswersBody(AnswerBody):
+    """One answer of `answers`: `answer`'s body, naming its helper."""
+
+    helper_id: str = Field(description=ID_RULE, json_schema_extra=ID_SCHEMA)
+
+
+class AnswersBody(_Body):
+    """`answers`: several answers of the owner's, each judged alone as `answer` judges it, in this order."""
+
+    answers: list[OneOfAnswersBody] = Field(min_length=1, max_length=ANSWERS_MAX)
 
 
 class GoalBody(_Body):

@@ -11,7 +11,7 @@ from contracts.core_api import SessionStatus
 from domain.audit import WaitEndKind, WaitKind, WaitRecord, shown_digest
 from domain.messages.updates import AnswerRequest, Decider, OwnerAnswer
 from domain.rows import RowState
-from starter.inputs import delivered_request, read_request
+from starter.inputs import answer_requests, delivered_request, read_request
 from tests.helpers import eventually, eventually_skipping, helper_request, skip_time
 from tests.integration.test_waits import HOUR, VENUE, Rig, rig  # noqa: F401  (the rig fixture)
 
@@ -114,3 +114,38 @@ async def test_the_inbox_lists_a_wait_with_its_bound_and_reminders_until_its_ans
     assert (second.helper_id, second.delivered_at, second.expires_at) == ("q2", None, None)
     await rig.client.answer(answer("q1", "venue", "walk"))
     assert [wait.helper_id for wait in await rig.client.waits(OWNER)] == ["q2"]
+
+
+async def test_a_batch_answers_each_truly_and_writes_only_the_valid_one(rig: Rig) -> None:  # noqa: F811
+    """R56: one valid, one repeated, one refused and one for another owner's helper, in one call: each judged alone
+    as `answer` judges it, in the order sent; only the valid one starts anything; the same call again is harmless."""
+    await asked(rig, "valid")
+    await asked(rig, "before")
+    await asked(rig, "wrong")
+    await rig.client.answer(answer("before", "venue", "walk"))
+    await rig.client.start(helper_request("bea", "hers"))  # another owner's helper
+    body = {
+        "answers": [
+            {"helper_id": "valid", "question_id": "venue", "option_id": "taxi", "by": "owner"},
+            {"helper_id": "before", "question_id": "venue", "option_id": "taxi"},
+            {"helper_id": "wrong", "question_id": "venue", "option_id": "bike"},
+            {"helper_id": "hers", "question_id": "venue", "option_id": "walk"},
+        ]
+    }
+    batch = await rig.client.answer_all(OWNER, answer_requests(OWNER, body, "api"))
+    valid, before, wrong, hers = batch.answers
+    assert valid.result is not None and not valid.result.repeated and valid.result.follow_up is not None
+    assert before.result is not None and before.result.repeated and before.result.option_id == "walk"
+    assert wrong.error is not None and wrong.error.code == "not_offered"
+    assert hers.error is not None and hers.error.code == "unknown_helper"
+    assert rig.core.session_of("wrong.answer") is None and rig.core.session_of("hers.answer") is None
+    assert {r.helper_id for r in await rig.store.reads.wait_records(OWNER)} == {"valid", "before"}
+    assert await rig.store.reads.wait_records("bea") == []
+    again = await rig.client.answer_all(OWNER, answer_requests(OWNER, body, "api"))
+    assert [item.result.repeated if item.result else item.error.code for item in again.answers] == [  # type: ignore[union-attr]
+        True,
+        True,
+        "not_offered",
+        "unknown_helper",
+    ]
+    assert len(await rig.store.reads.wait_records(OWNER)) == 2

@@ -12,6 +12,7 @@ from domain.audit import OwnerWait
 from domain.messages.updates import (
     Admission,
     AnswerResult,
+    AnswersResult,
     ChatIdleAnswer,
     CloseAnswer,
     Decider,
@@ -21,7 +22,7 @@ from domain.messages.updates import (
 from domain.rows import HelperView, RowState
 from starter import commands
 from starter.reads import UsageReport
-from starter.service.bodies import AnswerBody, DeliveredBody, ReadBody, StartBody
+from starter.service.bodies import AnswerBody, AnswersBody, DeliveredBody, ReadBody, StartBody
 from starter.service.context import service_of
 from starter.service.document import BODY, ERRORS, NOT_FOUND, WRITE
 from starter.service.replies import reply
@@ -113,6 +114,18 @@ async def answer_question(owner: Owner, helper_id: HelperId, body: AnswerBody, r
 async def unreported(owner: Owner, request: Request) -> Response:
     """For the chat's next instruction, from the store alone (R27)."""
     return await reply(request, lambda: commands.unreported(owner))
+
+
+@router.post(
+    "/waits/answers",
+    summary="answers: several answers at once, each judged alone as answer judges it",
+    responses={200: {"model": AnswersResult}, **BODY, **WRITE},
+)
+async def answer_waits(owner: Owner, body: AnswersBody, request: Request) -> Response:
+    """Up to 20 answers, each with its own result or error in the order sent; one refused changes nothing of
+    another, and asking again is harmless (the repeated ones answer `repeated: true`) (R56)."""
+    fields = body.model_dump(exclude_none=True)
+    return await reply(request, lambda: commands.answers(owner, fields, "api"), body)
 
 
 @router.get(
