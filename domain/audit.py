@@ -5,6 +5,8 @@ record `HELPER_AUDIT_KEEP_MS` after the end."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from datetime import datetime
@@ -15,6 +17,7 @@ from pydantic import BaseModel, Field
 from contracts.core_api import QuestionChoices
 from domain.ids import HelperId, OwnerId
 from domain.messages.updates import Decider, OwnerAnswer
+from domain.texts import text
 
 # How long a wait's record is kept after the wait ended, by default (HELPER_AUDIT_KEEP_MS).
 AUDIT_KEEP_MS = 30 * 24 * 3_600_000
@@ -64,6 +67,7 @@ class WaitEnd(BaseModel):
     granted: str | None = Field(default=None, description="Authorization granted: the item it added.")
     decider: Decider = Decider()
     follow_up: HelperId | None = None
+    language: str = "en"  # the owner's, for a late answer's refusal
 
 
 class WaitRecord(WaitEnd):
@@ -76,6 +80,54 @@ class WaitRecord(WaitEnd):
     shown_sha256: str
     asked_at: datetime | None = None
     delivered_at: datetime | None = None
+
+
+# Records in one page of `audit`.
+AUDIT_PAGE_MAX = 200
+
+
+class AuditCursor(BaseModel):
+    """Where a page of `audit` ended: its last record. Travels as an opaque token (`token`, `parse`)."""
+
+    ended_at: datetime
+    helper_id: HelperId
+    seq: int
+
+    @classmethod
+    def after(cls, record: WaitRecord) -> AuditCursor:
+        return cls(ended_at=record.ended_at, helper_id=record.helper_id, seq=record.seq)
+
+    def token(self) -> str:
+        return base64.urlsafe_b64encode(self.model_dump_json().encode()).decode().rstrip("=")
+
+    @classmethod
+    def parse(cls, token: str) -> AuditCursor:
+        """Raises ValueError for a token this runtime did not give."""
+        try:
+            return cls.model_validate_json(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        except (ValueError, binascii.Error) as error:
+            raise ValueError("not a page token of audit (give the `next` of the page before)") from error
+
+
+class AuditPage(BaseModel):
+    """A page of `audit`: records newest first, and the token of the next page (none after the last)."""
+
+    owner: OwnerId
+    records: list[WaitRecord]
+    next: str | None = None
+
+
+WAIT_ENDED = "wait_ended"  # the refusal of an answer to a wait that ended otherwise than expired (R56)
+
+
+def late_answer(record: WaitRecord) -> tuple[str, str]:
+    """The refusal of an answer to a wait that ended, as its record says: its code and message, in the owner's
+    language. An expired wait keeps the coordinator's own `expired` refusal."""
+    at = record.ended_at.strftime("%Y-%m-%d %H:%M UTC")
+    if record.ended is WaitEndKind.EXPIRED:
+        return "expired", text("refused.answer_expired", record.language, helper_id=record.helper_id, at=at)
+    how = text(f"wait_ended.{record.ended.value}", record.language)
+    return WAIT_ENDED, text("refused.answer_wait_ended", record.language, helper_id=record.helper_id, at=at, how=how)
 
 
 def shown_digest(text: str, choices: QuestionChoices | None) -> str:

@@ -86,6 +86,20 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Ожидание помощника {helper_id} истекло без ответа в {at}; ничего не сделано, и ответ теперь ничего "
         "не запустит. Чтобы продолжить, начните новую работу.",
     },
+    "refused.answer_wait_ended": {
+        "en": "Helper {helper_id}'s wait ended at {at}: {how}. An answer now starts nothing; start new work to go on.",
+        "ru": "Ожидание помощника {helper_id} завершилось в {at}: {how}. Ответ теперь ничего не запустит; чтобы "
+        "продолжить, начните новую работу.",
+    },
+    "wait_ended.answered": {"en": "it was answered", "ru": "на него уже ответили"},
+    "wait_ended.granted": {"en": "the authorization was granted", "ru": "разрешение уже дано"},
+    "wait_ended.denied": {"en": "the authorization was denied", "ru": "в разрешении отказано"},
+    "wait_ended.closed": {"en": "the helper was closed", "ru": "помощник закрыт"},
+    "wait_ended.followed_up": {"en": "another helper continued it", "ru": "его продолжил другой помощник"},
+    "wait_ended.removed": {
+        "en": "its row was removed to make room",
+        "ru": "его строку удалили, чтобы освободить место",
+    },
     "refused.answer_followed_up": {
         "en": "Helper {helper_id} was already continued by {follow_up}; its question can no longer be answered.",
         "ru": "Помощника {helper_id} уже продолжил {follow_up}; на его вопрос больше нельзя ответить.",

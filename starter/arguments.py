@@ -254,6 +254,20 @@ def _add_chat_commands(commands: Commands) -> None:
     )
     _owner(waits)
 
+    audit = commands.add_parser(
+        "audit",
+        help="the records of the owner's waits that ended, newest first",
+        description="The record of each wait of the owner's that ended (answered, granted, denied, expired, closed, "
+        "followed up, removed): what was shown and its SHA-256 digest, who answered and through what, what was "
+        "asked and what answered or granted, when. Kept HELPER_AUDIT_KEEP_MS after the end. A page at a time: "
+        "give --before the `next` of the page before.",
+        epilog=_epilog(ENV_READ),
+    )
+    _owner(audit)
+    audit.add_argument("--id", dest="helper_id", help=f"only this helper's records: {ID_RULE}")
+    audit.add_argument("--before", help="the `next` token of the page before")
+    audit.add_argument("--limit", type=int, default=50, help="records in a page (1-200, default 50)")
+
     read = commands.add_parser(
         "read",
         help="record that a chat turn read these outcomes",

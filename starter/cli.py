@@ -115,6 +115,8 @@ def prepare(arguments: argparse.Namespace, settings: Settings) -> Command:
             return commands.unreported(owner)
         case "waits":
             return commands.waits(owner)
+        case "audit":
+            return commands.audit(owner, arguments.helper_id, arguments.before, arguments.limit)
         case "answers":
             return commands.answers(owner, _answers_body(arguments.file), "cli")
         case "read":

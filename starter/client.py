@@ -21,6 +21,7 @@ from temporalio.service import RPCError
 
 from codec.encryption import CodecError
 from config.settings import Settings
+from domain.audit import late_answer
 from domain.book import outbox
 from domain.goals import Goal
 from domain.ids import clip
@@ -42,6 +43,8 @@ from domain.requests import HelperRequest
 from protocol.connection import connect_for
 from protocol.deadlines import ReplyBy, accept_within_s, reply_by
 from protocol.errors import (
+    UNKNOWN_HELPER,
+    HelperRefused,
     InvalidConfiguration,
     InvalidRequest,
     StarterError,
@@ -126,7 +129,19 @@ class HelperClient(StoreReader):
         the only one: asking again, with this answer or another, returns that first one (`repeated`) and starts
         nothing. It admits the follow-up that goes on from it, as `start --follow-up` would."""
         by = by or reply_by(self.settings)
-        return await self._write(lambda: answer_helper(self.temporal, self.settings, request, by), by)
+        try:
+            return await self._write(lambda: answer_helper(self.temporal, self.settings, request, by), by)
+        except HelperRefused as refused:
+            if refused.code != UNKNOWN_HELPER:
+                raise
+            # The coordinator no longer knows the helper: a wait that ended is refused with how, for as long as
+            # its record is kept (R56).
+            records = await self.store.wait_records(request.owner, request.helper_id, limit=1)
+            if not records:
+                raise
+            code, message = late_answer(records[0])
+            details = {"ended": records[0].ended.value, "ended_at": records[0].ended_at.isoformat()}
+            raise HelperRefused(code, message, details) from None
 
     async def answer_all(
         self, owner: str, requests: list[AnswerRequest], *, by: ReplyBy | None = None

@@ -85,6 +85,10 @@ def answers(owner: str, body: Any, through: Literal["api", "cli"]) -> Command:
     return Command("answers", lambda client, by: client.answer_all(owner, requests, by=by), needs_temporal=True)
 
 
+def audit(owner: str, helper_id: str | None, before: str | None, limit: int) -> Command:
+    return Command("audit", lambda client, _: client.audit(owner, helper_id, before, limit), needs_temporal=False)
+
+
 def waits(owner: str) -> Command:
     return Command("waits", lambda client, _: client.waits(owner), needs_temporal=False)
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from config.settings import Settings
 from config.store_address import StoreAddress
-from domain.audit import OwnerWait
+from domain.audit import AUDIT_PAGE_MAX, AuditCursor, AuditPage, OwnerWait
 from domain.rows import HelperRow, HelperView, RowState
-from protocol.errors import Unavailable, unknown_helper
+from protocol.errors import InvalidRequest, Unavailable, unknown_helper
 from starter.inputs import check_ids, scrub
 from store.reads import RowReader, open_bare, open_sqlite
 from store.records import UsageLine
@@ -156,6 +156,22 @@ class StoreReader:
         """Every wait of the owner's that still takes an answer, across helpers, from the store (R56)."""
         check_ids(owner, [])
         return await self.store.waits(owner)
+
+    async def audit(
+        self, owner: str, helper_id: str | None = None, before: str | None = None, limit: int = 50
+    ) -> AuditPage:
+        """The records of the owner's waits that ended, newest first, a page at a time (R56): `before` is the `next`
+        token of the page before; `helper_id` keeps one helper's."""
+        check_ids(owner, [helper_id] if helper_id is not None else [])
+        if not 1 <= limit <= AUDIT_PAGE_MAX:
+            raise InvalidRequest(f"limit: {limit} records; give 1-{AUDIT_PAGE_MAX}")
+        try:
+            cursor = AuditCursor.parse(before) if before is not None else None
+        except ValueError as error:
+            raise InvalidRequest(f"before: {error}") from None
+        records = await self.store.wait_records(owner, helper_id, before=cursor, limit=limit + 1)
+        following = AuditCursor.after(records[limit - 1]).token() if len(records) > limit else None
+        return AuditPage(owner=owner, records=records[:limit], next=following)
 
     def _view(self, row: HelperRow, ahead: int | None) -> HelperView:
         # The view is the row's public part: everything but the task, the limits and the writer's bookkeeping.

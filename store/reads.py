@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from config.store_address import StoreAddress
-from domain.audit import OwnerWait, WaitKind, WaitRecord
+from domain.audit import AuditCursor, OwnerWait, WaitKind, WaitRecord
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, HelperView, RowState
@@ -121,6 +121,7 @@ WAIT_RECORD_COLUMNS = (
     "decided_via",
     "decided_through",
     "follow_up",
+    "language",
     "shown_text",
     "shown_choices",
     "shown_sha256",
@@ -226,15 +227,29 @@ def waits_query(style: Marks, owner: str) -> Query:
     return Query(sql, (owner, *states, OutcomeKind.QUESTION.value, OutcomeKind.AUTHORIZATION.value))
 
 
-def wait_records_query(style: Marks, owner: str, helper_id: str | None, limit: int) -> Query:
-    """The owner's wait records, newest first (the owner-first index on ended_at), of one helper or all."""
-    owner_mark, *more = _marks(style, 3 if helper_id is not None else 2)
-    sql = f"SELECT {', '.join(WAIT_RECORD_COLUMNS)} FROM wait_records WHERE owner = {owner_mark}"
-    parameters: tuple[Any, ...] = (owner,)
+def wait_records_query(
+    style: Marks, owner: str, helper_id: str | None, before: AuditCursor | None, limit: int
+) -> Query:
+    """The owner's wait records, newest first, of one helper or all, after the page that ended at `before`: one
+    range of the owner-first index (owner, ended_at, helper_id, seq), read backwards."""
+    parameters: list[Any] = [owner]
+    sql = f"SELECT {', '.join(WAIT_RECORD_COLUMNS)} FROM wait_records WHERE owner = {{}}"
     if helper_id is not None:
-        sql += f" AND helper_id = {more.pop(0)}"
-        parameters += (helper_id,)
-    return Query(f"{sql} ORDER BY ended_at DESC, helper_id DESC, seq DESC LIMIT {more[0]}", (*parameters, limit))
+        sql += " AND helper_id = {}"
+        parameters.append(helper_id)
+    if before is not None:
+        sql += " AND (ended_at, helper_id, seq) < ({}, {}, {})"
+        parameters += [_moment(style, before.ended_at), before.helper_id, before.seq]
+    sql += " ORDER BY ended_at DESC, helper_id DESC, seq DESC LIMIT {}"
+    parameters.append(limit)
+    return Query(sql.format(*_marks(style, len(parameters))), tuple(parameters))
+
+
+def _moment(style: Marks, moment: datetime) -> Any:
+    """A moment as a parameter compared with a stored one: asyncpg takes the datetime; SQLite compares the text
+    SQLAlchemy stores (UTC, without its offset)."""
+    utc = moment.astimezone(UTC)
+    return utc if style == "numeric_dollar" else utc.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 # --- decoding: a record from any driver (JSON as its text or decoded, moments as text or datetime) ------------
@@ -352,9 +367,12 @@ class RowReader:
         waits = (owner_wait(record, now) for record in await self.fetch(waits_query(self.marks, owner)))
         return [wait for wait in waits if wait is not None]
 
-    async def wait_records(self, owner: str, helper_id: str | None = None, limit: int = 50) -> list[WaitRecord]:
-        """The records of the owner's waits that ended (R56), newest first; of one helper with `helper_id`."""
-        records = await self.fetch(wait_records_query(self.marks, owner, helper_id, limit))
+    async def wait_records(
+        self, owner: str, helper_id: str | None = None, *, before: AuditCursor | None = None, limit: int = 50
+    ) -> list[WaitRecord]:
+        """The records of the owner's waits that ended (R56), newest first; of one helper with `helper_id`; after
+        the record `before` names (the last of the page before)."""
+        records = await self.fetch(wait_records_query(self.marks, owner, helper_id, before, limit))
         return [wait_record(record) for record in records]
 
     async def event_offered_since(self, owner: str, states: Sequence[str], since: datetime) -> bool:

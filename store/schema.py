@@ -179,6 +179,7 @@ class WaitRecordRow(Base):
     decided_via: Mapped[str | None] = mapped_column(String(64))
     decided_through: Mapped[str | None] = mapped_column(String(8))
     follow_up: Mapped[str | None] = mapped_column(String(ID_MAX_CHARS))
+    language: Mapped[str] = mapped_column(String(8))
     shown_text: Mapped[str] = mapped_column(Text)
     shown_choices: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     shown_sha256: Mapped[str] = mapped_column(String(64))

@@ -51,6 +51,7 @@ def end_of(
         granted=asked.grant if granted else None,
         decider=decider or Decider(),
         follow_up=follow_up,
+        language=entry.language,
     )
 
 

@@ -59,7 +59,7 @@ REFUSED: Responses = {
     409: _error_doc(
         "refused, nothing was written: too_many_open (with `open_ids`), rows_full, goal_needs_open_place, "
         "goal_needs_row_place, not_unreported, not_followable, goal_exists; for `answer`: "
-        "not_answerable, stale_question, not_offered, grant_refused, expired"
+        "not_answerable, stale_question, not_offered, grant_refused, expired, wait_ended"
     )
 }
 BUSY: Responses = {

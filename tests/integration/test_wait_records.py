@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from contracts.core_api import SessionStatus
 from domain.audit import WaitEndKind, WaitKind, WaitRecord, shown_digest
 from domain.messages.updates import AnswerRequest, Decider, OwnerAnswer
 from domain.rows import RowState
+from protocol.errors import HelperRefused
 from starter.inputs import answer_requests, delivered_request, read_request
 from tests.helpers import eventually, eventually_skipping, helper_request, skip_time
 from tests.integration.test_waits import HOUR, VENUE, Rig, rig  # noqa: F401  (the rig fixture)
@@ -98,6 +101,13 @@ async def test_a_close_and_a_follow_up_by_hand_end_a_wait_once_each_and_a_closed
     await skip_time(rig.env, 30 * HOUR)
     assert await rig.store.get(OWNER, "taken") is None
     assert {r.helper_id for r in await rig.store.reads.wait_records(OWNER)} == {"closed", "early", "taken"}
+    # A late answer is refused with how its wait ended, for as long as the record is kept (R56).
+    for helper_id, how in (("closed", "the helper was closed"), ("taken", "another helper continued it")):
+        with pytest.raises(HelperRefused) as refused:
+            await rig.client.answer(answer(helper_id, "venue", "walk"))
+        assert refused.value.code == "wait_ended" and how in refused.value.message, refused.value.message
+        assert refused.value.details["ended"] in ("closed", "followed_up")
+    assert rig.core.session_of("closed.answer") is None
 
 
 async def test_the_inbox_lists_a_wait_with_its_bound_and_reminders_until_its_answer(rig: Rig) -> None:  # noqa: F811

@@ -7,13 +7,19 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
+
+from config.settings import Settings
 from contracts.core_api import QuestionChoices, QuestionOption
 from domain.audit import WaitEnd, WaitEndKind, WaitKind, shown_digest
 from domain.messages.activities import FollowedUp
 from domain.messages.updates import Decider, OwnerAnswer
 from domain.outcome import OutcomeKind
 from domain.rows import RowState
+from protocol.errors import InvalidRequest
+from starter.reads import StoreReader
 from store.helper_store import HelperStore
 from tests.store.test_helper_store import row, store  # noqa: F401  (the SQLite / PostgreSQL fixture)
 
@@ -148,3 +154,32 @@ async def test_the_inbox_lists_the_owners_waits_that_still_take_an_answer(store:
     )
     assert (unreported.delivered_at, unreported.expires_at, unreported.reminders_sent) == (None, None, 0)
     assert [wait.helper_id for wait in await store.reads.waits("bea")] == ["hers"]
+
+
+async def test_audit_pages_newest_first_through_ties_and_keeps_to_one_helper(
+    store: HelperStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """R56: pages of `audit` meet without a gap or a repeat, also through records that ended at the same moment;
+    a token it did not give and a limit out of range are invalid requests."""
+    for number in range(7):
+        helper_id = f"h{number}"
+        await store.insert_admitted(asked_row(helper_id))  # type: ignore[arg-type]
+        at = NOW - timedelta(minutes=number // 3)  # three records end at each moment
+        await store.write_state("anna", helper_id, 1, 5, end(helper_id, WaitEndKind.CLOSED, at), state=RowState.CLOSED)
+    reader = StoreReader(Settings(results_dir=tmp_path), store.reads)
+    seen, before, pages = [], None, 0
+    while True:
+        page = await reader.audit("anna", before=before, limit=2)
+        seen += [(record.ended_at, record.helper_id) for record in page.records]
+        pages += 1
+        if page.next is None:
+            break
+        before = page.next
+    assert pages == 4 and len(seen) == 7 and seen == sorted(seen, reverse=True)
+    assert [r.helper_id for r in (await reader.audit("anna", helper_id="h4")).records] == ["h4"]
+    assert (await reader.audit("bea")).records == []
+    with pytest.raises(InvalidRequest, match="before"):
+        await reader.audit("anna", before="not-a-token")
+    with pytest.raises(InvalidRequest, match="limit"):
+        await reader.audit("anna", limit=201)

@@ -3,7 +3,9 @@ asked and what was answered or granted; the digest of what was shown."""
 
 from __future__ import annotations
 
-from domain.audit import WaitEndKind, WaitKind, shown_digest
+import pytest
+
+from domain.audit import WaitEndKind, WaitKind, WaitRecord, late_answer, shown_digest
 from domain.book import audit, closing
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID
 from domain.messages.updates import Decider, OwnerAnswer
@@ -64,3 +66,26 @@ def test_the_digest_changes_with_any_part_of_what_was_shown() -> None:
     assert digest != shown_digest("Walk or taxi?", None)
     relabelled = VENUE.model_copy(update={"options": [VENUE.options[1], VENUE.options[0]]})
     assert digest != shown_digest("Walk or taxi?", relabelled)
+
+
+@pytest.mark.parametrize("ended", list(WaitEndKind))
+@pytest.mark.parametrize("language", ["en", "ru"])
+def test_a_late_answer_is_refused_with_how_its_wait_ended_in_the_owners_language(
+    ended: WaitEndKind, language: str
+) -> None:
+    record = WaitRecord(
+        owner="anna",
+        helper_id="h1",
+        seq=1,
+        kind=WaitKind.QUESTION,
+        question_id="venue",
+        ended=ended,
+        ended_at=ANSWERED_AT,
+        language=language,
+        shown_text="Walk or taxi?",
+        shown_sha256=shown_digest("Walk or taxi?", None),
+    )
+    code, message = late_answer(record)
+    assert code == ("expired" if ended is WaitEndKind.EXPIRED else "wait_ended")
+    assert "h1" in message and "2026-03-02 09:00 UTC" in message
+    assert ("помощника" in message) == (language == "ru")

@@ -27,7 +27,7 @@ PYTHON = str(BIN / "python")
 STARTER_CODES = (0, 1, 2, 3, 4, 5)  # starter.arguments.EXIT_CODES
 RUN_WITHIN_S = 60
 # Starter commands that only read the store; the others write through Temporal.
-STARTER_READS = {"list", "show", "unreported", "usage", "watch", "waits"}
+STARTER_READS = {"list", "show", "unreported", "usage", "watch", "waits", "audit"}
 
 
 def _names(**selection: tuple[str, ...]) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from domain.audit import OwnerWait
+from domain.audit import AuditPage, OwnerWait
 from domain.messages.updates import (
     Admission,
     AnswerResult,
@@ -168,6 +168,22 @@ async def chat_idle(owner: Owner, request: Request) -> Response:
     down: an event waiting for it is offered within seconds instead of after the backoff. Answers `told: false`
     without touching Temporal when no event waits."""
     return await reply(request, lambda: commands.chat_idle(owner))
+
+
+@router.get(
+    "/audit",
+    summary="audit: the records of the owner's waits that ended, newest first",
+    responses={200: {"model": AuditPage}},
+)
+async def audit(
+    owner: Owner,
+    request: Request,
+    helper_id: Annotated[str | None, Query(description="only this helper's records")] = None,
+    before: Annotated[str | None, Query(description="the `next` token of the page before")] = None,
+    limit: Annotated[int, Query(description="records in a page (1-200)")] = 50,
+) -> Response:
+    """Each wait's record: how it ended, who answered and through what, what was shown and its digest (R56)."""
+    return await reply(request, lambda: commands.audit(owner, helper_id, before, limit))
 
 
 @router.get("/usage", summary="usage per helper and per model", responses={200: {"model": UsageReport}})

@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("decided_via", sa.String(64)),
         sa.Column("decided_through", sa.String(8)),
         sa.Column("follow_up", sa.String(64)),
+        sa.Column("language", sa.String(8), nullable=False),
         sa.Column("shown_text", sa.Text(), nullable=False),
         sa.Column("shown_choices", sa.JSON()),
         sa.Column("shown_sha256", sa.String(64), nullable=False),
