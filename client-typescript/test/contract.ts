@@ -272,6 +272,12 @@ async function contract(): Promise<void> {
   await assert.rejects(async () => {
     for await (const _ of watch({ ...options, fetch: droppingFetch([]) }));
   }, /the connection dropped/);
+  // The owner's waits in one place: the question, what it offers, when it expires (none before delivery).
+  const waiting = await client.GET("/v1/owners/{owner}/waits", { params: { path: owner } });
+  statuses.waits = waiting.response.status;
+  assert.deepEqual(waiting.data?.map((wait) => [wait.helper_id, wait.kind, wait.question_id, wait.expires_at]), [
+    ["pick-venue", "question", "venue", null],
+  ]);
   const notOffered = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
     params: { path: asking },
     body: { question_id: "venue", option_id: "bike" },
@@ -291,6 +297,30 @@ async function contract(): Promise<void> {
   });
   assert.ok(twice.data !== undefined && !isPending(twice.data));
   assert.deepEqual([twice.data.option_id, twice.data.repeated, twice.data.same], ["walk", true, false]);
+  // Several answers in one call, each judged alone: the answered question's is repeated, an unknown helper's refused.
+  const batch = await client.POST("/v1/owners/{owner}/waits/answers", {
+    params: { path: owner },
+    body: {
+      answers: [
+        { helper_id: "pick-venue", question_id: "venue", option_id: "taxi", by: "owner", via: "telegram" },
+        { helper_id: "never-was", question_id: "venue", option_id: "walk" },
+      ],
+    },
+  });
+  statuses.answers = batch.response.status;
+  assert.ok(batch.data !== undefined && !isPending(batch.data), JSON.stringify(batch.error));
+  assert.deepEqual(
+    batch.data.answers.map((item) => [item.helper_id, item.result?.repeated ?? null, item.error?.code ?? null]),
+    [["pick-venue", true, null], ["never-was", null, "unknown_helper"]],
+  );
+  // The record of the wait that ended: what was shown, its digest, how it ended; no waits left.
+  const audit = await client.GET("/v1/owners/{owner}/audit", { params: { path: owner, query: { helper_id: "pick-venue" } } });
+  statuses.audit = audit.response.status;
+  const [record] = audit.data?.records ?? [];
+  assert.ok(record !== undefined && audit.data?.next === null, JSON.stringify(audit.data));
+  assert.deepEqual([record.ended, record.answer?.option_id, record.shown_sha256.length], ["answered", "walk", 64]);
+  const none = await client.GET("/v1/owners/{owner}/waits", { params: { path: owner } });
+  assert.deepEqual(none.data, []);
 
   // Goals: add (and again: 409), list, pause, resume, remove (and again: 404).
   const goal = { ...owner, goal_id: "weekly-report" };
