@@ -72,7 +72,8 @@ def _templates(dialect: str) -> list[dict[str, Any]]:
                 "work_tokens": 1200,
                 "input_tokens": 40,
                 "last_message": "",
-                "outcome_kind": "completed" if finished else None,
+                # Unreported questions and delivered authorizations: the owner's inbox of waits (R56) has some.
+                "outcome_kind": WAITING_KINDS.get(state, "completed") if finished else None,
                 "summary": "Mailed the Q3 report to the board." if finished else None,
                 "actions": "[]",
                 "admitted_at": moment,
@@ -87,9 +88,14 @@ def _templates(dialect: str) -> list[dict[str, Any]]:
                 "follow_up_of": None,
                 "followed_up_by": None,
                 "choices": None,
+                "wait_ends_at": None,
+                "wait_reminders_ms": None,
             }
         )
     return templates
+
+
+WAITING_KINDS = {RowState.UNREPORTED: "question", RowState.DELIVERED: "authorization"}
 
 
 def _all_rows(owners: int, rows: int, dialect: str) -> Iterator[tuple[Any, ...]]:
