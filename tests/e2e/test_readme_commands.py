@@ -231,6 +231,11 @@ def _using_it(shell: Shell) -> None:
             assert answer["repeated"] is False and answer["follow_up"]["helper_id"] == "pick-room.answer", answer
             again = shell.answer(pasted)
             assert again["repeated"] is True and again["follow_up"]["helper_id"] == "pick-room.answer", again
+        elif " audit " in command:
+            # The answer above ended pick-room's wait: one record, of the answer, against what the row showed.
+            [record] = answer["records"]
+            assert (record["ended"], record["answer"]["option_id"]) == ("answered", "hall"), record
+            assert len(record["shown_sha256"]) == 64 and "Which room?" in record["shown_text"], record
         elif " waits " in command:
             # pick-room asked its question (the walk's answer below takes it); no turn has read it yet.
             [asking] = [wait for wait in answer if wait["helper_id"] == "pick-room"]
