@@ -17,7 +17,6 @@ from pydantic import BaseModel, Field
 from contracts.core_api import QuestionChoices
 from domain.ids import HelperId, OwnerId
 from domain.messages.updates import Decider, OwnerAnswer
-from domain.texts import text
 
 # How long a wait's record is kept after the wait ended, by default (HELPER_AUDIT_KEEP_MS).
 AUDIT_KEEP_MS = 30 * 24 * 3_600_000
@@ -115,19 +114,6 @@ class AuditPage(BaseModel):
     owner: OwnerId
     records: list[WaitRecord]
     next: str | None = None
-
-
-WAIT_ENDED = "wait_ended"  # the refusal of an answer to a wait that ended otherwise than expired (R56)
-
-
-def late_answer(record: WaitRecord) -> tuple[str, str]:
-    """The refusal of an answer to a wait that ended, as its record says: its code and message, in the owner's
-    language. An expired wait keeps the coordinator's own `expired` refusal."""
-    at = record.ended_at.strftime("%Y-%m-%d %H:%M UTC")
-    if record.ended is WaitEndKind.EXPIRED:
-        return "expired", text("refused.answer_expired", record.language, helper_id=record.helper_id, at=at)
-    how = text(f"wait_ended.{record.ended.value}", record.language)
-    return WAIT_ENDED, text("refused.answer_wait_ended", record.language, helper_id=record.helper_id, at=at, how=how)
 
 
 def shown_digest(text: str, choices: QuestionChoices | None) -> str:

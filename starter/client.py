@@ -21,8 +21,7 @@ from temporalio.service import RPCError
 
 from codec.encryption import CodecError
 from config.settings import Settings
-from domain.audit import late_answer
-from domain.book import outbox
+from domain.book import answering, outbox
 from domain.goals import Goal
 from domain.ids import clip
 from domain.messages.updates import (
@@ -139,9 +138,9 @@ class HelperClient(StoreReader):
             records = await self.store.wait_records(request.owner, request.helper_id, limit=1)
             if not records:
                 raise
-            code, message = late_answer(records[0])
+            late = answering.late(records[0])
             details = {"ended": records[0].ended.value, "ended_at": records[0].ended_at.isoformat()}
-            raise HelperRefused(code, message, details) from None
+            raise HelperRefused(late.code, late.message, details) from None
 
     async def answer_all(
         self, owner: str, requests: list[AnswerRequest], *, by: ReplyBy | None = None
@@ -151,10 +150,11 @@ class HelperClient(StoreReader):
         question the earlier is the one): each gets its own result or error, and one refused changes nothing of
         another (R56). All share the call's bound: one not sent in time is `unavailable`, nothing taken."""
         by = by or reply_by(self.settings)
-        answered = []
-        for request in requests:
+        for request in requests:  # all checked before any is sent
             if request.owner != owner:
                 raise InvalidRequest(f"answer to {request.helper_id} names owner {request.owner}, not {owner}")
+        answered = []
+        for request in requests:
             try:
                 result = await self.answer(request, by=by)
             except StarterError as error:

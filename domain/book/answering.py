@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Final, TypeAlias
 
 from contracts.core_api import MAX_CHOICE_ID_CHARS, QuestionChoices
+from domain.audit import WaitEndKind, WaitRecord
 from domain.book import delivery, waits
 from domain.book.admission import Admit, AlreadyAdmitted
 from domain.book.admission import decide as decide_admission
@@ -249,8 +250,23 @@ def decide(book: OwnerBook, helper_id: str, answer: OwnerAnswer, *, arrived_at: 
 
 def _expired(helper_id: str, expired_at: datetime, language: str) -> Refusal:
     """The wait ended unanswered: nothing was done, and an answer now starts nothing (R54)."""
-    at = expired_at.strftime("%Y-%m-%d %H:%M UTC")
-    return refusal(RefusalCode.EXPIRED, "refused.answer_expired", language, helper_id=helper_id, at=at)
+    return refusal(RefusalCode.EXPIRED, "refused.answer_expired", language, helper_id=helper_id, at=_moment(expired_at))
+
+
+def late(record: WaitRecord) -> Refusal:
+    """An answer to a wait whose helper the coordinator no longer knows, refused with how the wait ended, as its
+    record says (R56); an expired one as the coordinator refuses it while it still knows the helper."""
+    if record.ended is WaitEndKind.EXPIRED:
+        return _expired(record.helper_id, record.ended_at, record.language)
+    how = text(f"wait_ended.{record.ended.value}", record.language)
+    at = _moment(record.ended_at)
+    return refusal(
+        RefusalCode.WAIT_ENDED, "refused.answer_wait_ended", record.language, helper_id=record.helper_id, at=at, how=how
+    )
+
+
+def _moment(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -> Refusal | None:

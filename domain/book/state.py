@@ -177,6 +177,7 @@ class RefusalCode(StrEnum):
     NOT_OFFERED = "not_offered"  # an option that was not offered, or free text where none is taken
     GRANT_REFUSED = "grant_refused"  # the authorization asked for does not parse as a boundary item
     EXPIRED = "expired"  # the wait ended unanswered at its bound (R54)
+    WAIT_ENDED = "wait_ended"  # the wait ended otherwise, and only its record remembers the helper (R56)
 
 
 class Refusal(BaseModel):

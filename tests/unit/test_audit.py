@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.audit import WaitEndKind, WaitKind, WaitRecord, late_answer, shown_digest
-from domain.book import audit, closing
+from domain.audit import WaitEndKind, WaitKind, WaitRecord, shown_digest
+from domain.book import answering, audit, closing
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID
 from domain.messages.updates import Decider, OwnerAnswer
 from domain.outcome import OutcomeKind
@@ -85,7 +85,7 @@ def test_a_late_answer_is_refused_with_how_its_wait_ended_in_the_owners_language
         shown_text="Walk or taxi?",
         shown_sha256=shown_digest("Walk or taxi?", None),
     )
-    code, message = late_answer(record)
-    assert code == ("expired" if ended is WaitEndKind.EXPIRED else "wait_ended")
-    assert "h1" in message and "2026-03-02 09:00 UTC" in message
-    assert ("помощника" in message) == (language == "ru")
+    late = answering.late(record)
+    assert late.code == ("expired" if ended is WaitEndKind.EXPIRED else "wait_ended")
+    assert "h1" in late.message and "2026-03-02 09:00 UTC" in late.message
+    assert ("помощника" in late.message) == (language == "ru")
