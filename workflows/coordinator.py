@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -150,8 +149,7 @@ class CoordinatorWorkflow:
             )
         expired = retention.expired(self.book, now)
         if expired:
-            gone = [self.book.entries[helper_id] for helper_id in expired]
-            await self._remove_rows(gone, ended=audit.ended_by_removal(gone, WaitEndKind.REMOVED, now))
+            await self._remove_rows([self.book.entries[helper_id] for helper_id in expired])
 
     def _refuse_late_or_draining(self) -> None:
         """Every validator's first checks. An update that arrives after its accept-by time is turned away: its
@@ -210,11 +208,10 @@ class CoordinatorWorkflow:
         limits = effective_limits(policy.limits, request.session_limits, request.limits)
         now = workflow.now()
         evicted = [self.book.entries[helper_id] for helper_id in decision.evict]
-        evicted_waits = audit.ended_by_removal(evicted, WaitEndKind.REMOVED, now)
         earlier = self.book.entries.get(request.follow_up) if request.follow_up else None
         earlier_before = earlier.model_copy(deep=True) if earlier is not None else None
-        if ended is None and earlier is not None and audit.takes_answer(earlier):
-            ended = audit.end_of(earlier, WaitEndKind.FOLLOWED_UP, now, follow_up=request.helper_id)
+        if ended is None and earlier is not None:
+            ended = audit.ended_if_waiting(earlier, WaitEndKind.FOLLOWED_UP, now, follow_up=request.helper_id)
         entry = admission.take(self.book, request, decision, now, limits.hard_ceiling_ms)
         granted = slots.grant(self.book, now)
         admitting = activities.AdmitHelper(
@@ -222,7 +219,7 @@ class CoordinatorWorkflow:
             start=writes.helper_start(
                 policy, request, seq=entry.seq, limits=limits, slot_granted=request.helper_id in granted
             ),
-            evict=writes.rows_to_remove(self.book.owner, evicted, evicted_waits) if evicted else None,
+            evict=writes.rows_to_remove(self.book.owner, evicted, now) if evicted else None,
         )
         # The decision is committed with this task before the row is written and the helper started: the write is
         # an activity scheduled in the task that accepts the update, so a worker killed during the write leaves a
@@ -242,7 +239,7 @@ class CoordinatorWorkflow:
             with contextlib.suppress(*CALL_FAILED):
                 await workflow.execute_local_activity_method(
                     RowActivities.remove_rows,
-                    writes.rows_to_remove(self.book.owner, [entry]),
+                    writes.rows_to_remove(self.book.owner, [entry], now),
                     **options.ADMISSION_WRITE,
                 )
             admission.undo(self.book, request.helper_id, evicted, earlier_before)
@@ -495,13 +492,12 @@ class CoordinatorWorkflow:
             action = closing.decide(self.book, helper_id) if not entry.helper_writes else closing.CloseAction.NOTHING
             if isinstance(action, Refusal):
                 raise refused(action)
-        closed = [self.book.entries[helper_id]] if helper_id in self.book.entries else []
-        ended = audit.ended_by_removal(closed, WaitEndKind.CLOSED, workflow.now())
-        if action is closing.CloseAction.WRITE_CLOSED and closed:
+        if action is closing.CloseAction.WRITE_CLOSED and helper_id in self.book.entries:
+            ended = audit.ended_if_waiting(self.book.entries[helper_id], WaitEndKind.CLOSED, workflow.now())
             entry = closing.close_row(self.book, helper_id)
-            await self._write_row(entry, RowState.CLOSED, ended[0] if ended else None)
+            await self._write_row(entry, RowState.CLOSED, ended)
         elif action is closing.CloseAction.REMOVE:
-            await self._remove_rows(closed, closed_by_owner=True, ended=ended)
+            await self._remove_rows([self.book.entries[helper_id]], closed_by_owner=True)
             return updates.CloseAnswer(owner=self.book.owner, helper_id=helper_id, state=RowState.CLOSED, removed=True)
         remaining = self.book.entries.get(helper_id)
         if remaining is None:
@@ -653,11 +649,11 @@ class CoordinatorWorkflow:
             **options.STORE_WRITE,
         )
 
-    async def _remove_rows(
-        self, entries: list[Entry], *, closed_by_owner: bool = False, ended: Sequence[WaitEnd] = ()
-    ) -> None:
+    async def _remove_rows(self, entries: list[Entry], *, closed_by_owner: bool = False) -> None:
+        ended_as = WaitEndKind.CLOSED if closed_by_owner else WaitEndKind.REMOVED
+        removal = writes.rows_to_remove(self.book.owner, entries, workflow.now(), ended_as)
         removed = await workflow.execute_local_activity_method(
-            RowActivities.remove_rows, writes.rows_to_remove(self.book.owner, entries, ended), **options.STORE_WRITE
+            RowActivities.remove_rows, removal, **options.STORE_WRITE
         )
         if removed.directories_left:
             workflow.logger.warning("result directories left for the sweep: %s", removed.directories_left)

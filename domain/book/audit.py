@@ -65,6 +65,11 @@ def answered(entry: Entry, at: datetime, decider: Decider | None, follow_up: str
     return end_of(entry, ended, at, decider=decider, follow_up=follow_up)
 
 
+def ended_if_waiting(entry: Entry, ended: WaitEndKind, at: datetime, *, follow_up: str | None = None) -> WaitEnd | None:
+    """The end of the entry's wait if it still took an answer (closed, followed up by hand, removed), else None."""
+    return end_of(entry, ended, at, follow_up=follow_up) if takes_answer(entry) else None
+
+
 def ended_by_removal(entries: Iterable[Entry], ended: WaitEndKind, at: datetime) -> list[WaitEnd]:
     """The waits that end because their rows go (closed by the owner, removed for room)."""
-    return [end_of(entry, ended, at) for entry in entries if takes_answer(entry)]
+    return [end for entry in entries if (end := ended_if_waiting(entry, ended, at)) is not None]

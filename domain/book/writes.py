@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from domain.audit import WaitEnd
+from domain.audit import WaitEnd, WaitEndKind
+from domain.book import audit
 from domain.book.state import Entry, OwnerBook
 from domain.limits import Limits, Policy
 from domain.messages.activities import FollowedUp, NewRow, RemoveRows, RowKey, RowToRemove
@@ -65,9 +66,14 @@ def entry_row(owner: str, entry: Entry) -> RowKey:
     return RowKey(owner=owner, helper_id=entry.helper_id, seq=entry.seq, generation=entry.generation)
 
 
-def rows_to_remove(owner: str, entries: list[Entry], ended: Sequence[WaitEnd] = ()) -> RemoveRows:
+def rows_to_remove(
+    owner: str, entries: list[Entry], at: datetime, ended_as: WaitEndKind = WaitEndKind.REMOVED
+) -> RemoveRows:
+    """Rows to remove, with the record of each wait their removal ends (`ended_as`: removed for room, or closed)."""
     return RemoveRows(
-        owner=owner, rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries], ended=list(ended)
+        owner=owner,
+        rows=[RowToRemove(helper_id=e.helper_id, seq=e.seq) for e in entries],
+        ended=audit.ended_by_removal(entries, ended_as, at),
     )
 
 
