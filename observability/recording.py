@@ -55,6 +55,7 @@ REFUSAL_REASONS: Final = frozenset(
         "not_offered",
         "grant_refused",
         "expired",
+        "wait_ended",
     }
 )
 # Pending and attempting are on the way; these are where an offer stops (a failed one may be offered again).
