@@ -20,6 +20,7 @@ the reference core (`readable_items`, where an item that does not parse authoriz
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -189,3 +190,19 @@ def outside(boundary: Iterable[BoundaryItem], tool: str, targets: Sequence[str])
     if allowed is None:
         return None
     return tuple(target for target in targets if target.lower() not in allowed)
+
+
+def beyond(asked: BoundaryItem, granted: BoundaryItem) -> BoundaryItem | None:
+    """The part of a granted action that the action asked for does not cover: another tool (all of it) or the
+    targets it adds; None when the grant is the action asked or narrows it to some of its targets (R55). A parsed
+    item names at least one target, so a narrowing never grants nothing."""
+    if granted.tool != asked.tool:
+        return granted
+    added = tuple(target for target in granted.targets if target not in asked.targets)
+    return BoundaryItem(tool=granted.tool, targets=added) if added else None
+
+
+def action_digest(item: BoundaryItem) -> str:
+    """SHA-256 of one action: its tool and its sorted targets, so every spelling of the action has the one digest a
+    grant is bound to and a core honours once (R55)."""
+    return hashlib.sha256("\n".join((item.tool, *sorted(item.targets))).encode()).hexdigest()

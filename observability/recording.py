@@ -54,6 +54,7 @@ REFUSAL_REASONS: Final = frozenset(
         "stale_question",
         "not_offered",
         "grant_refused",
+        "grant_widens",
         "expired",
         "wait_ended",
     }

@@ -198,7 +198,9 @@ def _add_helper_commands(commands: Commands) -> None:
         "answer",
         help="answer a helper's question or authorization wait, once (the first answer is the one)",
         description="Answer a helper's question with an option it offered or, where it takes them, your own "
-        "words; answer an authorization wait with the option grant or deny. The first answer is the only one: "
+        "words; answer an authorization wait with the option grant or deny. A grant may name, as --text, the "
+        "action granted: the one asked or fewer of its recipients, never more or another tool. The first answer "
+        "is the only one: "
         "asking again, with it or another, returns that first answer and starts nothing. Every answer but deny "
         "starts the helper <id>.answer, which goes on from the answer.",
         epilog=_epilog(ENV_WRITE),
@@ -212,9 +214,12 @@ def _add_helper_commands(commands: Commands) -> None:
         help="the question's id, as the outcome shows it ('question' for a plain-text question, 'authorization' "
         "for an authorization wait)",
     )
-    chosen = answer.add_mutually_exclusive_group(required=True)
-    chosen.add_argument("--option", dest="option_id", help="the id of an option the question offered (or grant, deny)")
-    chosen.add_argument("--text", help="an answer in your own words (1-4,000 characters), where the question takes one")
+    answer.add_argument("--option", dest="option_id", help="the id of an option the question offered (or grant, deny)")
+    answer.add_argument(
+        "--text",
+        help="an answer in your own words (1-4,000 characters), where the question takes one; with --option grant, "
+        "the action granted (for example 'send_mail to anna@example.com')",
+    )
     answer.add_argument("--by", help="who answered, as you say it (for example owner); kept in the wait's record")
     answer.add_argument("--via", help="through which channel (for example telegram); kept in the wait's record")
 

@@ -3,13 +3,16 @@ that goes on from it.
 
 - What an outcome takes comes with the helper's finished notice (`asked_of`): a structured question takes one
   of its options, or free text where it allows it; a plain-text question takes free text under the id
-  `question`; an authorization wait takes `grant` or `deny` under the id `authorization`.
+  `question`; an authorization wait takes `grant` or `deny` under the id `authorization`. A grant may carry, as its
+  text, the action granted: the one asked or a narrowing of it (the same tool, some of its targets), never a wider or
+  another one (R55). The edit rides in `text` so that a coordinator of an earlier build, which takes exactly one of
+  an option and a text, refuses it instead of granting the whole action.
 - The first valid answer is recorded in the book entry (`record`) and is the only one: a later answer to
   the same question, the same or another the question takes, gets the first back and starts nothing
   (`Repeated`). An answer to
   another question than the one waiting, an option not offered, free text where none is taken, a grant whose
-  item does not parse as a boundary item, or a helper that is not in this owner's book is refused, and nothing
-  is written.
+  item does not parse as a boundary item or that widens the action asked, or a helper that is not in this owner's
+  book is refused, and nothing is written.
 - Every answer but `deny` admits a follow-up (`follow_up_request`), through the same admission rules as
   `start --follow-up`; its helper id is derived from the question's (`answer_helper_id`). If that admission is
   refused, so is the answer, unrecorded, and it can be given again. `deny` starts nothing: the outcome is
@@ -40,7 +43,7 @@ from domain.book.state import (
     still_working,
     unknown_helper,
 )
-from domain.boundary import BoundaryError, control_character_problem, parse_boundary, parse_item
+from domain.boundary import BoundaryError, beyond, control_character_problem, parse_boundary, parse_item
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID, Asked
@@ -98,9 +101,10 @@ def asked_of(
 
 def answer_problems(answer: OwnerAnswer, decider: Decider | None = None) -> list[str]:
     """The answer's own bounds, wherever it enters (the starter, the coordinator's validator): a question id and
-    an option id of 1-64 printable characters, exactly one of an option and a text, a text of 1-4,000 characters
-    without control characters other than line breaks and tabs; who answered and via what (`by`, `via`) of 1-64
-    characters without control characters."""
+    an option id of 1-64 printable characters, exactly one of an option and a text (an authorization's `grant` may
+    carry both: its text is the action granted, a boundary item), a text of 1-4,000 characters without control
+    characters other than line breaks and tabs; who answered and via what (`by`, `via`) of 1-64 characters without
+    control characters."""
     problems = _decider_problems(decider) if decider is not None else []
     for field, value in (("question_id", answer.question_id), ("option_id", answer.option_id), ("text", answer.text)):
         try:
@@ -110,8 +114,14 @@ def answer_problems(answer: OwnerAnswer, decider: Decider | None = None) -> list
     for field, value in (("question_id", answer.question_id), ("option_id", answer.option_id)):
         if value is not None and (not 0 < len(value) <= MAX_CHOICE_ID_CHARS or not value.isprintable()):
             problems.append(f"{field}: use 1-{MAX_CHOICE_ID_CHARS} printable characters")
+    if narrows(answer):
+        try:
+            parse_item(answer.text or "")
+        except BoundaryError as error:
+            problems.append(f"text (the action granted): {error}")
+        return problems
     if (answer.option_id is None) == (answer.text is None):
-        problems.append("answer with exactly one of option_id and text")
+        problems.append("answer with exactly one of option_id and text (or grant with the action granted as text)")
     if answer.text is not None:
         if not answer.text.strip():
             problems.append("text is empty")
@@ -120,6 +130,11 @@ def answer_problems(answer: OwnerAnswer, decider: Decider | None = None) -> list
         elif (problem := control_character_problem("text", answer.text, "\n\t\r")) is not None:
             problems.append(problem)
     return problems
+
+
+def narrows(answer: OwnerAnswer) -> bool:
+    """An authorization's grant that names the action granted (R55): checked against the one asked (`_offered`)."""
+    return answer.question_id == AUTHORIZATION_QUESTION_ID and answer.option_id == GRANT and answer.text is not None
 
 
 def _decider_problems(decider: Decider) -> list[str]:
@@ -274,15 +289,37 @@ def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -
     if asked.question_id == AUTHORIZATION_QUESTION_ID:
         if answer.option_id not in (GRANT, DENY):
             return refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
+        if answer.option_id == DENY and answer.text is not None:
+            return refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
         if answer.option_id == GRANT:
             problem = grant_problem(asked)
             if problem is not None:
                 return refusal(
                     RefusalCode.GRANT_REFUSED, "refused.grant_unparsed", language, helper_id=helper_id, why=problem
                 )
+            if narrows(answer):
+                assert asked.grant is not None and answer.text is not None
+                wider = beyond(parse_item(asked.grant), parse_item(answer.text))
+                if wider is not None:
+                    return refusal(
+                        RefusalCode.GRANT_WIDENS,
+                        "refused.grant_widens",
+                        language,
+                        helper_id=helper_id,
+                        asked=asked.grant,
+                        wider=str(wider),
+                    )
         return None
     options = [option.id for option in asked.choices.options] if asked.choices is not None else []
     free_text = asked.choices.free_text if asked.choices is not None else True
+    if answer.option_id is not None and answer.text is not None:  # only a grant names both
+        return refusal(
+            RefusalCode.NOT_OFFERED,
+            "refused.answer_option_or_text",
+            language,
+            helper_id=helper_id,
+            options=", ".join(options) or "-",
+        )
     if answer.option_id is not None and answer.option_id not in options:
         return refusal(
             RefusalCode.NOT_OFFERED,
@@ -319,20 +356,30 @@ def grant_problem(asked: Asked) -> str | None:
     return None
 
 
+def granted_item(asked: Asked, answer: OwnerAnswer | None) -> str | None:
+    """The action a valid grant grants: the one it names (a narrowing, in the grammar's own spelling) or else the one
+    asked; None for any other answer."""
+    if asked.question_id != AUTHORIZATION_QUESTION_ID or answer is None or answer.option_id != GRANT:
+        return None
+    if narrows(answer):
+        return str(parse_item(answer.text or ""))
+    return asked.grant
+
+
 def follow_up_request(book: OwnerBook, entry: Entry, answer: OwnerAnswer) -> HelperRequest | None:
     """The follow-up that goes on from a valid answer, in the owner's language and on the question's model; None for
-    `deny`, which starts nothing. A grant adds the item asked for to the question's boundary."""
+    `deny`, which starts nothing. A grant adds the item granted to the question's boundary."""
     asked = entry.asked
     assert asked is not None
     language = entry.language
     boundary = asked.boundary
     if asked.question_id == AUTHORIZATION_QUESTION_ID:
-        if answer.option_id == DENY:
+        granted = granted_item(asked, answer)
+        if granted is None:
             return None
-        assert asked.grant is not None
-        if asked.grant not in boundary:
-            boundary = (*boundary, asked.grant)
-        task = text("answer.task.grant", language, item=asked.grant)
+        if granted not in boundary:
+            boundary = (*boundary, granted)
+        task = text("answer.task.grant", language, item=granted)
     elif answer.option_id is not None:
         assert asked.choices is not None
         label = next(option.label for option in asked.choices.options if option.id == answer.option_id)

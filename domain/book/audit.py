@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from domain.audit import WaitEnd, WaitEndKind, WaitKind
-from domain.book.answering import GRANT
+from domain.book.answering import GRANT, granted_item
 from domain.book.state import Entry
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID
 from domain.messages.updates import Decider
@@ -37,7 +37,6 @@ def end_of(
     asked = entry.asked
     assert asked is not None, f"{entry.helper_id} asked nothing"
     authorization = asked.question_id == AUTHORIZATION_QUESTION_ID
-    granted = authorization and entry.answer is not None and entry.answer.option_id == GRANT
     return WaitEnd(
         helper_id=entry.helper_id,
         seq=entry.seq,
@@ -48,7 +47,7 @@ def end_of(
         reminders_sent=entry.reminders_sent,
         answer=entry.answer,
         asked_grant=asked.grant,
-        granted=asked.grant if granted else None,
+        granted=granted_item(asked, entry.answer),
         decider=decider or Decider(),
         follow_up=follow_up,
         language=entry.language,

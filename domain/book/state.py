@@ -176,6 +176,7 @@ class RefusalCode(StrEnum):
     STALE_QUESTION = "stale_question"  # the answer names another question than the one waiting
     NOT_OFFERED = "not_offered"  # an option that was not offered, or free text where none is taken
     GRANT_REFUSED = "grant_refused"  # the authorization asked for does not parse as a boundary item
+    GRANT_WIDENS = "grant_widens"  # the action granted is wider than or other than the one asked (R55)
     EXPIRED = "expired"  # the wait ended unanswered at its bound (R54)
     WAIT_ENDED = "wait_ended"  # the wait ended otherwise, and only its record remembers the helper (R56)
 

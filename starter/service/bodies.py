@@ -112,7 +112,7 @@ DECIDER_SCHEMA: dict[str, Any] = {"minLength": 1, "maxLength": DECIDER_MAX_CHARS
 
 class AnswerBody(_Body):
     """`answer`: the owner's answer to the helper's question or authorization wait; exactly one of `option_id` and
-    `text`."""
+    `text`, except that a grant may name the action granted as `text` (the one asked or fewer of its recipients)."""
 
     question_id: str = Field(
         description="the question's id, as the outcome shows it ('question' for a plain-text question, "
@@ -127,7 +127,8 @@ class AnswerBody(_Body):
     text: str | None = Field(
         default=None,
         description=f"an answer in the owner's words (1-{ANSWER_TEXT_MAX_CHARS:,} characters), where the question "
-        "takes one",
+        "takes one; with option_id 'grant', the action granted, which may narrow the one asked, never widen it "
+        "(for example 'send_mail to anna@example.com')",
         json_schema_extra={"minLength": 1, "maxLength": ANSWER_TEXT_MAX_CHARS, "pattern": r"\S"},
     )
     by: str | None = Field(

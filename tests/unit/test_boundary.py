@@ -8,7 +8,9 @@ from domain.boundary import (
     ACCEPTED_FORMS,
     BoundaryError,
     BoundaryItem,
+    action_digest,
     address_list,
+    beyond,
     first_control_character,
     outside,
     parse_boundary,
@@ -211,3 +213,32 @@ def test_control_characters_are_found_except_those_allowed() -> None:
     assert first_control_character("a\nb\tc", allowed="\n\t") is None
     assert first_control_character("a\nb\x7f", allowed="\n") == 3
     assert first_control_character("\x9b") == 0
+
+
+ANNA = "anna@example.com"
+
+
+@pytest.mark.parametrize(
+    ("granted", "wider"),
+    [
+        (f"send_mail to {BOB}", None),
+        (f"Send-Mail to {ANNA.upper()}, {BOB}", None),
+        (f"send_mail to {ANNA}, carol@example.com", "send_mail to carol@example.com"),
+        (f"create_event with {BOB}", f"create_event with {BOB}"),
+    ],
+)
+def test_a_grant_goes_beyond_the_action_asked_by_another_tool_or_an_added_target(
+    granted: str, wider: str | None
+) -> None:
+    """R55: the same tool and some of its targets narrow; anything else is named as what goes beyond."""
+    found = beyond(parse_item(f"send_mail to {BOB}, {ANNA}"), parse_item(granted))
+    assert (str(found) if found is not None else None) == wider
+
+
+def test_one_action_has_one_digest_whatever_its_spelling_and_order() -> None:
+    """R55: the digest a grant is bound to is of the tool and its sorted targets."""
+    one = action_digest(parse_item(f"send_mail to {BOB}, {ANNA}"))
+    assert one == action_digest(parse_item(f"Send mail to {ANNA.upper()}, {BOB}"))
+    assert one != action_digest(parse_item(f"send_mail to {BOB}"))
+    assert one != action_digest(parse_item(f"create_event with {BOB}, {ANNA}"))
+    assert len(one) == 64

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts.core_api import QuestionChoices, QuestionOption
+from domain.audit import WaitEndKind
 from domain.book import (
     AwaitEarlier,
     Entry,
@@ -16,6 +17,7 @@ from domain.book import (
     RefusalCode,
     admission,
     answering,
+    audit,
     closing,
     delivery,
     outbox,
@@ -1123,6 +1125,63 @@ def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_bound
     assert isinstance(again, answering.Repeated) and not again.same
 
 
+TWO = "send_mail to anna@example.com, bob@example.com"
+
+
+def narrowed(action: str) -> OwnerAnswer:
+    return OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT, text=action)
+
+
+def test_a_grant_may_narrow_the_action_to_some_of_its_recipients() -> None:
+    """R55: the follow-up gets the narrowed action, in the grammar's spelling, and the record keeps both."""
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=TWO)
+    follow = take(book, narrowed("Send mail to ANNA@example.com"))
+    assert follow is not None
+    assert follow.boundary == ("send_mail to anna@example.com",)
+    assert "send_mail to anna@example.com" in follow.task and "bob@" not in follow.task
+    end = audit.answered(book.entries["h1"], ANSWERED_AT, None, follow.helper_id)
+    assert (end.asked_grant, end.granted, end.ended) == (TWO, "send_mail to anna@example.com", WaitEndKind.GRANTED)
+
+
+@pytest.mark.parametrize(
+    ("edit", "wider"),
+    [
+        ("send_mail to anna@example.com, carol@example.com", "send_mail to carol@example.com"),
+        ("send_mail to carol@example.com", "send_mail to carol@example.com"),
+        ("create_event with anna@example.com", "create_event with anna@example.com"),
+    ],
+)
+def test_a_grant_that_widens_the_action_is_refused_naming_what_widens_it(edit: str, wider: str) -> None:
+    """R55: an added recipient or another tool is refused, nothing is recorded, and the wait still takes an answer."""
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=TWO)
+    refusal = answering.judge(book, book.owner, "h1", narrowed(edit), arrived_at=ANSWERED_AT)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.GRANT_WIDENS
+    assert wider in refusal.message and TWO in refusal.message
+    assert book.entries["h1"].answer is None
+    assert take(book, narrowed("send_mail to bob@example.com")) is not None
+
+
+def test_the_narrowed_grant_is_the_one_answer_and_a_later_grant_gets_it_back() -> None:
+    """R49, R55: a plain grant or another edit after a narrowed grant is answered with it, repeated, not the same."""
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=TWO)
+    first = narrowed("send_mail to anna@example.com")
+    take(book, first)
+    for later in (OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT), narrowed(TWO)):
+        again = answering.decide(book, "h1", later, arrived_at=ANSWERED_AT)
+        assert isinstance(again, answering.Repeated) and not again.same and again.entry.answer == first
+    same = answering.decide(book, "h1", first, arrived_at=ANSWERED_AT)
+    assert isinstance(same, answering.Repeated) and same.same
+
+
+def test_a_deny_takes_no_action_and_a_question_takes_no_option_with_words() -> None:
+    book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=TWO)
+    deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY, text=TWO)
+    refusal = answering.decide(book, "h1", deny, arrived_at=ANSWERED_AT)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_OFFERED
+    both = OwnerAnswer(question_id="venue", option_id="walk", text="send_mail to anna@example.com")
+    assert answering.answer_problems(both) != []
+
+
 def test_a_deny_starts_nothing_and_delivers_the_outcome() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None)
     deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY)
@@ -1198,6 +1257,7 @@ def test_the_follow_up_id_is_a_valid_helper_id_derived_from_the_question(helper_
     [
         (OwnerAnswer(question_id="venue"), "exactly one"),
         (OwnerAnswer(question_id="venue", option_id="walk", text="walk"), "exactly one"),
+        (OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id="grant", text="mail bob"), "action granted"),
         (OwnerAnswer(question_id="", option_id="walk"), "question_id"),
         (OwnerAnswer(question_id="v" * 65, option_id="walk"), "question_id"),
         (OwnerAnswer(question_id="venue", option_id="wa\x00lk"), "option_id"),
