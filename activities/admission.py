@@ -78,6 +78,7 @@ class AdmissionActivities:
             generation=1,
             updated_at=new.admitted_at,
             follow_up_of=request.follow_up,
+            granted_action=request.granted_action,
         )
         try:
             first_time = await self.store.insert_admitted(row, new.followed_up)

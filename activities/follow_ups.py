@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
 from activities import cleanup
 from clients.core_client import CoreClient, CoreError
-from contracts.core_api import CreateSession, SessionLimits, SessionStatus
+from contracts.core_api import CreateSession, Grant, SessionLimits, SessionStatus
 from domain.book.follow_up import FOLLOWABLE_KINDS
+from domain.boundary import action_digest, parse_item
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -54,14 +56,18 @@ class FollowUps:
         session), then the create whose task carries the earlier outcome. A retry or a recovery under the
         same key sends the same requests, so the key names one session whichever was made."""
         assert row.follow_up_of is not None
+        offered = await self.core.capabilities()
+        honours = offered.grants
         earlier = await self.store.get(row.owner, row.follow_up_of)
-        carried = create_request(row, idempotency_key, limits, task=await self._carried_task(row, earlier))
+        carried = create_request(
+            row, idempotency_key, limits, task=await self._carried_task(row, earlier), grants_honoured=honours
+        )
         kept = await self.store.kept_session_of(row.owner, row.follow_up_of) if earlier is not None else None
         if kept is None or earlier is None or earlier.session_id != kept.session_id:
             return [carried]
-        if not (await self.core.capabilities()).continue_from:
+        if not offered.continue_from:
             return [carried]
-        continued = create_request(row, idempotency_key, limits, continue_from=kept.session_id)
+        continued = create_request(row, idempotency_key, limits, continue_from=kept.session_id, grants_honoured=honours)
         return [continued, carried]
 
     async def release_earlier(self, row: HelperRow) -> None:
@@ -150,17 +156,44 @@ class FollowUps:
 
 
 def create_request(
-    row: HelperRow, idempotency_key: str, limits: Limits, *, task: str | None = None, continue_from: str | None = None
+    row: HelperRow,
+    idempotency_key: str,
+    limits: Limits,
+    *,
+    task: str | None = None,
+    continue_from: str | None = None,
+    grants_honoured: bool = False,
 ) -> CreateSession:
-    """The create for `row`'s session; a follow-up's may carry another task, or continue an earlier session."""
+    """The create for `row`'s session; a follow-up's may carry another task, or continue an earlier session. A grant's
+    follow-up carries the action granted as a grant the core performs once, or, to a core that does not offer
+    `grants`, as one more boundary item (R55)."""
+    boundary = list(row.boundary)
+    grants = []
+    if row.granted_action is not None:
+        if grants_honoured:
+            grants.append(grant_of(row))
+        elif row.granted_action.action not in boundary:
+            boundary.append(row.granted_action.action)
     return CreateSession(
         idempotency_key=idempotency_key,
         owner=row.owner,
         helper_id=row.helper_id,
         task=row.task if task is None else task,
-        boundary=list(row.boundary),
+        boundary=boundary,
         language=row.language,
         model=row.model,
         limits=SessionLimits(max_steps=limits.max_steps, max_input_tokens=limits.max_input_tokens),
         continue_from=continue_from,
+        grants=grants,
     )
+
+
+def grant_of(row: HelperRow) -> Grant:
+    """The row's grant as the core takes it: bound to the action's digest, and named by the admission it belongs to,
+    so every create of this follow-up (a retry, a recovery, the fallback after a refused continuation) carries the
+    one grant the core performs once."""
+    assert row.granted_action is not None
+    item = parse_item(row.granted_action.action)
+    digest = action_digest(item)
+    grant_id = hashlib.sha256("\n".join((row.owner, row.helper_id, str(row.seq), digest)).encode()).hexdigest()
+    return Grant(id=grant_id, action=str(item), digest=digest)

@@ -155,6 +155,7 @@ class RowActivities:
             actions=actions,
             refusals=refusals,
             follow_up_of=row.follow_up_of,
+            granted=row.granted_action,
         )
         summary = summarize(full_text, final.summary_max, final.language)
         record = Outcome(

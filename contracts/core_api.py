@@ -194,6 +194,24 @@ class ModelCatalog(BaseModel):
     models: list[Annotated[str, Field(min_length=1, max_length=MODEL_MAX_CHARS)]] = Field(max_length=MODELS_MAX)
 
 
+# A grant's id and digest: the runtime's are SHA-256 hex digests.
+GRANT_ID_MAX_CHARS = 64
+MAX_GRANTS = 1
+
+
+class Grant(BaseModel):
+    """An action the owner granted a follow-up, to be performed at most once (R55). `digest` is SHA-256 of the
+    action's tool and sorted targets (`domain.boundary.action_digest`); the core performs one call whose tool and set
+    of targets have that digest, once per `id`, across every session, retry and restart, and refuses any later one
+    (`grant_used`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=GRANT_ID_MAX_CHARS, pattern=r"^[0-9a-f]+$")
+    action: str = Field(min_length=1, max_length=200, description="The action granted, a boundary item.")
+    digest: str = Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")
+
+
 class CreateSession(BaseModel):
     """Start one background turn. The same `idempotency_key` always names the same session (R9)."""
 
@@ -215,13 +233,24 @@ class CreateSession(BaseModel):
         ),
     )
 
+    grants: list[Grant] = Field(
+        default_factory=list,
+        max_length=MAX_GRANTS,
+        description=(
+            "A follow-up's grant (optional, sent only to a core whose GET /v1/capabilities says `grants: true`): "
+            "the action the owner granted, performed at most once."
+        ),
+    )
+
     @model_serializer(mode="wrap")
-    def _without_unset_follow_up(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        # A create that continues nothing goes on the wire exactly as before the field existed: a core without
-        # follow-ups refuses unknown fields (extra="forbid" here too), and it is never asked for one.
+    def _without_unset_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # A create that continues nothing and carries no grant goes on the wire exactly as before those fields
+        # existed: a core without them refuses unknown fields (extra="forbid" here too), and it is never sent one.
         data: dict[str, object] = handler(self)
         if data.get("continue_from") is None:
             data.pop("continue_from", None)
+        if not data.get("grants"):
+            data.pop("grants", None)
         return data
 
 
@@ -238,6 +267,10 @@ class CoreCapabilities(BaseModel):
     )
     long_poll: bool = Field(
         default=False, description="Snapshots carry `version` and reads take `after`/`wait_ms` (R44)."
+    )
+    grants: bool = Field(
+        default=False,
+        description="A create may carry `grants`: actions the owner granted, each performed at most once (R55).",
     )
 
 
@@ -298,7 +331,10 @@ class Snapshot(BaseModel):
     )
     authorization: Authorization | None = None
     actions: list[Action] = Field(default_factory=list)
-    refusals: list[CoreText] = Field(default_factory=list, description="Actions refused outside the boundary.")
+    refusals: list[CoreText] = Field(
+        default_factory=list,
+        description="Actions refused: outside the boundary, or a grant's action once it was performed (`grant_used`).",
+    )
     outcome: SessionOutcome | None = None
     error: CoreText | None = None
     finish_requested: bool = False

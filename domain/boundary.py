@@ -70,6 +70,16 @@ class BoundaryItem(BaseModel):
         return f"{self.tool} {TOOL_KEYWORDS[self.tool]} {', '.join(self.targets)}"
 
 
+class GrantedAction(BaseModel):
+    """An owner's grant to a follow-up (R55): the action granted, performed at most once, and the action the wait
+    asked for, which it narrows or is."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: str
+    asked: str
+
+
 def quoted(text: str) -> str:
     """A short, escaped quote of what was given (never the whole of a long input)."""
     cut = text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "…"

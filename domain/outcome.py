@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action, QuestionChoices
+from domain.boundary import GrantedAction
 from domain.texts import text
 from domain.work import Usage
 
@@ -77,6 +78,7 @@ def compose_outcome_text(
     actions: Sequence[Action] = (),
     refusals: Sequence[str] = (),
     follow_up_of: str | None = None,
+    granted: GrantedAction | None = None,
 ) -> str:
     """The full outcome text kept in the result directory: what the owner needs, in their language."""
     parts: list[str] = []
@@ -102,6 +104,8 @@ def compose_outcome_text(
         parts.append("\n".join(lines))
     if follow_up_of is not None:
         parts.append(text("outcome.follows_up", language, earlier=follow_up_of))
+    if granted is not None:
+        parts.append(text("outcome.granted", language, action=granted.action, asked=granted.asked))
     return "\n\n".join(parts)
 
 

@@ -26,7 +26,14 @@ from pydantic import (
 )
 
 from contracts.core_api import MODEL_MAX_CHARS
-from domain.boundary import BoundaryError, BoundaryItem, control_character_problem, parse_boundary
+from domain.boundary import (
+    BoundaryError,
+    BoundaryItem,
+    GrantedAction,
+    control_character_problem,
+    parse_boundary,
+    parse_item,
+)
 from domain.ids import check_id
 from domain.limits import (
     HELPER_BOUNDARY_ITEM_MAX_CHARS,
@@ -97,14 +104,22 @@ class HelperRequest(BaseModel):
             "(R54); none: the configured policy, or a follow-up's earlier helper's."
         ),
     )
+    granted_action: GrantedAction | None = Field(
+        default=None,
+        description=(
+            "A follow-up admitted by an owner's grant: the action granted, a boundary item performed at most once, "
+            "and the one asked (R55); set by the coordinator from the answer, never by a caller's start."
+        ),
+    )
 
     @model_serializer(mode="wrap")
-    def _without_an_unset_wait(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A request without a wait reads as it did before waits had a field, in a coordinator of an earlier build
-        # (requests forbid fields they do not know) that has not continued as new yet during a rollout.
+    def _without_unset_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A request without a wait or a grant reads as it did before those had fields, in a coordinator of an
+        # earlier build (requests forbid fields they do not know) that has not continued as new yet during a rollout.
         data: dict[str, Any] = handler(self)
-        if data.get("wait") is None:
-            data.pop("wait", None)
+        for optional in ("wait", "granted_action"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
     @field_validator("owner")
@@ -195,7 +210,9 @@ class HelperRequest(BaseModel):
         the limits (R1), looser values are out of range; a wait expires at the latest when its row goes
         (`keep_ms`; a reminder at or past its expiry never comes).
         """
-        problems = self.text_problems() + self.follow_up_problems() + self.wait_problems(keep_ms)
+        problems = (
+            self.text_problems() + self.follow_up_problems() + self.grant_problems() + self.wait_problems(keep_ms)
+        )
         if self.limits is not None:
             problems.extend(
                 f"limits.{name} is above the default {getattr(defaults, name)}; a request may only tighten"
@@ -218,6 +235,18 @@ class HelperRequest(BaseModel):
         if self.goal_id is not None:
             problems.append("follow_up: a Goal check cannot be a follow-up")
         return problems
+
+    def grant_problems(self) -> list[str]:
+        """Only an answer's follow-up carries a grant, and it is one boundary item (R55)."""
+        if self.granted_action is None:
+            return []
+        if self.follow_up is None:
+            return ["granted_action: only a follow-up carries a grant"]
+        try:
+            parse_item(self.granted_action.action)
+        except BoundaryError as error:
+            return [f"granted_action.action: {error}"]
+        return []
 
     def text_problems(self) -> list[str]:
         """Control characters in the task and model, and boundary items that do not parse (R5, R41)."""

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from contracts.core_api import Action, QuestionChoices
+from domain.boundary import GrantedAction
 from domain.limits import Limits
 from domain.outcome import OutcomeKind
 
@@ -62,6 +63,7 @@ class HelperRow(BaseModel):
     choices: QuestionChoices | None = None
     wait_ends_at: datetime | None = None  # a delivered wait's bound (R54)
     wait_reminders_ms: list[int] | None = None  # its reminders, milliseconds after delivery
+    granted_action: GrantedAction | None = None  # a grant's follow-up: the action granted, performed at most once (R55)
 
 
 class HelperView(BaseModel):
@@ -101,3 +103,7 @@ class HelperView(BaseModel):
     )
     follow_up_of: str | None = Field(default=None, description="The earlier helper whose outcome this one continues.")
     followed_up_by: str | None = Field(default=None, description="The helper that continues this one's outcome.")
+    granted_action: GrantedAction | None = Field(
+        default=None,
+        description="A grant's follow-up: the action the owner granted, performed at most once, beside the one asked.",
+    )

@@ -163,10 +163,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "Продолжайте работу с этим ответом.",
     },
     "answer.task.grant": {
-        "en": "The owner granted the authorization you asked for: {item}. It is in your boundary now; "
+        "en": "The owner granted the authorization you asked for: {item}. You may perform that action once now; "
         "go on with the work.",
-        "ru": "Владелец дал разрешение, которое вы просили: {item}. Теперь оно входит в ваши полномочия; "
-        "продолжайте работу.",
+        "ru": "Владелец дал разрешение, которое вы просили: {item}. Теперь вы можете выполнить это действие один "
+        "раз; продолжайте работу.",
     },
     # A follow-up's task when the core cannot continue the earlier session itself (domain.run.follow_up_task).
     "follow_up.task": {
@@ -184,6 +184,10 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
     "outcome.follows_up": {
         "en": "This helper continued the work of helper {earlier}, as the owner asked.",
         "ru": "Этот помощник продолжил работу помощника {earlier}, как просил владелец.",
+    },
+    "outcome.granted": {
+        "en": "The owner granted, to be done once: {action} (asked for: {asked}).",
+        "ru": "Владелец разрешил, на один раз: {action} (запрошено: {asked}).",
     },
     "follow_up.context_cut": {
         "en": "(the rest of the earlier outcome is left out)",

@@ -61,6 +61,7 @@ HELPER_ROW_COLUMNS = (
     "choices",
     "wait_ends_at",
     "wait_reminders_ms",
+    "granted_action",
 )
 # Columns of the row the runtime keeps for itself, which no read decodes: the replica a follow runs on
 # (replica/liveness.py).
@@ -102,6 +103,7 @@ VIEW_COLUMNS = (
     "followed_up_by",
     "follow_started_at",
     "choices",
+    "granted_action",
 )
 # A wait's record (R56), in the table's order.
 WAIT_RECORD_COLUMNS = (
@@ -128,7 +130,9 @@ WAIT_RECORD_COLUMNS = (
     "asked_at",
     "delivered_at",
 )
-JSON_COLUMNS = frozenset({"boundary", "limits", "actions", "choices", "answer", "shown_choices", "wait_reminders_ms"})
+JSON_COLUMNS = frozenset(
+    {"boundary", "limits", "actions", "choices", "answer", "shown_choices", "wait_reminders_ms", "granted_action"}
+)
 DATETIME_COLUMNS = frozenset(
     {
         "admitted_at",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # The revisions of store/migrations, oldest first, spelled here so that opening the store for a read never loads
 # alembic (a test checks they match the migrations folder). Add each new revision at the end.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
 # Where alembic keeps a store's revision.
 REVISION_QUERY = "SELECT version_num FROM alembic_version"
 

@@ -85,6 +85,8 @@ class HelperRowRecord(Base):
     # milliseconds after delivery, for the owner's inbox.
     wait_ends_at: Mapped[datetime | None]
     wait_reminders_ms: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    # A grant's follow-up (migration 0009, R55): the action granted, performed at most once, and the one asked.
+    granted_action: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class FollowReplicaRecord(Base):

@@ -384,6 +384,8 @@ class CoordinatorWorkflow:
             repeated=repeated,
             same=same,
             follow_up=follow_up,
+            asked=entry.asked.grant if entry.asked is not None else None,
+            granted=answering.granted_item(entry.asked, answer) if entry.asked is not None else None,
         )
 
     # --- slots (R6-R8) -------------------------------------------------------------------------------

@@ -43,7 +43,14 @@ from domain.book.state import (
     still_working,
     unknown_helper,
 )
-from domain.boundary import BoundaryError, beyond, control_character_problem, parse_boundary, parse_item
+from domain.boundary import (
+    BoundaryError,
+    GrantedAction,
+    beyond,
+    control_character_problem,
+    parse_boundary,
+    parse_item,
+)
 from domain.ids import ID_MAX_CHARS, check_id
 from domain.limits import ANSWER_TEXT_MAX_CHARS, HELPER_BOUNDARY_ITEM_MAX_CHARS, HELPER_BOUNDARY_MAX_ITEMS
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID, Asked
@@ -368,17 +375,16 @@ def granted_item(asked: Asked, answer: OwnerAnswer | None) -> str | None:
 
 def follow_up_request(book: OwnerBook, entry: Entry, answer: OwnerAnswer) -> HelperRequest | None:
     """The follow-up that goes on from a valid answer, in the owner's language and on the question's model; None for
-    `deny`, which starts nothing. A grant adds the item granted to the question's boundary."""
+    `deny`, which starts nothing. A grant's follow-up carries the action granted beside the question's boundary, to
+    be performed once (R55); a core that cannot honour a grant once gets it in the boundary instead
+    (`activities.follow_ups.create_request`)."""
     asked = entry.asked
     assert asked is not None
     language = entry.language
-    boundary = asked.boundary
+    granted = granted_item(asked, answer)
     if asked.question_id == AUTHORIZATION_QUESTION_ID:
-        granted = granted_item(asked, answer)
         if granted is None:
             return None
-        if granted not in boundary:
-            boundary = (*boundary, granted)
         task = text("answer.task.grant", language, item=granted)
     elif answer.option_id is not None:
         assert asked.choices is not None
@@ -390,12 +396,13 @@ def follow_up_request(book: OwnerBook, entry: Entry, answer: OwnerAnswer) -> Hel
         owner=book.owner,
         helper_id=answer_helper_id(entry.helper_id),
         task=task,
-        boundary=boundary,
+        boundary=asked.boundary,
         language=language,
         model=asked.model,
         follow_up=entry.helper_id,
+        granted_action=GrantedAction(action=granted, asked=asked.grant or granted) if granted is not None else None,
     )
-    parse_boundary(request.boundary)  # the grant was checked (`grant_problem`); every item parses
+    parse_boundary(request.boundary)  # the question's own boundary, admitted with it
     return request
 
 

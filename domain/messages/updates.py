@@ -88,6 +88,10 @@ class AnswerResult(BaseModel):
     repeated: bool = False
     same: bool = True
     follow_up: Admission | None = None
+    asked: str | None = Field(default=None, description="An authorization: the action it asked for.")
+    granted: str | None = Field(
+        default=None, description="A grant: the action granted, the one asked or a narrowing of it, performed once."
+    )
 
 
 class AnswerRefusedItem(BaseModel):

@@ -54,12 +54,18 @@ class Health(BaseModel):
 
 
 def create_app(
-    db_path: Path, models: Mapping[str, ModelFactory] | None = None, *, offers_follow_ups: bool = True
+    db_path: Path,
+    models: Mapping[str, ModelFactory] | None = None,
+    *,
+    offers_follow_ups: bool = True,
+    offers_grants: bool = True,
 ) -> FastAPI:
     """The app serving sessions stored in `db_path`, with `models` (default: the scripted model).
 
     `offers_follow_ups=False` plays a core of the base contract for follow-ups: it does not advertise
-    `continue_from` (tests of the runtime's fallback, which carries the earlier outcome in the task)."""
+    `continue_from` (tests of the runtime's fallback, which carries the earlier outcome in the task).
+    `offers_grants=False` plays one without grants: it does not advertise them and refuses a create that carries one,
+    as a core that does not know the field refuses it (tests of the fallback, a grant in the boundary)."""
     service = SessionService(db_path, models if models is not None else default_models())
 
     @asynccontextmanager
@@ -90,7 +96,11 @@ def create_app(
                     "continue_from_not_continuable: the session named by continue_from cannot be continued."
                 ),
             },
-            422: {"model": Problem, "description": "invalid_request: the body does not match CreateSession."},
+            422: {
+                "model": Problem,
+                "description": "invalid_request: the body does not match CreateSession; grant_mismatch: a grant's "
+                "digest is not its action's.",
+            },
         },
     )
     async def create_session(request: CreateSession, response: Response) -> SessionCreated:
@@ -100,6 +110,8 @@ def create_app(
         With `continue_from` (a follow-up), the new session's conversation is that session's plus `task`: it
         must be the same owner's, not reset, not continued before, and stopped in question or authorization
         (also when cancelled there) or ended partial. Its steps and input count from zero."""
+        if request.grants and not offers_grants:
+            raise CoreProblem(422, "invalid_request", "grants: extra inputs are not permitted")
         created = service.create(request)
         if not created.created:
             response.status_code = status.HTTP_200_OK
@@ -168,9 +180,9 @@ def create_app(
 
     @app.get("/v1/capabilities", operation_id="capabilities", summary="What this core offers beyond the base")
     async def capabilities() -> CoreCapabilities:
-        """The optional parts of the contract this core offers: follow-ups (`continue_from` in a create) and
-        long poll (R44). A core without this endpoint offers neither."""
-        return CoreCapabilities(continue_from=offers_follow_ups, long_poll=True)
+        """The optional parts of the contract this core offers: follow-ups (`continue_from` in a create), long
+        poll (R44) and grants performed once (`grants` in a create, R55). A core without this endpoint offers none."""
+        return CoreCapabilities(continue_from=offers_follow_ups, long_poll=True, grants=offers_grants)
 
     @app.get("/healthz", operation_id="health", summary="Health")
     async def healthz() -> Health:

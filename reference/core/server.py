@@ -60,7 +60,9 @@ async def running_core(
     *,
     models: Mapping[str, ModelFactory] | None = None,
     offers_follow_ups: bool = True,
+    offers_grants: bool = True,
 ) -> AsyncIterator[str]:
     """The reference core on 127.0.0.1 with its sessions in `db_path`; yields the base URL."""
-    async with serving(create_app(db_path, models, offers_follow_ups=offers_follow_ups), port) as base_url:
+    app = create_app(db_path, models, offers_follow_ups=offers_follow_ups, offers_grants=offers_grants)
+    async with serving(app, port) as base_url:
         yield base_url

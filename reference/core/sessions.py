@@ -26,6 +26,7 @@ from contracts.core_api import (
     SessionStatus,
     Snapshot,
 )
+from domain.boundary import BoundaryError, action_digest, parse_item
 from reference.core.carried import continuable
 from reference.core.changes import SnapshotChanges
 from reference.core.latches import Latches
@@ -100,6 +101,7 @@ class SessionService:
                     "idempotency_key: this key already names a session of another owner or helper",
                 )
             return SessionCreated(session_id=existing.session_id, created=False)
+        _check_grants(request)
         earlier = None
         if request.continue_from is not None:
             earlier = self._earlier_conversation(request.continue_from, request.owner)
@@ -242,3 +244,16 @@ class SessionService:
 
     def _turn_finished(self, session_id: str) -> None:
         self._turns.pop(session_id, None)
+
+
+def _check_grants(request: CreateSession) -> None:
+    """Each grant names one action of the boundary's grammar, and its digest is that action's (R55)."""
+    for position, grant in enumerate(request.grants):
+        try:
+            item = parse_item(grant.action)
+        except BoundaryError as error:
+            raise CoreProblem(422, "invalid_request", f"grants[{position}].action: {error}") from None
+        if action_digest(item) != grant.digest:
+            raise CoreProblem(
+                422, "grant_mismatch", f"grants[{position}].digest: not the digest of the action {str(item)!r}"
+            )

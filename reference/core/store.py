@@ -35,6 +35,11 @@ CREATE TABLE IF NOT EXISTS sessions (
     continue_from   TEXT             -- the session this one continues; kept after a reset
 );
 CREATE INDEX IF NOT EXISTS sessions_by_status ON sessions (status);
+CREATE TABLE IF NOT EXISTS used_grants (
+    grant_id   TEXT PRIMARY KEY,     -- a grant is performed once, whichever session carries it (R55)
+    session_id TEXT NOT NULL,
+    used_at    TEXT NOT NULL
+);
 """
 # Columns that a database of an older reference core lacks: added when it is opened.
 _ADDED_COLUMNS = {"conversation": "TEXT", "continue_from": "TEXT"}
@@ -172,6 +177,14 @@ class SessionStore:
             (now, now, session_id),
         )
         self._on_change(session_id)
+
+    def use_grant(self, grant_id: str, session_id: str) -> bool:
+        """Mark the grant used, durably, before its action is performed; False if it was used already (R55)."""
+        cursor = self._connection.execute(
+            "INSERT OR IGNORE INTO used_grants (grant_id, session_id, used_at) VALUES (?, ?, ?)",
+            (grant_id, session_id, _now()),
+        )
+        return cursor.rowcount == 1
 
     def session_ids_with_status(self, status: SessionStatus) -> list[str]:
         rows = self._connection.execute(

@@ -73,6 +73,11 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "en": "Refused {tool} ({target}): it is irreversible and the task's boundary does not authorize it.",
         "ru": "Отклонено {tool} ({target}): это необратимое действие, а граница задания его не разрешает.",
     },
+    # A grant's action performed once already (R55); the code names the refusal for a machine.
+    "refusal.grant_used": {
+        "en": "Refused {tool} ({target}): the owner granted it once, and it was done already (grant_used).",
+        "ru": "Отклонено {tool} ({target}): владелец разрешил это один раз, и это уже сделано (grant_used).",
+    },
     # What a performed action did (R18: whom, what, when).
     "action.draft_mail": {
         "en": "drafted a mail with the subject '{subject}'",

@@ -3,21 +3,22 @@
 Read tools (search_notes, read_mail) return data wrapped as untrusted. draft_mail is reversible and
 always allowed. send_mail and create_event are irreversible: they run only when the task's boundary
 names the tool and every address the call touches (the mail's recipients, the event's attendees), in
-the grammar of `domain.boundary`; otherwise the call is refused and the refusal is recorded for the
-outcome. A boundary item that does not parse (a negation, a bare tool name) authorizes nothing. Two
-control tools (ask_owner, request_authorization) pause the session; the engine handles them.
+the grammar of `domain.boundary`, or when a grant of the session names exactly that action and was not
+used yet (R55); otherwise the call is refused and the refusal is recorded for the outcome. A boundary
+item that does not parse (a negation, a bare tool name) authorizes nothing. Two control tools
+(ask_owner, request_authorization) pause the session; the engine handles them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from contracts.core_api import MAX_QUESTION_OPTIONS, Action, ChoiceId, QuestionChoices, QuestionOption
-from domain.boundary import TOOL_KEYWORDS, BoundaryItem, address_list, outside, readable_items
+from contracts.core_api import MAX_QUESTION_OPTIONS, Action, ChoiceId, Grant, QuestionChoices, QuestionOption
+from domain.boundary import TOOL_KEYWORDS, BoundaryItem, action_digest, address_list, outside, readable_items
 from reference.core.instructions import wrap_untrusted
 from reference.core.model import ToolCall, ToolSpec
 from reference.core.texts import text
@@ -194,8 +195,21 @@ def _matches(query: str, *fields: str) -> bool:
     return all(word in haystack for word in words)
 
 
-def run_world_tool(call: ToolCall, *, world: OwnerWorld, boundary: Sequence[str], language: str) -> ToolOutcome:
-    """Carry out one world tool call: check its arguments and authority, then act on the world."""
+# Marks a grant used, durably, before its action runs; False when it was used already (R55).
+GrantUse = Callable[[str], bool]
+
+
+def run_world_tool(
+    call: ToolCall,
+    *,
+    world: OwnerWorld,
+    boundary: Sequence[str],
+    language: str,
+    grants: Sequence[Grant] = (),
+    use_grant: GrantUse | None = None,
+) -> ToolOutcome:
+    """Carry out one world tool call: check its arguments and authority, then act on the world. An irreversible call
+    outside the boundary runs under a grant of exactly its action (tool and set of targets), once (R55)."""
     try:
         arguments = parse_arguments(call)
     except ValueError as error:
@@ -205,7 +219,11 @@ def run_world_tool(call: ToolCall, *, world: OwnerWorld, boundary: Sequence[str]
         items, _ = readable_items(boundary)
         outside_targets = refused_targets(items, call.name, arguments)
         if outside_targets != ():
-            return _refused(call.name, arguments, outside_targets, language)
+            grant = granting(grants, call.name, arguments)
+            if grant is None:
+                return _refused(call.name, arguments, outside_targets, language)
+            if use_grant is None or not use_grant(grant.id):
+                return _grant_used(call.name, arguments, language)
     now = datetime.now(UTC)
     match arguments:
         case SearchNotesArgs(query=query):
@@ -234,6 +252,25 @@ def run_world_tool(call: ToolCall, *, world: OwnerWorld, boundary: Sequence[str]
                 action=Action(tool=call.name, whom=whom, what=what, at=now),
             )
     return ToolOutcome(content=f"error: {call.name} cannot be run here")
+
+
+def granting(grants: Sequence[Grant], tool: str, arguments: _Arguments) -> Grant | None:
+    """The grant whose action is exactly this call's: its tool and the set of targets it touches (R55)."""
+    targets = touched(arguments)
+    if targets is None or not targets:
+        return None
+    digest = action_digest(BoundaryItem(tool=tool, targets=tuple(dict.fromkeys(targets))))
+    return next((grant for grant in grants if grant.digest == digest), None)
+
+
+def _grant_used(tool: str, arguments: _Arguments, language: str) -> ToolOutcome:
+    return ToolOutcome(
+        content=(
+            f"refused: the owner granted {tool} to these recipients once, and it was done already (grant_used). "
+            "Do not try again: say in the outcome that it was done."
+        ),
+        refusal=text("refusal.grant_used", language, tool=tool, target=_refusal_target(arguments)),
+    )
 
 
 def _refused(tool: str, arguments: _Arguments, outside_targets: tuple[str, ...] | None, language: str) -> ToolOutcome:

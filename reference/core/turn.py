@@ -350,13 +350,23 @@ class Turn:
                     continue
                 self._pause(arguments)
                 break
-            outcome = run_world_tool(call, world=self._world, boundary=self._request.boundary, language=self._language)
+            outcome = run_world_tool(
+                call,
+                world=self._world,
+                boundary=self._request.boundary,
+                language=self._language,
+                grants=self._request.grants,
+                use_grant=self._use_grant,
+            )
             if outcome.action is not None:
                 self.snapshot.actions.append(outcome.action)
             if outcome.refusal is not None:
                 self.snapshot.refusals.append(outcome.refusal)
             results.append(ToolResult(call.call_id, call.name, outcome.content))
         self._conversation = self._conversation.with_items(*results)
+
+    def _use_grant(self, grant_id: str) -> bool:
+        return self._store.use_grant(grant_id, self.session_id)
 
     def _pause(self, arguments: object) -> None:
         if isinstance(arguments, AskOwnerArgs):

@@ -112,6 +112,12 @@ def core_sessions(core_db: Path, helper_id: str) -> list[dict[str, Any]]:
     return [dict(row) for row in found]
 
 
+def used_grants(core_db: Path) -> list[str]:
+    """The sessions in which the reference core performed a grant's action, one per grant used (R55)."""
+    with sqlite3.connect(core_db) as db:
+        return [row[0] for row in db.execute("SELECT session_id FROM used_grants ORDER BY used_at")]
+
+
 @pytest.fixture
 def cleanup() -> Iterator[list[Running]]:
     """The `python -m tools.demo run` processes a test starts (`tests.e2e.local_run`), killed if a test left any."""

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from domain.audit import WaitEndKind, shown_digest
+from domain.boundary import GrantedAction
 from domain.messages.updates import AnswerResult, Decider
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
@@ -18,7 +19,7 @@ from protocol.errors import HelperRefused, InvalidRequest
 from protocol.names import coordinator_id
 from reference.core.script import scripted_task
 from starter.inputs import answer_request, delivered_request, read_request
-from tests.e2e.conftest import Stack, core_sessions, finished_row
+from tests.e2e.conftest import Stack, core_sessions, finished_row, used_grants
 from tests.e2e.test_api import serving_api
 from tests.helpers import helper_request
 from tools.demo.scenario import _cli
@@ -86,8 +87,9 @@ async def test_two_answers_at_once_start_one_follow_up_that_continues_the_sessio
 
 
 async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: Stack, tmp_path: Path) -> None:
-    """R41, R49: an authorization wait takes grant or deny; a grant's follow-up has the item the core named added
-    to its boundary; of a grant and a deny sent at once one is the answer."""
+    """R41, R49, R55: an authorization wait takes grant or deny; a grant's follow-up carries the item the core named
+    to the core as a grant performed once, beside its unchanged boundary; of a grant and a deny sent at once one is
+    the answer."""
     core_db = tmp_path / "core.sqlite3"
     waiting = await _ask(stack, "offer", end="authorization", authorization=ACTION)
     assert waiting.outcome_kind is OutcomeKind.AUTHORIZATION
@@ -103,13 +105,16 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
     assert all(a.option_id == first.option_id for a in answers)
     if first.option_id == "grant":
         follow_up = await finished_row(stack, "offer.answer")
-        assert follow_up.boundary == ["send_mail to anna@example.com", ACTION]
+        assert follow_up.boundary == ["send_mail to anna@example.com"]
+        assert follow_up.granted_action == GrantedAction(action=ACTION, asked=ACTION)
         assert follow_up.outcome_kind is OutcomeKind.COMPLETED
         # The granted action is performed, and the outcome says so.
         assert [(a.tool, a.whom) for a in follow_up.actions] == [("send_mail", "bob@example.com")]
         assert "No actions were performed" not in (follow_up.summary or "")
         [continued] = core_sessions(core_db, "offer.answer")
         assert continued["continue_from"] == waiting.session_id
+        # The core performed it under the grant, once: the boundary alone did not allow it.
+        assert used_grants(core_db) == [continued["session_id"]]
     else:
         assert await stack.store.get(stack.owner, "offer.answer") is None
     row = await stack.store.get(stack.owner, "offer")
@@ -119,6 +124,42 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
     assert record.ended is (WaitEndKind.GRANTED if first.option_id == "grant" else WaitEndKind.DENIED)
     assert record.asked_grant == ACTION and record.granted == (ACTION if first.option_id == "grant" else None)
     assert record.shown_text == waiting.summary and record.shown_sha256 == shown_digest(waiting.summary or "", None)
+
+
+async def test_a_grant_narrowed_to_one_recipient_sends_to_that_one_only_and_a_wider_one_is_refused(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """R55: asked to mail two recipients, the owner first tries to add a third (refused, naming it, nothing written),
+    then grants one: the follow-up sends one mail, to that one, and show and the record give asked beside granted."""
+    asked = "send_mail to bob@example.com, carol@example.com"
+    await _ask(stack, "notify", end="authorization", authorization=asked)
+
+    with pytest.raises(HelperRefused) as wider:
+        await stack.client.answer(
+            answer_request(stack.owner, "notify", "authorization", option_id="grant", text=f"{asked}, dave@example.com")
+        )
+    assert wider.value.code == "grant_widens" and "dave@example.com" in str(wider.value)
+    assert await stack.store.get(stack.owner, "notify.answer") is None
+
+    narrowed = answer_request(
+        stack.owner, "notify", "authorization", option_id="grant", text="Send mail to CAROL@example.com"
+    )
+    first = await stack.client.answer(narrowed)
+    assert first.follow_up is not None and not first.repeated
+    assert (first.asked, first.granted) == (asked, "send_mail to carol@example.com")
+    plain = await stack.client.answer(answer_request(stack.owner, "notify", "authorization", option_id="grant"))
+    assert plain.repeated and not plain.same and plain.text == "Send mail to CAROL@example.com"
+
+    follow_up = await finished_row(stack, "notify.answer")
+    assert follow_up.granted_action == GrantedAction(action="send_mail to carol@example.com", asked=asked)
+    assert "bob@" not in follow_up.task
+    outcome = (Path(follow_up.result_dir) / "outcome.md").read_text(encoding="utf-8")
+    assert f"The owner granted, to be done once: send_mail to carol@example.com (asked for: {asked})" in outcome
+    assert [(a.tool, a.whom) for a in follow_up.actions] == [("send_mail", "carol@example.com")]
+    [record] = await stack.store.reads.wait_records(stack.owner, helper_id="notify")
+    assert (record.asked_grant, record.granted) == (asked, "send_mail to carol@example.com")
+    [session] = core_sessions(tmp_path / "core.sqlite3", "notify.answer")
+    assert used_grants(tmp_path / "core.sqlite3") == [session["session_id"]]
 
 
 async def test_an_outcome_says_its_question_or_its_authorization_once_and_not_the_cleanups_cancel(

@@ -19,7 +19,8 @@ from protocol.names import FOLLOW_UP_OF_MEMO, helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
-from tests.e2e.conftest import Stack, _stack, core_sessions, finished_row
+from starter.inputs import answer_request
+from tests.e2e.conftest import Stack, _stack, core_sessions, finished_row, used_grants
 from tests.helpers import eventually, helper_request
 from tools.demo.scenario import _cli
 
@@ -33,6 +34,17 @@ async def base_core_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> Async
     """The real stack with a core that does not offer `continue_from`."""
     async with (
         running_core(tmp_path / "core.sqlite3", offers_follow_ups=False) as core_url,
+        running_chat() as chat_url,
+        _stack(dev_env, tmp_path, core_url, chat_url) as built,
+    ):
+        yield built
+
+
+@pytest.fixture
+async def no_grants_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The real stack with a core that does not offer `grants`."""
+    async with (
+        running_core(tmp_path / "core.sqlite3", offers_grants=False) as core_url,
         running_chat() as chat_url,
         _stack(dev_env, tmp_path, core_url, chat_url) as built,
     ):
@@ -194,3 +206,24 @@ async def test_an_answer_sent_as_the_outcome_lands_waits_for_it_instead_of_being
     admission = await asyncio.wait_for(admitting, timeout=10)
     assert admission.helper_id == "room-2" and not admission.existing
     assert (await finished_row(stack, "room-2")).outcome_kind is OutcomeKind.COMPLETED
+
+
+async def test_a_core_without_grants_gets_the_action_granted_in_the_boundary(
+    no_grants_stack: Stack, tmp_path: Path
+) -> None:
+    """R55: a core that cannot perform a grant once gets the action granted as one more boundary item, as before
+    grants existed; the narrowed action is still all it may do."""
+    stack = no_grants_stack
+    asked = "send_mail to bob@example.com, carol@example.com"
+    task = scripted_task("Mail the offer.", steps=1, step_ms=50, end="authorization", authorization=asked)
+    await stack.client.start(helper_request(stack.owner, "offer", task))
+    await finished_row(stack, "offer")
+
+    await stack.client.answer(
+        answer_request(stack.owner, "offer", "authorization", option_id="grant", text="send_mail to bob@example.com")
+    )
+    later = await finished_row(stack, "offer.answer")
+
+    # Sent under the boundary the grant widened, not as a grant: the core recorded no grant's use.
+    assert [(a.tool, a.whom) for a in later.actions] == [("send_mail", "bob@example.com")]
+    assert used_grants(tmp_path / "core.sqlite3") == []

@@ -33,6 +33,9 @@ from workflows import coordinator
 
 HOUR = timedelta(hours=1)
 SECOND = timedelta(seconds=1)
+# The long waits look once a skipped minute: a reminder or an expiry an hour apart needs no finer look, and a
+# five-second step would cost a slow run minutes of real time.
+MINUTE = timedelta(minutes=1)
 # Reminded 1 h and 2 h after delivery, expired at 3 h.
 WAIT = WaitPolicy(remind_after_ms=(3_600_000, 7_200_000), expire_after_ms=10_800_000)
 VENUE = QuestionChoices(
@@ -102,15 +105,20 @@ async def test_an_unanswered_question_is_reminded_twice_then_expires_and_a_late_
     await rig.delivered_question("wes")
     await skip_time(rig.env, HOUR - timedelta(minutes=5))
     assert await rig.kinds("wes") == ["ready"]
-    await eventually_skipping(rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder"]), budget=15 * 60 * SECOND)
+    await eventually_skipping(
+        rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder"]), budget=15 * 60 * SECOND, step=MINUTE
+    )
     reminder = (await rig.events("wes"))[-1]
     assert "venue" in reminder["text"] and "Walking / Taxi" in reminder["text"]
     await eventually_skipping(
-        rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder", "reminder"]), budget=75 * 60 * SECOND
+        rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder", "reminder"]), budget=75 * 60 * SECOND, step=MINUTE
     )
     assert (await rig.row("wes", "venue")).state is RowState.DELIVERED
     await eventually_skipping(
-        rig.env, lambda: rig._kinds_are("wes", ["ready", "reminder", "reminder", "expired"]), budget=75 * 60 * SECOND
+        rig.env,
+        lambda: rig._kinds_are("wes", ["ready", "reminder", "reminder", "expired"]),
+        budget=75 * 60 * SECOND,
+        step=MINUTE,
     )
     assert "expired unanswered; nothing was done" in (await rig.events("wes"))[-1]["text"]
     assert (await rig.row("wes", "venue")).state is RowState.EXPIRED
@@ -124,7 +132,9 @@ async def test_an_unanswered_question_is_reminded_twice_then_expires_and_a_late_
 
 async def test_an_answer_before_the_bound_ends_the_wait_and_nothing_more_is_told(rig: Rig) -> None:
     await rig.delivered_question("xia")
-    await eventually_skipping(rig.env, lambda: rig._kinds_are("xia", ["ready", "reminder"]), budget=75 * 60 * SECOND)
+    await eventually_skipping(
+        rig.env, lambda: rig._kinds_are("xia", ["ready", "reminder"]), budget=75 * 60 * SECOND, step=MINUTE
+    )
     answer = await rig.client.answer(_answer("xia", "taxi"))
     assert answer.follow_up is not None
     await skip_time(rig.env, 4 * HOUR)
@@ -138,14 +148,19 @@ async def test_reminders_and_the_expiry_are_each_told_once_across_continue_as_ne
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await rig.delivered_question("yun")
-    await eventually_skipping(rig.env, lambda: rig._kinds_are("yun", ["ready", "reminder"]), budget=75 * 60 * SECOND)
+    await eventually_skipping(
+        rig.env, lambda: rig._kinds_are("yun", ["ready", "reminder"]), budget=75 * 60 * SECOND, step=MINUTE
+    )
     first_run = await rig.run_id("yun")
     monkeypatch.setattr(coordinator, "MAX_MESSAGES_PER_RUN", 1)  # the worker runs in this process
     await rig.env.client.get_workflow_handle(coordinator_id("yun")).signal(CHAT_IDLE)
     await eventually(lambda: _continued(rig, "yun", first_run))
     monkeypatch.undo()
     await eventually_skipping(
-        rig.env, lambda: rig._kinds_are("yun", ["ready", "reminder", "reminder", "expired"]), budget=150 * 60 * SECOND
+        rig.env,
+        lambda: rig._kinds_are("yun", ["ready", "reminder", "reminder", "expired"]),
+        budget=150 * 60 * SECOND,
+        step=MINUTE,
     )
     assert (await rig.row("yun", "venue")).state is RowState.EXPIRED
     with pytest.raises(HelperRefused) as refused:

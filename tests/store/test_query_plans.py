@@ -140,6 +140,7 @@ async def test_a_first_release_store_migrates_with_its_rows(backend: str, tmp_pa
                 "choices",
                 "wait_ends_at",
                 "wait_reminders_ms",
+                "granted_action",
             )
         }
         async with engine.begin() as connection:

@@ -6,11 +6,15 @@ from datetime import timedelta
 
 import pytest
 
+from activities.follow_ups import create_request, grant_of
 from domain.book import OwnerBook, Refusal, RefusalCode, admission, closing, slots
+from domain.boundary import GrantedAction, action_digest, parse_item
+from domain.limits import Limits
 from domain.outcome import OutcomeKind
 from domain.requests import HelperRequest, RequestError
-from domain.rows import RowState
+from domain.rows import HelperRow, RowState
 from domain.run.follow_up_task import CARRIED_CONTEXT_MAX_CHARS, carried_task
+from tests.helpers import admitted_row
 from tests.unit.test_owner_book import HARD_MS, KEEP, T0, admit, book_of, deliver, finish
 
 
@@ -187,3 +191,48 @@ def test_work_asked_for_again_after_an_expired_wait_says_it_expired_unanswered_n
         said = task.lower()
         assert ("expired unanswered" in said) if language == "en" else ("истёк без ответа" in said)
         assert "denied" not in said.replace("not denied", "") and "отказано" not in said
+
+
+GRANTED = GrantedAction(action="send_mail to bob@example.com", asked="send_mail to bob@example.com, carol@example.com")
+
+
+def granted_row(seq: int = 4) -> HelperRow:
+    return admitted_row(
+        "anna",
+        "offer.answer",
+        at=T0,
+        seq=seq,
+        follow_up_of="offer",
+        boundary=["create_event with bob@example.com"],
+        granted_action=GRANTED,
+    )
+
+
+def test_a_grant_goes_to_a_core_that_honours_it_once_bound_to_its_action_and_admission() -> None:
+    """R55: the create carries the grant (its action, the action's digest, an id of the admission), not a wider
+    boundary; every create of this admission names the same grant, another admission another."""
+    row = granted_row()
+    created = create_request(row, "key", Limits(), grants_honoured=True)
+    [grant] = created.grants
+    assert created.boundary == ["create_event with bob@example.com"]
+    assert (grant.action, grant.digest) == (GRANTED.action, action_digest(parse_item(GRANTED.action)))
+    assert create_request(row, "key", Limits(), continue_from="s-1", grants_honoured=True).grants == [grant]
+    assert grant_of(granted_row(seq=5)).id != grant.id
+
+
+def test_a_core_without_grants_gets_the_action_granted_in_the_boundary() -> None:
+    """R55: the fallback is the grant as it was before the capability: one more boundary item."""
+    created = create_request(granted_row(), "key", Limits())
+    assert created.grants == []
+    assert created.boundary == ["create_event with bob@example.com", GRANTED.action]
+    assert "grants" not in created.model_dump(mode="json")  # a core without the field never sees it
+
+
+def test_only_a_follow_up_carries_a_grant_and_it_must_parse() -> None:
+    with pytest.raises(RequestError, match="only a follow-up carries a grant"):
+        HelperRequest.parse({"owner": "anna", "helper_id": "h", "task": "t", "model": "m", "granted_action": GRANTED})
+    unparsed = GrantedAction(action="mail everyone", asked=GRANTED.asked)
+    with pytest.raises(RequestError, match=r"granted_action\.action"):
+        HelperRequest.parse(
+            {"owner": "anna", "helper_id": "h", "task": "t", "model": "m", "follow_up": "o", "granted_action": unparsed}
+        )

@@ -25,6 +25,7 @@ from domain.book import (
     slots,
 )
 from domain.book.state import LEASE_MARGIN, summarize_book
+from domain.boundary import GrantedAction
 from domain.limits import ANSWER_TEXT_MAX_CHARS, Policy
 from domain.messages.signals import AUTHORIZATION_QUESTION_ID, PLAIN_QUESTION_ID, FinishedNotice
 from domain.messages.updates import OwnerAnswer
@@ -1108,13 +1109,15 @@ def test_withdrawing_an_answer_whose_follow_up_was_not_written_lets_it_be_given_
     )
 
 
-def test_a_grant_admits_the_follow_up_with_the_item_asked_for_added_to_the_boundary() -> None:
-    """R41, R49: the granted item is a boundary item; the earlier items stay."""
+def test_a_grant_admits_the_follow_up_with_the_item_asked_for_granted_beside_the_boundary() -> None:
+    """R41, R49, R55: the granted item is a boundary item, carried as the follow-up's grant; the boundary stays."""
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, boundary=("send_mail to anna@example.com",))
     grant = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.GRANT)
     follow = take(book, grant)
     assert follow is not None
-    assert follow.boundary == ("send_mail to anna@example.com", "send_mail to bob@example.com")
+    assert follow.boundary == ("send_mail to anna@example.com",)
+    bob = "send_mail to bob@example.com"
+    assert follow.granted_action == GrantedAction(action=bob, asked=bob)
     assert "send_mail to bob@example.com" in follow.task
     again = answering.decide(
         book,
@@ -1137,7 +1140,9 @@ def test_a_grant_may_narrow_the_action_to_some_of_its_recipients() -> None:
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=TWO)
     follow = take(book, narrowed("Send mail to ANNA@example.com"))
     assert follow is not None
-    assert follow.boundary == ("send_mail to anna@example.com",)
+    assert follow.boundary == () and follow.granted_action == GrantedAction(
+        action="send_mail to anna@example.com", asked=TWO
+    )
     assert "send_mail to anna@example.com" in follow.task and "bob@" not in follow.task
     end = audit.answered(book.entries["h1"], ANSWERED_AT, None, follow.helper_id)
     assert (end.asked_grant, end.granted, end.ended) == (TWO, "send_mail to anna@example.com", WaitEndKind.GRANTED)

@@ -37,11 +37,11 @@ async def _follow_up(client: httpx.AsyncClient, source_id: str, task: str, **bod
     return session_id
 
 
-async def test_the_capabilities_name_follow_ups_and_long_poll(client: httpx.AsyncClient) -> None:
-    """The reference core advertises both optional parts of the contract."""
+async def test_the_capabilities_name_follow_ups_long_poll_and_grants(client: httpx.AsyncClient) -> None:
+    """The reference core advertises every optional part of the contract."""
     response = await client.get("/v1/capabilities")
 
-    assert response.status_code == 200 and response.json() == {"continue_from": True, "long_poll": True}
+    assert response.status_code == 200 and response.json() == {"continue_from": True, "long_poll": True, "grants": True}
 
 
 def test_a_create_without_continue_from_is_sent_as_before() -> None:
