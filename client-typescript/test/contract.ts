@@ -19,7 +19,7 @@ interface Plan {
   owner: string;
   mode: "contract" | "refusals";
   /** A task the scripted model completes at once, one that runs for minutes, and one that asks a question. */
-  tasks: { quick: string; slow: string; question: string };
+  tasks: { quick: string; slow: string; question: string; authorization: string };
 }
 
 const plan = JSON.parse(process.argv[2] ?? "{}") as Plan;
@@ -321,6 +321,33 @@ async function contract(): Promise<void> {
   assert.deepEqual([record.ended, record.answer?.option_id, record.shown_sha256.length], ["answered", "walk", 64]);
   const none = await client.GET("/v1/owners/{owner}/waits", { params: { path: owner } });
   assert.deepEqual(none.data, []);
+
+  // An authorization wait: a grant may narrow the action asked (409 grant_widens for one that adds an address, the
+  // wait still taking its answer), and the answer says what was asked beside what was granted.
+  const authorizing = { ...owner, helper_id: "notify" };
+  const notify = await client.POST("/v1/owners/{owner}/helpers", {
+    params: { path: owner },
+    body: { helper_id: "notify", model: "scripted", task: plan.tasks.authorization },
+  });
+  assert.equal(notify.response.status, 201, JSON.stringify(notify.error));
+  const waited = await events({ helperId: "notify" });
+  assert.deepEqual(waited.at(-1), { event: "end", data: { reason: "outcome", outcome_kind: "authorization" } });
+  const wider = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
+    params: { path: authorizing },
+    body: { question_id: "authorization", option_id: "grant", text: "send_mail to bob@example.com, dave@example.com" },
+  });
+  const widens = refusal("grant_widens", wider.response.status, wider.error, 409, "grant_widens");
+  assert.ok(widens.error.message.includes("dave@example.com"), JSON.stringify(widens));
+  const granted = await client.POST("/v1/owners/{owner}/helpers/{helper_id}/answer", {
+    params: { path: authorizing },
+    body: { question_id: "authorization", option_id: "grant", text: "send_mail to carol@example.com" },
+  });
+  statuses.grant = granted.response.status;
+  assert.ok(granted.data !== undefined && !isPending(granted.data), JSON.stringify(granted.error));
+  assert.deepEqual(
+    [granted.data.asked, granted.data.granted, granted.data.follow_up?.helper_id],
+    ["send_mail to bob@example.com, carol@example.com", "send_mail to carol@example.com", "notify.answer"],
+  );
 
   // Goals: add (and again: 409), list, pause, resume, remove (and again: 404).
   const goal = { ...owner, goal_id: "weekly-report" };

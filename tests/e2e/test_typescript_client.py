@@ -56,6 +56,13 @@ async def _contract(program: Path, url: str, owner: str, mode: str) -> dict[str,
             question_id="venue",
             options=[("walk", "Walking distance"), ("taxi", "Taxi")],
         ),
+        "authorization": scripted_task(
+            "Tell the team.",
+            steps=1,
+            step_ms=50,
+            end="authorization",
+            authorization="send_mail to bob@example.com, carol@example.com",
+        ),
     }
     plan = json.dumps({"baseUrl": url, "owner": owner, "mode": mode, "tasks": tasks})
     code, out, err = await run_bounded(NODE, str(program), plan, timeout=CONTRACT_S)
@@ -66,7 +73,8 @@ async def _contract(program: Path, url: str, owner: str, mode: str) -> dict[str,
 
 async def test_iva_drives_the_whole_contract_through_the_typed_client(contract_program: Path, stack: Stack) -> None:
     """start (201) and the same start (200), watch to the end event and resumed from a line (Last-Event-ID),
-    unreported, read, delivered, list, show, usage, close, too many open, an answer to a question (once), Goals
+    unreported, read, delivered, list, show, usage, close, too many open, an answer to a question (once), a grant
+    narrowed (and one that widens, refused), Goals
     added, listed, paused, resumed and removed; and each refusal's status and error code, as docs/api.md says."""
     async with serving_api(stack) as url:
         statuses = await _contract(contract_program, url, stack.owner, "contract")
@@ -93,6 +101,8 @@ async def test_iva_drives_the_whole_contract_through_the_typed_client(contract_p
         "answer": 200,
         "answers": 200,
         "audit": 200,
+        "grant_widens": 409,
+        "grant": 200,
         "goal_add": 201,
         "goal_exists": 409,
         "goal_invalid": 422,
