@@ -226,6 +226,13 @@ def _using_it(shell: Shell) -> None:
             assert answer["read"] == ["report-q3"], answer
         elif " delivered " in command:
             assert answer["delivered"] == ["report-q3"], answer
+        elif " answer " in command and "--id tell-team" in command:
+            # Narrowed: asked to mail Bob and Carol, the grant lets one mail go, to Carol only.
+            asked, granted = "send_mail to bob@example.com, carol@example.com", "send_mail to carol@example.com"
+            assert (answer["asked"], answer["granted"], answer["repeated"]) == (asked, granted, False), answer
+            _eventually(lambda: shell.show("anna", "tell-team.answer")["outcome_kind"] == "completed", 60, "tell-team")
+            sent = [(a["tool"], a["whom"]) for a in shell.show("anna", "tell-team.answer")["actions"]]
+            assert sent == [("send_mail", "carol@example.com")], sent
         elif " answer " in command:
             # Once: the answer starts the follow-up `<id>.answer`; a second one gets this one back.
             assert answer["repeated"] is False and answer["follow_up"]["helper_id"] == "pick-room.answer", answer
