@@ -142,3 +142,45 @@ async def _answered(client: HelperClient, answer: AnswerRequest) -> bool:
     except Unavailable:
         return False
     return True
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_in_a_grants_follow_up_performs_the_grant_once(processes: Stack):
+    """R55, R25: asked to mail Bob and Carol, the owner grants Carol; the worker is SIGKILLed as soon as the follow-up
+    has its session, during its first step. After it restarts, the follow-up completes with one session, one use of
+    the grant and one mail, to Carol."""
+    policy = Policy(check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, liveness_ms=6_000))
+    client = await HelperClient.connect(processes.settings(policy=policy))
+    owner, asked = "rita", "send_mail to bob@example.com, carol@example.com"
+    task = scripted_task("Tell the team.", steps=1, step_ms=20, end="authorization", authorization=asked)
+    try:
+        await start_asking_again(client, helper_request(owner, "notify", task))
+        await eventually(lambda: _unreported(client, owner, "notify"), timeout=30)
+        grant = answer_request(
+            owner, "notify", "authorization", option_id="grant", text="send_mail to carol@example.com"
+        )
+        assert (await client.answer(grant)).granted == "send_mail to carol@example.com"
+        await eventually(lambda: _session_of(client, owner, "notify.answer"), timeout=30, interval=0.02)
+        processes.kill("worker")
+        await asyncio.sleep(2)
+        await processes.respawn("worker")
+        done = await eventually(lambda: _finished(client, owner, "notify.answer"), timeout=120, interval=0.2)
+    finally:
+        await client.aclose()
+    assert [(action.tool, action.whom) for action in done.actions] == [("send_mail", "carol@example.com")]
+    with sqlite3.connect(processes.data / "core.sqlite3") as core_db:
+        sessions = core_db.execute("SELECT session_id FROM sessions WHERE helper_id = 'notify.answer'").fetchall()
+        used = core_db.execute("SELECT session_id FROM used_grants").fetchall()
+    assert len(sessions) == 1 and used == sessions
+
+
+async def _session_of(client: HelperClient, owner: str, helper_id: str) -> bool:
+    views = [view for view in await client.list_helpers(owner) if view.helper_id == helper_id]
+    return (
+        bool(views) and views[0].started_at is not None and (await client.show(owner, helper_id)).session_id is not None
+    )
+
+
+async def _finished(client: HelperClient, owner: str, helper_id: str):
+    view = await client.show(owner, helper_id)
+    return view if view.outcome_kind is not None else None
