@@ -121,6 +121,11 @@ def dump_conversation(conversation: Conversation) -> str:
     return json.dumps({"task": task, "items": items}, ensure_ascii=False)
 
 
+def earlier_task(stored: str) -> str:
+    """The first task of a stored conversation."""
+    return str(json.loads(stored)["task"])
+
+
 def load_conversation(stored: str, instructions: str) -> Conversation:
     data = json.loads(stored)
     items = tuple(_item_from_json(item) for item in data["items"])

@@ -102,6 +102,11 @@ class Script(BaseModel):
         max_length=200,
         description="A phrase the model looks up in what the conversation learned before this task and quotes.",
     )
+    follow_up: Script | None = Field(
+        default=None,
+        description="What the model does in a follow-up of this session (continue_from) whose own task has no script: "
+        "the owner's answer is written by the runtime, so a test scripts the follow-up here.",
+    )
     cancel_delay_ms: int = Field(default=0, ge=0, le=600_000, description="How long a cancel takes.")
     hold_until: str | None = Field(default=None, description="Latch to wait on before call `hold_at_step`.")
     hold_at_step: int = Field(default=1, ge=1, le=10_000, description="The call that waits for `hold_until`.")
@@ -265,6 +270,20 @@ def _validated(data: dict[str, Any]) -> Script:
         raise ScriptError(problems[0][0], "; ".join(f"{where}: {what}" for where, what in problems)) from None
 
 
+def with_follow_up_script(task: str, earlier_task: str) -> str:
+    """A follow-up's task with the script its earlier session's task names for it (`follow_up`), when the task has
+    none of its own; else the task as it is."""
+    if _BLOCK.search(task):
+        return task
+    try:
+        follow_up = parse_script(earlier_task).follow_up
+    except ScriptError:
+        return task
+    if follow_up is None:
+        return task
+    return scripted_task(task, **follow_up.model_dump(mode="json", exclude_unset=True))
+
+
 def strip_script(task: str) -> str:
     return _BLOCK.sub("", task)
 
@@ -283,7 +302,8 @@ def scripted_task(text: str, **fields: Any) -> str:
 
     Fields: steps, step_ms, input_tokens, input_growth, cached_ratio, output_tokens, compact_at,
     compact_to_tokens, tool_calls (dicts {"step", "tool", "args"}), end, question, options (id/label pairs),
-    free_text, question_id (a structured question), authorization, error, final_text, recall (follow-ups: see
+    free_text, question_id (a structured question), authorization, error, final_text, follow_up (the script of a
+    follow-up of this session), recall (follow-ups: see
     `reference.core.scripted_model`), cancel_delay_ms, hold_until, hold_at_step, cancel_hold_until, hold_timeout_ms
     (latches: see `reference.core.latches`).
     """

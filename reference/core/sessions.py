@@ -27,12 +27,12 @@ from contracts.core_api import (
     Snapshot,
 )
 from domain.boundary import BoundaryError, action_digest, parse_item
-from reference.core.carried import continuable
+from reference.core.carried import continuable, earlier_task
 from reference.core.changes import SnapshotChanges
 from reference.core.latches import Latches
 from reference.core.model_catalog import ModelFactory, PreparedModel
 from reference.core.problems import CoreProblem
-from reference.core.script import ScriptError
+from reference.core.script import ScriptError, with_follow_up_script
 from reference.core.store import SessionStore, StoredSession
 from reference.core.texts import LANGUAGES
 from reference.core.turn import Turn, cancel_now, interrupt
@@ -103,9 +103,12 @@ class SessionService:
             return SessionCreated(session_id=existing.session_id, created=False)
         _check_grants(request)
         earlier = None
+        prepared_for = request
         if request.continue_from is not None:
             earlier = self._earlier_conversation(request.continue_from, request.owner)
-        prepared = self._prepare(request)
+            scripted = with_follow_up_script(request.task, earlier_task(earlier))
+            prepared_for = request.model_copy(update={"task": scripted})
+        prepared = self._prepare(prepared_for)
         snapshot = Snapshot(session_id=f"s-{uuid.uuid4().hex}", status=SessionStatus.RUNNING, input_tokens_total=0)
         self._store.insert(request, snapshot)
         turn = Turn(

@@ -126,13 +126,17 @@ async def test_a_grant_admits_the_follow_up_with_the_item_asked_for_once(stack: 
     assert record.shown_text == waiting.summary and record.shown_sha256 == shown_digest(waiting.summary or "", None)
 
 
-async def test_a_grant_narrowed_to_one_recipient_sends_to_that_one_only_and_a_wider_one_is_refused(
+async def test_a_grant_narrowed_to_one_recipient_sends_to_that_one_once_and_a_wider_one_is_refused(
     stack: Stack, tmp_path: Path
 ) -> None:
     """R55: asked to mail two recipients, the owner first tries to add a third (refused, naming it, nothing written),
-    then grants one: the follow-up sends one mail, to that one, and show and the record give asked beside granted."""
+    then grants one: the follow-up sends one mail, to that one, and its model's second try is refused grant_used;
+    show, the answer and the record give asked beside granted."""
     asked = "send_mail to bob@example.com, carol@example.com"
-    await _ask(stack, "notify", end="authorization", authorization=asked)
+    # The follow-up's model mails Carol, then tries once more.
+    mail = {"tool": "send_mail", "args": {"to": "carol@example.com", "subject": "Booked", "body": "See you there."}}
+    twice = {"steps": 3, "step_ms": 50, "tool_calls": [{"step": 1, **mail}, {"step": 2, **mail}]}
+    await _ask(stack, "notify", end="authorization", authorization=asked, follow_up=twice)
 
     with pytest.raises(HelperRefused) as wider:
         await stack.client.answer(
@@ -156,6 +160,7 @@ async def test_a_grant_narrowed_to_one_recipient_sends_to_that_one_only_and_a_wi
     outcome = (Path(follow_up.result_dir) / "outcome.md").read_text(encoding="utf-8")
     assert f"The owner granted, to be done once: send_mail to carol@example.com (asked for: {asked})" in outcome
     assert [(a.tool, a.whom) for a in follow_up.actions] == [("send_mail", "carol@example.com")]
+    assert "(grant_used)" in outcome and "carol@example.com" in outcome  # the second try, refused by the core
     [record] = await stack.store.reads.wait_records(stack.owner, helper_id="notify")
     assert (record.asked_grant, record.granted) == (asked, "send_mail to carol@example.com")
     [session] = core_sessions(tmp_path / "core.sqlite3", "notify.answer")

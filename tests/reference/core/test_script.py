@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from reference.core.script import Script, ScriptEnd, ScriptError, parse_script, scripted_task, task_title
+from reference.core.script import (
+    Script,
+    ScriptEnd,
+    ScriptError,
+    parse_script,
+    scripted_task,
+    task_title,
+    with_follow_up_script,
+)
 
 
 def test_scripted_task_round_trips_through_the_parser() -> None:
@@ -121,3 +129,13 @@ def test_prompts_grow_per_call_and_fall_at_compaction() -> None:
 def test_the_title_is_the_first_line_outside_the_block() -> None:
     task = "```helper-script\n{}\n```\n\n  " + "x" * 200 + "\nsecond line"
     assert task_title(task) == "x" * 79 + "…"
+
+
+def test_a_follow_up_without_a_script_of_its_own_runs_the_one_its_earlier_task_names() -> None:
+    """The runtime writes a follow-up's task; the earlier task's `follow_up` scripts what that follow-up does."""
+    earlier = scripted_task("Ask first.", end="question", question="Which?", follow_up={"steps": 2, "end": "run"})
+    scripted = with_follow_up_script("The owner answered.", earlier)
+    assert parse_script(scripted).end is ScriptEnd.RUN and parse_script(scripted).steps == 2
+    own = scripted_task("Its own.", steps=5)
+    assert with_follow_up_script(own, earlier) == own
+    assert with_follow_up_script("No script anywhere.", "Plain earlier task") == "No script anywhere."
