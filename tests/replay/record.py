@@ -162,8 +162,8 @@ async def record_reference_core_paths(env: WorkflowEnvironment, work: Path) -> N
 
 async def record_answer_paths(env: WorkflowEnvironment, work: Path) -> None:
     """A coordinator that takes answers (R49): two answers to a structured question at once (one taken, with its
-    follow-up admitted; the other answered with the first), a grant of an authorization wait and a deny, each
-    answered again later."""
+    follow-up admitted; the other answered with the first), a grant of an authorization wait narrowed to one of its
+    recipients (R55) and a deny, each answered again later."""
     owner = "answered"
     options = [("walk", "Walking distance"), ("taxi", "Taxi")]
     async with running_chat() as chat_url, running_core(work / "core.sqlite3") as core_url:
@@ -176,7 +176,11 @@ async def record_answer_paths(env: WorkflowEnvironment, work: Path) -> None:
                     "Venue?", steps=1, step_ms=50, end="question", question="Where?", options=options, question_id="v"
                 ),
                 "grant": scripted_task(
-                    "Mail.", steps=1, step_ms=50, end="authorization", authorization="send_mail to b@example.com"
+                    "Mail.",
+                    steps=1,
+                    step_ms=50,
+                    end="authorization",
+                    authorization="send_mail to b@example.com, d@example.com",
                 ),
                 "deny": scripted_task(
                     "Mail.", steps=1, step_ms=50, end="authorization", authorization="send_mail to c@example.com"
@@ -190,12 +194,16 @@ async def record_answer_paths(env: WorkflowEnvironment, work: Path) -> None:
                 client.answer(answer_request(owner, "venue", "v", option_id="walk")),
                 client.answer(answer_request(owner, "venue", "v", option_id="taxi")),
             )
-            await client.answer(answer_request(owner, "grant", "authorization", option_id="grant"))
+            narrowed = answer_request(
+                owner, "grant", "authorization", option_id="grant", text="send_mail to b@example.com"
+            )
+            await client.answer(narrowed)
             await client.answer(answer_request(owner, "deny", "authorization", option_id="deny"))
             for helper_id in ("venue.answer", "grant.answer"):
                 await eventually(functools.partial(_row_final, store, owner, helper_id), timeout=30)
             await client.answer(answer_request(owner, "venue", "v", option_id="taxi"))
             await client.answer(answer_request(owner, "deny", "authorization", option_id="grant"))
+            await client.answer(answer_request(owner, "grant", "authorization", option_id="grant"))
             await _save(env.client, coordinator_id(owner), "coordinator-answers", completed=False)
         await store.close()
 
