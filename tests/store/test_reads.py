@@ -305,3 +305,13 @@ async def test_the_read_commands_print_a_questions_choices(store_url: str, tmp_p
         assert code == 0, argv
         choices = {view["helper_id"]: view["choices"] for view in json.loads(listed)}
         assert choices.pop("q1") == expected and choices and set(choices.values()) == {None}, argv
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_the_read_bench_fills_every_column_of_a_row(dialect: str) -> None:
+    """The read benches fill rows column by column: a column added to the row must be added to their fill too, or
+    their smoke run (a slow proof) fails only in CI."""
+    from tools.bench.reads import _all_rows
+
+    rows = list(_all_rows(owners=1, rows=5, dialect=dialect))
+    assert len(rows) == 5 and all(len(row) == len(HELPER_ROW_COLUMNS) for row in rows)

@@ -90,6 +90,7 @@ def _templates(dialect: str) -> list[dict[str, Any]]:
                 "choices": None,
                 "wait_ends_at": None,
                 "wait_reminders_ms": None,
+                "granted_action": None,
             }
         )
     return templates
