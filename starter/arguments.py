@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="helper-starter", description="Start and manage Iva's helpers.", epilog=_epilog(ENV_ANY))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_helper_commands(commands)
+    _add_answer_commands(commands)
     _add_chat_commands(commands)
     _add_watch_and_serve(commands)
     _add_goal_commands(commands)
@@ -126,7 +127,7 @@ Commands = Any  # argparse's subparsers action: its type is private
 
 
 def _add_helper_commands(commands: Commands) -> None:
-    """An owner's helpers: start, list, show, close, answer."""
+    """An owner's helpers: start, list, show, close."""
     start = commands.add_parser(
         "start",
         help="admit a helper (answers at once: running, or waiting and how many ahead)",
@@ -194,6 +195,9 @@ def _add_helper_commands(commands: Commands) -> None:
     _owner(close)
     _helper_id(close)
 
+
+def _add_answer_commands(commands: Commands) -> None:
+    """The owner's answers to the helpers' questions and authorization waits: answer, answers."""
     answer = commands.add_parser(
         "answer",
         help="answer a helper's question or authorization wait, once (the first answer is the one)",
