@@ -143,10 +143,6 @@ _TEXTS: Final[dict[str, dict[str, str]]] = {
         "ru": "Помощник {helper_id} просил: {asked}. Разрешение может сузить это действие, но не расширить, а это "
         "выходит за его пределы: {wider}. Разрешите запрошенное действие или его часть либо откажите.",
     },
-    "refused.answer_option_or_text": {
-        "en": "Helper {helper_id} takes one answer: an option ({options}) or words, not both.",
-        "ru": "Помощник {helper_id} принимает один ответ: вариант ({options}) или слова, но не то и другое.",
-    },
     "refused.answer_id_taken": {
         "en": "Helper {helper_id}'s answer would start helper {follow_up}, but that id is taken by another helper.",
         "ru": "Ответ помощнику {helper_id} запустил бы помощника {follow_up}, но этот идентификатор уже занят.",

@@ -296,8 +296,6 @@ def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -
     if asked.question_id == AUTHORIZATION_QUESTION_ID:
         if answer.option_id not in (GRANT, DENY):
             return refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
-        if answer.option_id == DENY and answer.text is not None:
-            return refusal(RefusalCode.NOT_OFFERED, "refused.answer_grant_or_deny", language, helper_id=helper_id)
         if answer.option_id == GRANT:
             problem = grant_problem(asked)
             if problem is not None:
@@ -319,14 +317,6 @@ def _offered(asked: Asked, answer: OwnerAnswer, helper_id: str, language: str) -
         return None
     options = [option.id for option in asked.choices.options] if asked.choices is not None else []
     free_text = asked.choices.free_text if asked.choices is not None else True
-    if answer.option_id is not None and answer.text is not None:  # only a grant names both
-        return refusal(
-            RefusalCode.NOT_OFFERED,
-            "refused.answer_option_or_text",
-            language,
-            helper_id=helper_id,
-            options=", ".join(options) or "-",
-        )
     if answer.option_id is not None and answer.option_id not in options:
         return refusal(
             RefusalCode.NOT_OFFERED,

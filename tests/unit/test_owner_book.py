@@ -1179,10 +1179,13 @@ def test_the_narrowed_grant_is_the_one_answer_and_a_later_grant_gets_it_back() -
 
 
 def test_a_deny_takes_no_action_and_a_question_takes_no_option_with_words() -> None:
+    """Only a grant names both an option and a text: anything else breaks the answer's own bounds, refused as the
+    coordinator judges it (and the starter, before sending), and nothing is recorded."""
     book = asked_book(OutcomeKind.AUTHORIZATION, choices=None, action=TWO)
     deny = OwnerAnswer(question_id=AUTHORIZATION_QUESTION_ID, option_id=answering.DENY, text=TWO)
-    refusal = answering.decide(book, "h1", deny, arrived_at=ANSWERED_AT)
-    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.NOT_OFFERED
+    refusal = answering.judge(book, book.owner, "h1", deny, arrived_at=ANSWERED_AT)
+    assert isinstance(refusal, Refusal) and refusal.code is RefusalCode.INVALID_REQUEST
+    assert book.entries["h1"].answer is None
     both = OwnerAnswer(question_id="venue", option_id="walk", text="send_mail to anna@example.com")
     assert answering.answer_problems(both) != []
 

@@ -163,7 +163,6 @@ FIELDS: dict[str, set[str]] = {
     "refused.grant_unparsed": {"helper_id", "why"},
     "refused.grant_widens": {"helper_id", "asked", "wider"},
     "outcome.granted": {"action", "asked"},
-    "refused.answer_option_or_text": {"helper_id", "options"},
     "refused.answer_id_taken": {"helper_id", "follow_up"},
     "answer.task.option": {"question_id", "label"},
     "answer.task.text": {"question_id", "answer"},
