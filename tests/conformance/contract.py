@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 
-from contracts.core_api import CancelAnswer, Problem, SessionCreated, SessionStatus, Snapshot
+from contracts.core_api import CancelAnswer, CoreCapabilities, Problem, SessionCreated, SessionStatus, Snapshot
 
 # Fields a core may leave out: `version` only comes with long poll, which is optional (R44); `choices` only with a
 # structured question, which a core may never ask (R49).
@@ -211,3 +212,14 @@ class CoreUnderTest:
 
     def forget(self, session_id: str) -> None:
         self._seen.pop(session_id, None)
+
+
+async def offering(core: CoreUnderTest, capability: str, core_is_reference: bool) -> CoreUnderTest:
+    """The core under test when its `GET /v1/capabilities` advertises `capability`; else the test is skipped, since the
+    runtime never uses that part of the contract with such a core. The reference core advertises every one."""
+    response = await core.http.get("/v1/capabilities")
+    offered = response.status_code == 200 and getattr(CoreCapabilities.model_validate(response.json()), capability)
+    if not offered:
+        assert not core_is_reference, f"the reference core offers {capability} and says so"
+        pytest.skip(f"this core does not advertise {capability}: the runtime never asks it for that")
+    return core

@@ -16,9 +16,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from contracts.core_api import CoreCapabilities, SessionCreated, SessionStatus, Snapshot
+from contracts.core_api import SessionCreated, SessionStatus, Snapshot
 from reference.core.script import scripted_task
-from tests.conformance.contract import CoreUnderTest, check_problem, unique
+from tests.conformance.contract import CoreUnderTest, check_problem, offering, unique
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}
 FACT = "The budget code is ZX-4711."
@@ -29,12 +29,7 @@ RECIPIENT = "bob@example.com"
 @pytest_asyncio.fixture
 async def follow_ups(core: CoreUnderTest, core_is_reference: bool) -> CoreUnderTest:
     """The core under test, when it advertises follow-ups; else the test is skipped."""
-    response = await core.http.get("/v1/capabilities")
-    offered = response.status_code == 200 and CoreCapabilities.model_validate(response.json()).continue_from
-    if not offered:
-        assert not core_is_reference, "the reference core offers follow-ups and says so"
-        pytest.skip("this core does not advertise continue_from: follow-ups are not offered")
-    return core
+    return await offering(core, "continue_from", core_is_reference)
 
 
 async def _post_follow_up(core: CoreUnderTest, source_id: str, task: str, **fields: Any) -> httpx.Response:

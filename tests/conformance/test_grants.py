@@ -12,13 +12,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
 import pytest_asyncio
 
-from contracts.core_api import CoreCapabilities, SessionStatus
+from contracts.core_api import SessionStatus
 from domain.boundary import action_digest, parse_item
 from reference.core.script import scripted_task
-from tests.conformance.contract import CoreUnderTest, check_problem
+from tests.conformance.contract import CoreUnderTest, check_problem, offering
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}
 ANNA = "anna@example.com"
@@ -28,12 +27,7 @@ BOB = "bob@example.com"
 @pytest_asyncio.fixture
 async def grants(core: CoreUnderTest, core_is_reference: bool) -> CoreUnderTest:
     """The core under test, when it advertises grants; else the test is skipped."""
-    response = await core.http.get("/v1/capabilities")
-    offered = response.status_code == 200 and CoreCapabilities.model_validate(response.json()).grants
-    if not offered:
-        assert not core_is_reference, "the reference core offers grants and says so"
-        pytest.skip("this core does not advertise grants")
-    return core
+    return await offering(core, "grants", core_is_reference)
 
 
 def grant(action: str) -> dict[str, str]:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from contracts.core_api import CoreCapabilities, Problem, QuestionChoices, QuestionOption, SessionStatus, Snapshot
+from contracts.core_api import Problem, QuestionChoices, QuestionOption, SessionStatus, Snapshot
 from reference.core.script import scripted_task
-from tests.conformance.contract import CoreUnderTest
+from tests.conformance.contract import CoreUnderTest, offering
 
 QUICK = {"step_ms": 5, "input_tokens": 1000, "input_growth": 500}
 OPTIONS = [("walk", "Walking distance"), ("taxi", "A taxi is fine"), ("home", "Stay at the office")]
@@ -67,10 +67,7 @@ async def test_a_follow_up_of_a_structured_question_starts_without_its_choices(
 ) -> None:
     """R49: the session that continues a structured question (`continue_from`) is a new session: its snapshot
     carries no choices until it asks a question of its own, with its own id."""
-    capabilities = await core.http.get("/v1/capabilities")
-    if not (capabilities.status_code == 200 and CoreCapabilities.model_validate(capabilities.json()).continue_from):
-        assert not core_is_reference, "the reference core offers follow-ups and says so"
-        pytest.skip("this core does not advertise continue_from: follow-ups are not offered")
+    await offering(core, "continue_from", core_is_reference)
     source_id, _ = await _asked(core, core_is_reference, "Pick a venue", question_id="venue-1", options=OPTIONS)
     body = core.body(
         scripted_task(
