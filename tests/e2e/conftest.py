@@ -57,10 +57,22 @@ class Stack:
 @pytest.fixture
 async def stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
     """The reference core and chat, a worker, a store: the real parts, in one event loop."""
+    async with reference_stack(dev_env, tmp_path) as built:
+        yield built
+
+
+@contextlib.asynccontextmanager
+async def reference_stack(
+    env: WorkflowEnvironment, tmp_path: Path, *, offers_follow_ups: bool = True, offers_grants: bool = True
+) -> AsyncIterator[Stack]:
+    """The stack on the reference core, which may play a core without an optional part (`offers_follow_ups=False`,
+    `offers_grants=False`), and the reference chat."""
     async with (
-        running_core(tmp_path / "core.sqlite3") as core_url,
+        running_core(
+            tmp_path / "core.sqlite3", offers_follow_ups=offers_follow_ups, offers_grants=offers_grants
+        ) as core_url,
         running_chat() as chat_url,
-        _stack(dev_env, tmp_path, core_url, chat_url) as built,
+        _stack(env, tmp_path, core_url, chat_url) as built,
     ):
         yield built
 

@@ -16,11 +16,9 @@ from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from protocol.errors import HelperRefused
 from protocol.names import FOLLOW_UP_OF_MEMO, helper_workflow_id
-from reference.chat.server import running_chat
 from reference.core.script import scripted_task
-from reference.core.server import running_core
 from starter.inputs import answer_request
-from tests.e2e.conftest import Stack, _stack, core_sessions, finished_row, used_grants
+from tests.e2e.conftest import Stack, core_sessions, finished_row, reference_stack, used_grants
 from tests.helpers import eventually, helper_request
 from tools.demo.scenario import _cli
 
@@ -32,22 +30,14 @@ FACT = "The venue code is ZX-42."
 @pytest.fixture
 async def base_core_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
     """The real stack with a core that does not offer `continue_from`."""
-    async with (
-        running_core(tmp_path / "core.sqlite3", offers_follow_ups=False) as core_url,
-        running_chat() as chat_url,
-        _stack(dev_env, tmp_path, core_url, chat_url) as built,
-    ):
+    async with reference_stack(dev_env, tmp_path, offers_follow_ups=False) as built:
         yield built
 
 
 @pytest.fixture
 async def no_grants_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
     """The real stack with a core that does not offer `grants`."""
-    async with (
-        running_core(tmp_path / "core.sqlite3", offers_grants=False) as core_url,
-        running_chat() as chat_url,
-        _stack(dev_env, tmp_path, core_url, chat_url) as built,
-    ):
+    async with reference_stack(dev_env, tmp_path, offers_grants=False) as built:
         yield built
 
 
