@@ -19,7 +19,7 @@ from tools.bench.__main__ import BENCHES, Bench
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_LIMIT_S = 300  # the slowest, `actions`, runs a one-minute helper: about 50 s
 # Benches that print no "project … | baseline …" line: their figures stand alone.
-NOTHING_TO_COMPARE = {"one_owner", "handoff", "codec_server"}
+NOTHING_TO_COMPARE = {"one_owner", "handoff", "close", "codec_server"}
 ON_POSTGRES = {"reads", "capacity", "burst", "fairness", "failover"}
 
 

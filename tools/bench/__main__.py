@@ -106,6 +106,14 @@ BENCHES = (
         "slot handoff (R8)",
     ),
     Bench(
+        "close",
+        "tools.bench.close",
+        ("--rounds", "30"),
+        ("--rounds", "10"),
+        ("--rounds", "2"),
+        "a running helper closed: answered, stopped, ended, slot passed on (R21)",
+    ),
+    Bench(
         "capacity",
         "tools.bench.capacity",
         ("--sizes", "250,500,1000,2000", "--window-s", "180", "--postgres", POSTGRES_URL),

@@ -41,9 +41,11 @@ class BenchStack:
 
 
 @contextlib.asynccontextmanager
-async def bench_stack(policy: Policy, store_url: str | None = None) -> AsyncIterator[BenchStack]:
-    """Everything real but the core, which the bench drives; the SQLite store of the default setup unless
-    `store_url` names another (an empty database: the migrations run here)."""
+async def bench_stack(
+    policy: Policy, store_url: str | None = None, core: FakeCore | None = None
+) -> AsyncIterator[BenchStack]:
+    """Everything real but the core, which the bench drives (`core`, by default one without long poll); the SQLite
+    store of the default setup unless `store_url` names another (an empty database: the migrations run here)."""
     with tempfile.TemporaryDirectory() as scratch:
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=str(BIN / "temporal"),
@@ -51,7 +53,7 @@ async def bench_stack(policy: Policy, store_url: str | None = None) -> AsyncIter
             search_attributes=[HELPER_OWNER, HELPER_STATE, HELPER_OUTCOME],
             dev_server_log_level="error",
         )
-        core = FakeCore()
+        core = core or FakeCore()
         try:
             async with serving_fake_core(core) as core_url:
                 settings = Settings(
