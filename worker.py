@@ -6,7 +6,7 @@ never waits for a slot behind the follows of running helpers.
 
 Configuration comes from the environment (see docs/configuration.md). In Kubernetes run N replicas;
 on SIGTERM the worker stops polling, the follows end their attempts at once (Temporal hands each to another
-replica, which resumes from its heartbeat), and the short activities get GRACEFUL_SHUTDOWN to finish.
+replica, which resumes from the row), and the short activities get GRACEFUL_SHUTDOWN to finish.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from clients.chat_client import ChatClient
 from clients.core_client import CoreClient
 from codec.encryption import CodecError, codec_from, of_worker
 from config import help as help_text
-from config.settings import Settings, SettingsError, tree_variables
+from config.settings import Settings, SettingsError, retired_variables_set, tree_variables
 from observability import tracing
 from observability.pauses import watching_pauses
 from protocol.connection import connect_for
@@ -47,7 +47,7 @@ from protocol.names import follows_task_queue
 from protocol.refusals import AdmissionRefusals
 from replica.collector import keeping_the_heap
 from replica.health import StoreGauges, serving_health
-from replica.liveness import restarting_lost_follows
+from replica.liveness import Takeover, restarting_lost_follows
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from workflows.coordinator import CoordinatorWorkflow
@@ -81,10 +81,6 @@ DESCRIPTORS_BESIDE_CONNECTIONS = 256
 # meanwhile it would cost about 100 KiB and objects every full collection scans. Measured goal: a replica at its
 # 2,000 running helpers holds about 90 KiB each instead of 200 (python -m tools.bench.capacity).
 CACHED_WORKFLOWS = 500
-# Heartbeats go out every 80 % of an activity's heartbeat timeout; the SDK caps that at 60 s unless told
-# otherwise. The follow's 110 s timeout (HELPER_FOLLOW_LIVENESS_MS) then sends one every 88 s: a 45-minute
-# helper's heartbeats are billable actions, and 32 of them fit its budget of 60 (R44).
-HEARTBEAT_THROTTLE = timedelta(seconds=96)
 
 
 def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -148,11 +144,11 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=settings.max_concurrent_activities,
         max_cached_workflows=CACHED_WORKFLOWS,
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[AdmissionRefusals()],  # counts refused admissions outside the workflow code (no replays)
         deployment_config=deployment_of(settings),
     )
-    follows = follows_worker(client, settings, SessionActivities(store, core, results))
+    takeover = Takeover()
+    follows = follows_worker(client, settings, SessionActivities(store, core, results, takeover))
     try:
         # /metrics on the health port: the application's metrics, with the store-derived gauges of this task queue.
         gauges = StoreGauges(store, settings.task_queue)
@@ -160,7 +156,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             worker,
             follows,
             serving_health(settings.health_bind, store, client, gauges),
-            restarting_lost_follows(client, store),
+            restarting_lost_follows(client, store, takeover),
         ):
             try:
                 if settings.promote_build:
@@ -195,7 +191,6 @@ def follows_worker(client: Client, settings: Settings, session: SessionActivitie
         activities=[session.follow_session],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_concurrent_activities=settings.max_concurrent_follows,
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         deployment_config=deployment_of(settings),
     )
 
@@ -335,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         settings = Settings.from_env()
         configure_logging(settings.logging.level)
+        for retired in retired_variables_set(os.environ):
+            log.warning(retired)
         codec_from(settings.codec_keys, settings.codec_key_id)  # a bad key stops the worker at once
         if problem := settings.encryption_problem():
             raise CodecError(problem)

@@ -1,11 +1,12 @@
 """Activities that talk to the core: open, follow, finish, cancel and reset one session (R9-R17, R20, R24).
 
-Every core call is bounded by HELPER_CHECK_MS (R10). The follow activity is the only long one: it
-reads the snapshot for one window (long polls to a core that versions its snapshots, R44; else every
-HELPER_POLL_MS), writes progress into the row, heartbeats its cursor, and returns only when
-the workflow must decide. At the end of a window, and as soon as its worker starts shutting down, it fails
-with a benign retryable error; Temporal retries it (no history event), on another worker if this one is
-stopping, and the next attempt resumes from the heartbeat details.
+Every core call is bounded by HELPER_CHECK_MS (R10). The follow activity is the only long one: it reads the
+snapshot for one window (long polls to a core that versions its snapshots, R44; else every HELPER_POLL_MS), writes
+progress into the row, and returns only when the workflow must decide. At the end of a window, and as soon as its
+worker starts shutting down, it fails with a benign retryable error; Temporal retries it (no history event), on
+another worker if this one is stopping, and the next attempt resumes from the row. It sends no heartbeat while the
+core answers (each is a billable action, R57): the replicas' liveness records find a dead worker
+(`replica.liveness`), and only the core's faults, which the row does not hold, go in the heartbeat details.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from domain.bounds import ROW_MESSAGE_MAX, cut
 from domain.limits import Limits
 from domain.messages.activities import (
     CancelResult,
+    CoreFaults,
     FollowCursor,
     FollowRequest,
     FollowResult,
@@ -49,8 +51,8 @@ from domain.messages.activities import (
 )
 from domain.rows import HelperRow
 from domain.run.cleanup import FOUND_BY_KEY, parks
-from domain.run.follow import judge, long_poll_wait_ms, next_read_waits, result_from, session_message
-from domain.work import fold_usage
+from domain.run.follow import judge, next_read_waits, result_from, session_message
+from domain.work import Usage, fold_usage
 from observability import recording
 from protocol.errors import ErrorType
 from protocol.names import (
@@ -63,12 +65,16 @@ from protocol.names import (
     RESET_KEPT_SESSIONS,
     RESET_SESSION,
 )
-from store.helper_store import HelperStore, RowGone
+from replica.liveness import Takeover
+from store.helper_store import STORE_FAULTS, HelperStore, RowGone
 from store.results import ResultDirectories
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# A follow's store write or read gives up after this and goes on following (`_FollowWrites`); the pool's own wait
+# for a connection is as long (store.database.STORE_POOL_WAIT_S).
+FOLLOW_WRITE_BOUND_S = 10.0
 # The hourly sweep tries this many parked sessions again, the oldest first, each call bounded by HELPER_CHECK_MS.
 PARKED_PER_SWEEP = 100
 
@@ -83,10 +89,17 @@ def _retry_or_refuse(error: CoreError) -> ApplicationError:
 
 
 class SessionActivities:
-    def __init__(self, store: HelperStore, core: CoreClient, results: ResultDirectories | None = None) -> None:
+    def __init__(
+        self,
+        store: HelperStore,
+        core: CoreClient,
+        results: ResultDirectories | None = None,
+        takeover: Takeover | None = None,
+    ) -> None:
         self.store = store
         self.core = core
         self.results = results
+        self.takeover = takeover or Takeover()
         self.follow_ups = FollowUps(store, core, results)
 
     @activity.defn(name=OPEN_SESSION)
@@ -128,102 +141,127 @@ class SessionActivities:
     @activity.defn(name=FOLLOW_SESSION)
     async def follow_session(self, request: FollowRequest) -> FollowResult:
         recording.follow_attempt()
-        details = activity.info().heartbeat_details
-        # One line per attempt: which replica follows a helper, and that a later attempt resumed from a heartbeat.
-        log.info(
-            "following %s/%s (attempt %d%s)",
-            request.owner,
-            request.helper_id,
-            activity.info().attempt,
-            ", from its heartbeat" if details else "",
-        )
+        info = activity.info()
+        faults = CoreFaults.model_validate(info.heartbeat_details[0]) if info.heartbeat_details else CoreFaults()
+        # One line per attempt: which replica follows a helper, and which attempt it is.
+        log.info("following %s/%s (attempt %d)", request.owner, request.helper_id, info.attempt)
+        writes = _FollowWrites(self.store, request)
         # The row names the replica that follows it now, so that if this one dies another starts the follow again
-        # at once (replica/liveness.py); on a first attempt it also shows from now on that a worker follows it (until
-        # then: granted, waiting for a follow slot).
-        await self.store.record_follow_replica(
-            request.owner,
-            request.helper_id,
-            request.seq,
-            request.generation,
-            _this_replica(),
-            starts_following=request.records_start and not details,
-        )
-        cursor = FollowCursor.model_validate(details[0]) if details else FollowCursor()
-        # A worker that shuts down waits for its activities up to its graceful timeout: a follow would hold it
-        # for a whole long poll and, once cancelled, be retried only after its heartbeat timeout. So the attempt
-        # ends as soon as shutdown begins, and the server hands the follow to another worker at once.
-        stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        # at once (replica/liveness.py); the helper's first follow also shows from now on that a worker follows it
+        # (until then: granted, waiting for a follow slot), and later attempts keep that first moment.
+        await writes.record_replica()
+        cursor = await writes.cursor_from_row(faults)
+        # A worker that shuts down waits for its activities up to its graceful timeout: a follow would hold it for a
+        # whole long poll, and the server would retry it only when the attempt timed out. So the attempt ends as soon
+        # as shutdown begins, and the server hands the follow to another worker at once. It ends too when this
+        # replica learns it was taken for dead and the attempt was started again elsewhere (`Handover`).
+        ends = asyncio.ensure_future(self._attempt_ends())
         try:
-            return await self._follow(request, cursor, stopping)
-        except _WorkerStopping:
-            activity.heartbeat(cursor.model_dump(mode="json"))
-            raise ApplicationError(
-                "the worker is stopping; the next attempt resumes from the heartbeat on another worker",
+            return await self._follow(request, cursor, writes, ends)
+        except _AttemptEnds:
+            error = ends.result()
+            log.info("%s/%s: %s", request.owner, request.helper_id, error.message)
+            raise error from None
+        finally:
+            ends.cancel()
+
+    async def _attempt_ends(self) -> ApplicationError:
+        """The error a follow attempt ends with before its window: its worker stops, or this replica was taken for
+        dead and the server runs a later attempt (`replica.liveness.Takeover`)."""
+        info = activity.info()
+        waits = [asyncio.ensure_future(activity.wait_for_worker_shutdown())]
+        try:
+            client = activity.client()
+        except RuntimeError:  # no Temporal client (a test's ActivityEnvironment): nothing can take the attempt over
+            pass
+        else:
+            superseded = self.takeover.superseded(client, info.workflow_id or "", info.activity_id, info.attempt)
+            waits.append(asyncio.ensure_future(superseded))
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if waits[0] in done:
+            return ApplicationError(
+                "the worker is stopping; the next attempt resumes from the row on another worker",
                 type=ErrorType.WORKER_STOPPING,
                 category=ApplicationErrorCategory.BENIGN,
-            ) from None
-        finally:
-            stopping.cancel()
+            )
+        return ApplicationError(
+            "this replica was taken for dead and the follow runs elsewhere now",
+            type=ErrorType.FOLLOW_SUPERSEDED,
+            category=ApplicationErrorCategory.BENIGN,
+        )
 
     async def _follow(
-        self, request: FollowRequest, cursor: FollowCursor, stopping: asyncio.Future[None]
+        self,
+        request: FollowRequest,
+        cursor: FollowCursor,
+        writes: _FollowWrites,
+        ends: asyncio.Future[ApplicationError],
     ) -> FollowResult:
         tuning = request.tuning
         loop = asyncio.get_running_loop()
         window_ends = loop.time() + tuning.window_ms / 1000
-        wait_ms = long_poll_wait_ms(tuning, request.check_ms or round(self.core.check_seconds * 1000))
-        # The SDK sends the latest heartbeat at most every 80 % of the heartbeat timeout; one recorded when the cursor
-        # changed, and at least every third of that timeout, keeps one waiting at each send, and spares an idle
-        # follow the encoding of an unchanged cursor after every read (its CPU per helper-minute, capacity bench).
-        beat_every = tuning.liveness_ms / 3000
-        beaten, beaten_at = None, float("-inf")
+        beaten = cursor.faults.model_copy()
         while True:
             asked_at, version_before = loop.time(), cursor.version
-            long_polled = wait_ms > 0 and version_before is not None
-            decided = await self._observe_once(request, cursor, wait_ms if long_polled else 0, stopping)
+            long_polled = tuning.wait_ms > 0 and version_before is not None
+            decided = await self._observe_once(request, cursor, tuning.wait_ms if long_polled else 0, writes, ends)
             if decided is not None:
                 return decided
-            failure = _budget_exhausted(cursor, tuning.silence_ms, tuning.bad_answers)
+            await writes.record_replica()  # a no-op once recorded; after a store outage, the row names this replica
+            failure = _budget_exhausted(cursor.faults, tuning.silence_ms, tuning.bad_answers)
             if failure is not None:
-                silent = cursor.bad_answers < tuning.bad_answers
+                silent = cursor.faults.bad_answers < tuning.bad_answers
                 return FollowResult(verdict=Verdict.CORE_FAILED, error=failure, silent=silent)
-            if cursor != beaten or loop.time() - beaten_at >= beat_every:
-                activity.heartbeat(cursor.model_dump(mode="json"))
-                beaten, beaten_at = cursor.model_copy(), loop.time()
+            if cursor.faults != beaten:
+                # Only the core's faults are recorded, and only when they change: a core that answers costs no
+                # heartbeat, and a silence that outlasts an attempt keeps its budget (R57).
+                activity.heartbeat(cursor.faults.model_dump(mode="json"))
+                beaten = cursor.faults.model_copy()
             if loop.time() >= window_ends:
                 raise ApplicationError(
-                    "follow window elapsed; the next attempt resumes from the heartbeat",
+                    "follow window elapsed; the next attempt resumes from the row",
                     type=ErrorType.FOLLOW_WINDOW_ELAPSED,
                     category=ApplicationErrorCategory.BENIGN,
                 )
             changed = cursor.version != version_before
-            if not next_read_waits(long_polled, changed, (loop.time() - asked_at) * 1000, wait_ms):
-                await _unless_stopping(asyncio.sleep(tuning.poll_ms / 1000), stopping)
+            if not next_read_waits(long_polled, changed, (loop.time() - asked_at) * 1000, tuning.wait_ms):
+                await _unless_ended(asyncio.sleep(tuning.poll_ms / 1000), ends)
 
     async def _observe_once(
-        self, request: FollowRequest, cursor: FollowCursor, wait_ms: int, stopping: asyncio.Future[None] | None = None
+        self,
+        request: FollowRequest,
+        cursor: FollowCursor,
+        wait_ms: int,
+        writes: _FollowWrites,
+        ends: asyncio.Future[ApplicationError],
     ) -> FollowResult | None:
-        """One read of the snapshot, a long poll when `wait_ms` > 0; progress written when it changed. With
-        `stopping`, a read still under way when it is done is given up (`_WorkerStopping`); the writes after a
-        read are never cut short, so the cursor always matches the row."""
+        """One read of the snapshot, a long poll when `wait_ms` > 0; progress written when it changed. A read still
+        under way when `ends` is done is given up (`_AttemptEnds`); the writes after a read are never cut
+        short, so the cursor always matches the row. A write the store did not take leaves the cursor as it was, so
+        the next read writes it again."""
         reading = self.core.snapshot(
             request.session_id, timeout_s=_seconds(request.check_ms), after=cursor.version, wait_ms=wait_ms
         )
+        faults = cursor.faults
         try:
-            snapshot = await (reading if stopping is None else _unless_stopping(reading, stopping))
+            snapshot = await _unless_ended(reading, ends)
         except SessionNotFound as error:
             return FollowResult(verdict=Verdict.LOST, error=str(error))
         except CoreUnavailable as error:
-            cursor.silent_since = cursor.silent_since or datetime.now(UTC)
+            faults.silent_since = faults.silent_since or datetime.now(UTC)
             log.info("core silent for %s/%s: %s", request.owner, request.helper_id, error)
             return None
         except CoreError as error:
-            cursor.bad_answers += 1
-            cursor.silent_since = cursor.silent_since or datetime.now(UTC)
+            faults.bad_answers += 1
+            faults.silent_since = faults.silent_since or datetime.now(UTC)
             log.warning("bad core answer for %s/%s: %s", request.owner, request.helper_id, error)
             return None
-        cursor.silent_since = None
-        cursor.bad_answers = 0
+        faults.silent_since = None
+        faults.bad_answers = 0
         cursor.status = snapshot.status.value
         cursor.version = snapshot.version
         usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
@@ -233,11 +271,8 @@ class SessionActivities:
             len(message),
             message_hash,
         ) != (cursor.message_length, cursor.message_hash)
-        if changed:
-            # The row keeps the start of a huge message; the whole one is in session.json (R36).
-            await self.store.write_progress(
-                request.owner, request.helper_id, request.seq, request.generation, usage, cut(message, ROW_MESSAGE_MAX)
-            )
+        # The row keeps the start of a huge message; the whole one is in session.json (R36).
+        if changed and await writes.progress(usage, cut(message, ROW_MESSAGE_MAX)):
             cursor.steps, cursor.work_tokens, cursor.input_tokens = usage.steps, usage.work_tokens, usage.input_tokens
             cursor.message_length, cursor.message_hash = len(message), message_hash
         verdict = judge(snapshot, usage, request.ceiling_tokens, request.watch_work_ceiling, request.stop_at_pauses)
@@ -395,18 +430,79 @@ def _seconds(check_ms: int | None) -> float | None:
     return None if check_ms is None else check_ms / 1000
 
 
-def _budget_exhausted(cursor: FollowCursor, silence_ms: int, bad_answers: int) -> str | None:
-    if cursor.bad_answers >= bad_answers:
-        return f"the core answered {cursor.bad_answers} times in a row with something that is not the contract"
-    if cursor.silent_since is not None and datetime.now(UTC) - cursor.silent_since >= timedelta(
+def _budget_exhausted(faults: CoreFaults, silence_ms: int, bad_answers: int) -> str | None:
+    if faults.bad_answers >= bad_answers:
+        return f"the core answered {faults.bad_answers} times in a row with something that is not the contract"
+    if faults.silent_since is not None and datetime.now(UTC) - faults.silent_since >= timedelta(
         milliseconds=silence_ms
     ):
         return f"the core gave no valid answer for {silence_ms // 1000} s"
     return None
 
 
-class _WorkerStopping(Exception):
-    """The worker began shutting down while a follow waited on the core."""
+class _AttemptEnds(Exception):
+    """The follow attempt must end now (its worker stops, or it runs elsewhere): the reason is in `ends`."""
+
+
+class _FollowWrites:
+    """A follow's writes to the store, each bounded by FOLLOW_WRITE_BOUND_S. The follow needs the store only to show
+    its progress, never to reach its verdict: a write the store does not take is logged and made again after the
+    next read, and the follow goes on, so a store outage costs no retried attempt (docs/operations.md)."""
+
+    def __init__(self, store: HelperStore, request: FollowRequest) -> None:
+        self.store = store
+        self.request = request
+        self.replica_recorded = False
+
+    async def record_replica(self) -> None:
+        if not self.replica_recorded:
+            r = self.request
+            self.replica_recorded = await self._bounded(
+                "recording its replica",
+                self.store.record_follow_replica(
+                    r.owner, r.helper_id, r.seq, r.generation, _this_replica(), starts_following=r.records_start
+                ),
+            )
+
+    async def progress(self, usage: Usage, message: str | None) -> bool:
+        r = self.request
+        return await self._bounded(
+            "writing its progress",
+            self.store.write_progress(r.owner, r.helper_id, r.seq, r.generation, usage, message),
+        )
+
+    async def cursor_from_row(self, faults: CoreFaults) -> FollowCursor:
+        """The cursor of what the row holds: an attempt goes on where the last one left the row, writing only what
+        changed. A row the store cannot give starts an empty cursor: the first read writes the row again."""
+        r = self.request
+        try:
+            row = await asyncio.wait_for(self.store.admitted(r.owner, r.helper_id, r.seq), FOLLOW_WRITE_BOUND_S)
+        except RowGone:
+            return FollowCursor(faults=faults)
+        except STORE_FAULTS as error:
+            log.warning("%s/%s: its row could not be read, the follow writes it again: %s", r.owner, r.helper_id, error)
+            return FollowCursor(faults=faults)
+        message = row.last_message or ""
+        return FollowCursor(
+            steps=row.steps,
+            work_tokens=row.work_tokens,
+            input_tokens=row.input_tokens,
+            message_length=len(message),
+            message_hash=zlib.crc32(message.encode("utf-8")),
+            faults=faults,
+        )
+
+    async def _bounded(self, what: str, write: Coroutine[Any, Any, bool]) -> bool:
+        """True when the store answered the write (whether or not it changed the row)."""
+        try:
+            await asyncio.wait_for(write, FOLLOW_WRITE_BOUND_S)
+        except STORE_FAULTS as error:
+            r = self.request
+            log.warning(
+                "%s/%s: the store failed %s, made again after the next read: %r", r.owner, r.helper_id, what, error
+            )
+            return False
+        return True
 
 
 def _this_replica() -> str | None:
@@ -418,18 +514,18 @@ def _this_replica() -> str | None:
         return None
 
 
-async def _unless_stopping(step: Coroutine[Any, Any, T], stopping: asyncio.Future[None]) -> T:
-    """`step`'s result, or `_WorkerStopping` (the step cancelled) once `stopping` is done first."""
-    if stopping.done():
+async def _unless_ended(step: Coroutine[Any, Any, T], ends: asyncio.Future[ApplicationError]) -> T:
+    """`step`'s result, or `_AttemptEnds` (the step cancelled) once `ends` is done first."""
+    if ends.done():
         step.close()
-        raise _WorkerStopping
+        raise _AttemptEnds
     running = asyncio.ensure_future(step)
     try:
-        await asyncio.wait((running, stopping), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((running, ends), return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not running.done():
             running.cancel()
             await asyncio.wait((running,))
     if running.cancelled():
-        raise _WorkerStopping
+        raise _AttemptEnds
     return running.result()

@@ -106,7 +106,6 @@ class PolicyVariables(Section):
     max_input_tokens: Whole | None = Field(None, validation_alias="HELPER_INPUT_CEILING_TOKENS")
     poll_ms: Whole | None = Field(None, validation_alias="HELPER_POLL_MS")
     wait_ms: Whole | None = Field(None, validation_alias="HELPER_LONG_POLL_MS")
-    liveness_ms: Whole | None = Field(None, validation_alias="HELPER_FOLLOW_LIVENESS_MS")
     window_ms: Whole | None = Field(None, validation_alias="HELPER_FOLLOW_WINDOW_MS")
     resume_ms: Whole | None = Field(None, validation_alias="HELPER_FOLLOW_RESUME_MS")
     silence_ms: Whole | None = Field(None, validation_alias="HELPER_CORE_SILENCE_MS")
@@ -406,6 +405,19 @@ TEMPORAL_CLIENT_VARIABLES = (
     "TEMPORAL_TLS_CLIENT_KEY_PATH",
     "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
 )
+
+
+# Variables an earlier release read and this one does not, each with why: the worker says so at its start, so a
+# deployment that still sets one learns that it changes nothing.
+RETIRED_VARIABLES = {
+    "HELPER_FOLLOW_LIVENESS_MS": "a follow sends no heartbeats; a dead replica's follows are found through the "
+    'replicas\' liveness records (docs/operations.md, "Failures")',
+}
+
+
+def retired_variables_set(env: Mapping[str, str]) -> list[str]:
+    """One line for each retired variable `env` still sets."""
+    return [f"{name} is no longer read: {why}" for name, why in RETIRED_VARIABLES.items() if name in env]
 
 
 def tree_variables(

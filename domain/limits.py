@@ -113,13 +113,11 @@ class FollowTuning(BaseModel):
     # A core that versions its snapshots is asked to hold each read until something changes (R44): changes
     # show at once and an idle helper costs 60 000 / wait_ms requests a minute. 0 polls every core.
     wait_ms: int = Field(default=20_000, ge=0, le=60_000, description="The longest wait of one long-poll read.")
-    # A follow attempt polls for one window, then ends and is retried by Temporal with its heartbeat
-    # details: attempts stay bounded, history gains nothing, and time-skipping tests can skip. Each retry
-    # is a billable action, so a window is long: a 45-minute helper's follow takes two attempts.
+    # A follow attempt polls for one window, then ends and is retried by Temporal, resuming from the row:
+    # attempts stay bounded, history gains nothing, and time-skipping tests can skip. Each retry is a billable
+    # action, so a window is long: a 45-minute helper's follow takes two attempts. It also bounds how long a dead
+    # replica's follow waits should the store, which the replicas' liveness records live in, be unreachable.
     window_ms: int = Field(default=1_500_000, gt=0)
-    # A dead worker's follow is retried elsewhere after this (the heartbeat timeout). Heartbeats go out at
-    # most every 80 % of it, so it is also what a running helper costs in heartbeats (billable actions).
-    liveness_ms: int = Field(default=110_000, ge=1_000, le=120_000)
     resume_ms: int = Field(default=1_000, gt=0)
     silence_ms: int = Field(default=300_000, gt=0, description="No valid core answer this long: failed.")
     bad_answers: int = Field(default=5, gt=0, description="Consecutive malformed core answers before failed.")

@@ -27,6 +27,7 @@ class ErrorType(StrEnum):
     CORE_PROTOCOL_ERROR = "CoreProtocolError"  # the core answered outside the contract: retried
     FOLLOW_WINDOW_ELAPSED = "FollowWindowElapsed"  # a follow attempt ended its window: resumed
     WORKER_STOPPING = "WorkerStopping"  # a follow attempt ended as its worker shuts down: resumed on another
+    FOLLOW_SUPERSEDED = "FollowSuperseded"  # a frozen replica's follow attempt, started again elsewhere meanwhile
     INVALID_GOAL = "InvalidGoal"  # a Goal's stored request no longer validates
     UNAVAILABLE = "Unavailable"  # a Goal check could not reach its coordinator
     HELPER_FAILED = "HelperFailed"  # a helper's outcome is failed: its workflow ends failed, with the reason

@@ -1,15 +1,17 @@
-"""A replica that dies has its follows started again on the others within seconds (R46).
+"""A replica that dies, freezes or is cut off has its follows started again on the others within seconds (R46, R57).
 
-The Temporal server learns that the worker running a follow attempt is gone only when the attempt's heartbeat
-timeout runs out (HELPER_FOLLOW_LIVENESS_MS, 110 s), and a shorter timeout costs a billable action per heartbeat.
-So each replica also says in the store that it is alive, every REPLICA_BEAT (one write per replica, however many
-helpers it follows), and looks for replicas silent for REPLICA_SILENT. It takes each silent replica's record (one
-survivor alone wins its delete) and, for every running helper whose follow last started there, has the server end
-that attempt now: the attempt's heartbeat timeout is set to LOST_ATTEMPT_TIMEOUT (UpdateActivityOptions), and its
-own options are restored once the next attempt is scheduled. The next attempt runs on a live replica and resumes
-from the last heartbeat. A replica only slow past REPLICA_SILENT (it beats from the same event loop as its follows,
-so they are stalled too) loses its attempts the same way: each learns it at its next heartbeat, and a late write
-of its cannot take the row back (`store.statements.progress_update`).
+A follow sends no heartbeat (each one is a billable action), so the Temporal server cannot tell that the worker
+running its attempt is gone. Each replica says in the store that it is alive, every REPLICA_BEAT (one write per
+replica, however many helpers it follows), and looks for replicas silent for REPLICA_SILENT. It takes each silent
+replica's record (one survivor alone wins its delete) and, for every running helper whose follow last started
+there, has the server end that attempt now: the attempt is given a heartbeat timeout of LOST_ATTEMPT_TIMEOUT
+(UpdateActivityOptions), which an attempt that never heartbeats has outlived, and its own options are restored once
+the next attempt is scheduled. The next attempt runs on a live replica and resumes from the row.
+
+A replica only frozen or cut off past REPLICA_SILENT loses its attempts the same way. When it comes back, its next
+beat finds its record gone (`Takeover`): each of its follows asks the server whether it is still its helper's
+current attempt, and the ones that are not end, so a helper is never followed twice for long; a late write of theirs
+cannot take the row back (`store.statements.progress_update`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
 from temporalio.api.activity.v1 import ActivityOptions
 from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import UpdateActivityOptionsRequest
 from temporalio.client import Client
@@ -47,15 +50,18 @@ LOST_ATTEMPT_TIMEOUT = Duration(seconds=1)
 RESTORE_WITHIN_S = 10.0
 # Helpers restarted at once when a replica dies: a full replica follows 2,000.
 RESTARTS_AT_ONCE = 20
+# How long a survivor keeps ending a lost replica's follow attempt until one runs elsewhere: a frozen replica's
+# polls stay open for about a minute (the server's long-poll expiry), and each may take an attempt meanwhile.
+HANDOVER_WITHIN_S = 90.0
 # A store or server call of the watch gives up after this, and the watch tries again at its next beat.
 CALL_BOUND_S = 10.0
 
 
 @contextlib.asynccontextmanager
-async def restarting_lost_follows(client: Client, store: HelperStore) -> AsyncIterator[None]:
-    """While the worker runs: beat, and start the follows of silent replicas again. On a stop, this replica's
-    record goes (its follows hand themselves over)."""
-    watch = asyncio.create_task(_watch(client, store, client.identity))
+async def restarting_lost_follows(client: Client, store: HelperStore, takeover: Takeover) -> AsyncIterator[None]:
+    """While the worker runs: beat, and start the follows of silent replicas again; tell `takeover` when this
+    replica's own record was taken. On a stop, this replica's record goes (its follows hand themselves over)."""
+    watch = asyncio.create_task(_watch(client, store, client.identity, takeover))
     try:
         yield
     finally:
@@ -68,13 +74,20 @@ async def restarting_lost_follows(client: Client, store: HelperStore) -> AsyncIt
             log.warning("this replica's liveness record stays until it ages out: %s", error)
 
 
-async def _watch(client: Client, store: HelperStore, identity: str) -> None:
+async def _watch(client: Client, store: HelperStore, identity: str, takeover: Takeover) -> None:
     restarting: set[asyncio.Task[None]] = set()
     limit = asyncio.Semaphore(RESTARTS_AT_ONCE)
     beating_since: float | None = None
+    has_beaten = False
     while True:
         try:
-            await asyncio.wait_for(store.beat_replica(identity), CALL_BOUND_S)
+            found = await asyncio.wait_for(store.beat_replica(identity), CALL_BOUND_S)
+            if has_beaten and not found:
+                log.warning(
+                    "this replica was taken for dead (silent for %s); its follows run elsewhere", REPLICA_SILENT
+                )
+                takeover.happened()
+            has_beaten = True
             beating_since = beating_since or time.monotonic()
             # Only a replica that has beaten for REPLICA_SILENT judges the others: after the store was away (or at
             # this replica's start) every record is old until each replica has beaten again.
@@ -101,20 +114,37 @@ async def _restart_follows_of(client: Client, store: HelperStore, replica: str, 
 
     async def one(owner: str, helper_id: str) -> None:
         async with limit:
-            try:
-                await restart_follow(client, helper_workflow_id(owner, helper_id), replica)
-            except Exception as error:  # this helper's attempt then ends at its heartbeat timeout, as before
-                log.warning("the follow of %s/%s was not started again: %s", owner, helper_id, error)
+            await restart_follow(client, helper_workflow_id(owner, helper_id), replica)
 
     await asyncio.gather(*(one(owner, helper_id) for owner, helper_id in helpers))
 
 
 async def restart_follow(client: Client, workflow_id: str, lost_replica: str) -> bool:
-    """End the helper's follow attempt that runs on `lost_replica`, so that the server schedules the next one now;
-    False if its follow runs elsewhere already (or there is none)."""
-    pending = await _follow_of(client, workflow_id)
-    if pending is None or pending.last_worker_identity != lost_replica:
-        return False
+    """End the helper's follow attempt that runs on `lost_replica`, so that the server schedules the next one now,
+    until an attempt runs elsewhere: a frozen replica's polls stay open, and the server may hand it the next attempt
+    too. Each failed call is tried again, for HANDOVER_WITHIN_S in all; then the attempt ends at its start-to-close
+    timeout. False if its follow ran elsewhere already (or there is none)."""
+    give_up_at = time.monotonic() + HANDOVER_WITHIN_S
+    restarted = False
+    while time.monotonic() < give_up_at:
+        try:
+            pending = await _follow_of(client, workflow_id)
+            if pending is None or pending.last_worker_identity not in (lost_replica, ""):
+                return restarted
+            if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+                await _end_attempt(client, workflow_id, pending)
+                restarted = True
+        except Exception as error:  # the server did not answer: tried again
+            log.warning("the follow of %s is not started again yet: %s", workflow_id, error)
+            await asyncio.sleep(1.0)
+        await asyncio.sleep(0.2)  # the next attempt is scheduled: see where it starts
+    log.warning("the follow of %s still runs on %s; it ends at its start-to-close timeout", workflow_id, lost_replica)
+    return restarted
+
+
+async def _end_attempt(client: Client, workflow_id: str, pending: PendingActivityInfo) -> None:
+    """Have the server end the started attempt now, and restore the activity's options once the next attempt is
+    scheduled (before it starts: the next one runs with its own options)."""
     shortened = ActivityOptions(heartbeat_timeout=LOST_ATTEMPT_TIMEOUT)
     await _update_options(client, workflow_id, pending.activity_id, shortened, FieldMask(paths=["heartbeat_timeout"]))
     try:
@@ -128,7 +158,38 @@ async def restart_follow(client: Client, workflow_id: str, lost_replica: str) ->
                 break
     finally:
         await _update_options(client, workflow_id, pending.activity_id, None, None)
-    return True
+
+
+class Takeover:
+    """Tells this replica's follows that the others took it for dead. A follow then asks the server whether its
+    attempt is still its helper's current one (`superseded`); an attempt ended meanwhile stops following."""
+
+    def __init__(self) -> None:
+        self._taken = asyncio.Event()
+
+    def happened(self) -> None:
+        self._taken.set()
+        self._taken = asyncio.Event()
+
+    async def superseded(self, client: Client, workflow_id: str, activity_id: str, attempt: int) -> None:
+        """Returns once this replica was taken for dead and the server no longer runs `attempt` of the activity."""
+        while True:
+            await self._taken.wait()
+            try:
+                pending = await _pending_activity(client, workflow_id, activity_id)
+            except Exception as error:  # the server cannot say: go on, as when nothing was taken
+                log.warning("%s: could not ask whether its follow still runs here: %s", workflow_id, error)
+                continue
+            if pending is None or pending.attempt != attempt:
+                return
+
+
+async def _pending_activity(client: Client, workflow_id: str, activity_id: str) -> PendingActivityInfo | None:
+    description = await asyncio.wait_for(client.get_workflow_handle(workflow_id).describe(), CALL_BOUND_S)
+    for pending in description.raw_description.pending_activities:
+        if pending.activity_id == activity_id:
+            return pending
+    return None
 
 
 async def _follow_of(client: Client, workflow_id: str) -> PendingActivityInfo | None:

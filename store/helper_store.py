@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config.store_address import StoreAddress
@@ -58,6 +58,11 @@ from store.statements import (
 )
 
 __all__ = ["WRITABLE", "HelperStore", "RowChanges", "RowGone", "RowOfAnotherAdmission", "row_table"]
+
+
+# What a store call raises when the store is down, unreachable or restarting, or does not answer within a caller's
+# bound: a caller that can go on without the store catches these, and nothing else.
+STORE_FAULTS: tuple[type[Exception], ...] = (SQLAlchemyError, OSError, TimeoutError)
 
 
 class RowGone(LookupError):
@@ -242,11 +247,18 @@ class HelperStore:
     # --- the follows' replicas (R46): each says it is alive; a silent one's follows start again elsewhere ---------
 
     @store_write("replica")
-    async def beat_replica(self, identity: str) -> None:
-        """This replica is alive now."""
+    async def beat_replica(self, identity: str) -> bool:
+        """This replica is alive now. False when its record was not there: its first beat, or another replica took
+        it for dead (`claim_silent_replicas`) and started its follows again elsewhere."""
         values = {"identity": identity, "beat_at": now()}
         async with self.engine.begin() as connection:
+            found = await connection.execute(
+                update(replicas_table).where(replicas_table.c.identity == identity).values(beat_at=values["beat_at"])
+            )
+            if found.rowcount:
+                return True
             await connection.execute(*upsert(self.engine.dialect.name, replicas_table, values, "identity"))
+            return False
 
     async def claim_silent_replicas(self, silent_since: datetime, *, besides: str) -> list[str]:
         """The replicas silent since `silent_since`, each taken by this caller alone: its record is deleted, and a

@@ -74,9 +74,7 @@ def settings_for(
     """Settings for one test: its own store, result directories and task queue; fast following. On the
     time-skipping server (`skipping_time`), whose clock runs ahead of the wall clock once it skips, writes carry no
     accept-by time (protocol.deadlines)."""
-    follow = policy.pop(
-        "follow", FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000, liveness_ms=5_000)
-    )
+    follow = policy.pop("follow", FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000))
     limits = policy.pop("limits", Limits())
     return Settings(
         task_queue=f"helpers-{uuid.uuid4().hex[:8]}",

@@ -242,8 +242,8 @@ class HelperWorkflow:
                     starts.follow,
                     # Its own queue and slots: a follow holds its slot for the whole run (protocol.names).
                     task_queue=follows_task_queue(workflow.info().task_queue),
-                    summary=f"follow session {run.session_id}: live steps and work tokens in the heartbeat details",
-                    **options.follow(check_ms, self.start.follow, cancellable=True),
+                    summary=f"follow session {run.session_id}: its steps and work tokens in the helper's row",
+                    **options.follow(check_ms, self.start.follow),
                 )
             )
 

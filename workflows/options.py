@@ -25,8 +25,6 @@ class LocalActivityOptions(TypedDict, total=False):
 class ActivityOptions(LocalActivityOptions, total=False):
     """The options of an activity, typed for `execute_activity` / `start_activity`."""
 
-    heartbeat_timeout: timedelta
-
 
 # Store writes run as local activities: one marker event instead of three plus a workflow task, and
 # no round trip through the server. They are idempotent (generation guards; a final outcome never changes),
@@ -136,25 +134,24 @@ def recovery(check_ms: int) -> ActivityOptions:
     }
 
 
-def follow(check_ms: int, tuning: FollowTuning, *, cancellable: bool = False) -> ActivityOptions:
-    """The follow activity: one window per attempt, retried at `resume_ms` with its heartbeat cursor."""
-    options: ActivityOptions = {
+def follow(check_ms: int, tuning: FollowTuning) -> ActivityOptions:
+    """The follow activity: one window per attempt, retried at `resume_ms` from the row.
+
+    No heartbeat timeout: a follow heartbeats only while the core fails (R57), and the replicas' liveness records
+    end a dead or frozen replica's attempts (replica.liveness), which the start-to-close timeout bounds should the
+    store be unreachable too. The workflow abandons it at the run's end, since a cancel would reach it only with a
+    heartbeat: it ends by itself at its next read, the session being over or reset (or at its window's end)."""
+    return {
         # A window, plus the last read (a long poll: its wait and HELPER_CHECK_MS) and the writes after it.
         "start_to_close_timeout": timedelta(milliseconds=tuning.window_ms + tuning.wait_ms + 2 * check_ms)
         + timedelta(seconds=30),
-        # A dead worker shows after this; heartbeats go out at most every 80 % of it (the SDK's throttle), so
-        # it sets the heartbeats a helper costs too (R44). A read is shortened to fit inside it
-        # (domain.run.follow.long_poll_wait_ms); a core call alone may take HELPER_CHECK_MS.
-        "heartbeat_timeout": max(timedelta(milliseconds=tuning.liveness_ms), core_call_bound(check_ms)),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(milliseconds=tuning.resume_ms),
             backoff_coefficient=1.0,
             maximum_interval=timedelta(milliseconds=tuning.resume_ms),
         ),
+        "cancellation_type": ActivityCancellationType.ABANDON,
     }
-    if cancellable:
-        options["cancellation_type"] = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-    return options
 
 
 CHAT_OFFER: ActivityOptions = {

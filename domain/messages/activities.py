@@ -273,8 +273,18 @@ class FollowRequest(BaseModel):
     records_start: bool = False
 
 
+class CoreFaults(BaseModel):
+    """The follow's heartbeat details: how long the core has given no valid answer, and how many malformed answers
+    it gave in a row. The row holds the progress; this is what it does not hold, so that the silence budget spans
+    attempts. Recorded only when it changes, so a core that answers costs no heartbeat (R57)."""
+
+    silent_since: datetime | None = None
+    bad_answers: int = 0
+
+
 class FollowCursor(BaseModel):
-    """The follow activity's heartbeat details: what it already wrote, and how long the core is silent."""
+    """What a follow attempt has written and seen: seeded from the row at the attempt's start, so that the next
+    attempt neither writes again what the row holds nor misses a change."""
 
     status: str | None = None
     steps: int = -1
@@ -282,8 +292,7 @@ class FollowCursor(BaseModel):
     input_tokens: int = 0
     message_length: int = -1
     message_hash: int = 0
-    silent_since: datetime | None = None
-    bad_answers: int = 0
+    faults: CoreFaults = Field(default_factory=CoreFaults)
     saved_actions: int = -1  # actions and refusals last kept whole in session.json
     saved_refusals: int = -1
     version: int | None = None  # the snapshot version last seen; a core that sends one is long-polled (R44)

@@ -2,7 +2,7 @@
 
 The follow activity polls the core and calls `judge` on every snapshot; it returns to the workflow
 only when `judge` says the workflow must decide. The helper's ending table (`domain.run.ending.decide`) maps
-the result to one outcome. The follow's input, heartbeat details and result are messages
+the result to one outcome. The follow's input, cursor and result are messages
 (`domain.messages.activities`).
 """
 
@@ -17,15 +17,9 @@ from domain.bounds import (
     cut,
     first,
 )
-from domain.limits import HELPER_BOUNDARY_ITEM_MAX_CHARS, FollowTuning
+from domain.limits import HELPER_BOUNDARY_ITEM_MAX_CHARS
 from domain.messages.activities import FollowResult, Verdict
 from domain.work import Usage, fold_usage
-
-
-def long_poll_wait_ms(tuning: FollowTuning, check_ms: int) -> int:
-    """How long one long-poll read may wait (R44): `wait_ms`, shortened so that the read, bounded by the wait
-    plus `check_ms`, ends 5 s before the heartbeat timeout (`liveness_ms`) would call the worker dead."""
-    return max(0, min(tuning.wait_ms, tuning.liveness_ms - check_ms - 5_000))
 
 
 def next_read_waits(long_polled: bool, changed: bool, elapsed_ms: float, wait_ms: int) -> bool:

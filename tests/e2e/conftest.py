@@ -33,9 +33,7 @@ pytestmark = pytest.mark.e2e
 
 # Real time on the dev server: poll fast, short windows, resume at once.
 # Long polls of 2 s (the reference core offers them); a killed worker's follow is retried after 25 s.
-E2E_FOLLOW = FollowTuning(
-    poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000, liveness_ms=25_000
-)
+E2E_FOLLOW = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000)
 
 
 @dataclass

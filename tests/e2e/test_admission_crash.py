@@ -43,10 +43,11 @@ from domain.limits import FollowTuning, Policy
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
 from protocol.errors import Unavailable
-from protocol.names import coordinator_id, helper_workflow_id
+from protocol.names import FOLLOW_SESSION, coordinator_id, helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
+from replica.liveness import restart_follow
 from starter.client import HelperClient
 from store.helper_store import HelperStore
 from tests.crash_worker import (
@@ -327,14 +328,13 @@ def _settings(dev_env: WorkflowEnvironment, tmp_path: Path, core_url: str, chat_
         chat_url=chat_url,
         codec_keys=f"local:{new_key()}",
         starter_timeout_ms=30_000,
-        # One slot: a slot a crash leaked would leave the next helper waiting for ever. A killed worker's
-        # follow is retried after 6 s (its heartbeat timeout).
+        # One slot: a slot a crash leaked would leave the next helper waiting for ever.
         policy=Policy(
             max_open=3,
             max_running=1,
             max_rows=50,
             check_ms=1_000,
-            follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, liveness_ms=6_000),
+            follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000),
         ),
     )
 
@@ -429,20 +429,34 @@ async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reache
     crash_dir.mkdir()
     async with _crash_stack(dev_env, tmp_path, crash_dir) as (_, worker, client):
         await _admit_and_finish(client, "warm-up", owner)
-        # The holder's session ends in the core a moment later; its follow dies with the worker and is
-        # retried after its 6 s heartbeat timeout: its notice lands before the killed task's 10 s.
+        # The holder's session ends in the core a moment later; its follow dies with the worker. A second replica
+        # would find the dead one silent and end its attempt (replica.liveness): here the test does that part, so
+        # the follow runs again as soon as the worker is back, and the holder's notice lands before the killed
+        # task's 10 s.
         holder = helper_request(owner, "holder", scripted_task("Hold.", steps=1, step_ms=1_500))
         assert (await client.start(holder)).status is RowState.RUNNING
         (crash_dir / AFTER_START).write_text("queued")
         starting = asyncio.create_task(_start_until_answered(client, "queued", owner=owner))
         assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
+        handing_over = asyncio.create_task(_as_a_surviving_replica(client.temporal, owner, "holder"))
         worker.spawn()
         admission = await asyncio.wait_for(starting, ANSWER_WAIT)
+        assert await handing_over, "the holder's follow ran on the killed worker"
         # Answered after the holder's notice: the replayed admission had the slot.
         assert admission.status is RowState.RUNNING, f"the race did not happen this time: {admission}"
         view = await eventually(lambda: _final_view(client, "queued", owner), timeout=FINAL_WAIT, interval=0.1)
         assert view.outcome_kind is OutcomeKind.COMPLETED
         await _wait_slots_free(client.temporal, "queued", owner)
+
+
+async def _as_a_surviving_replica(temporal: Client, owner: str, helper_id: str) -> bool:
+    """What another replica does when the one following the helper falls silent: end its follow attempt there."""
+    workflow_id = helper_workflow_id(owner, helper_id)
+    description = await temporal.get_workflow_handle(workflow_id).describe()
+    for pending in description.raw_description.pending_activities:
+        if pending.activity_type.name == FOLLOW_SESSION and pending.last_worker_identity:
+            return await restart_follow(temporal, workflow_id, pending.last_worker_identity)
+    return False
 
 
 async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offered_again(

@@ -56,10 +56,8 @@ class SlotWatch:
 
 
 async def _run_through(stack: Stack, crash: str) -> None:
-    # Five open helpers, three slots: two wait. The follow heartbeat times out 3 s after a worker dies.
-    policy = Policy(
-        max_open=5, check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, liveness_ms=6_000)
-    )
+    # Five open helpers, three slots: two wait.
+    policy = Policy(max_open=5, check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200))
     client = await HelperClient.connect(stack.settings(policy=policy))
     owner = "rita"
     try:
@@ -149,7 +147,7 @@ async def test_a_worker_killed_in_a_grants_follow_up_performs_the_grant_once(pro
     """R55, R25: asked to mail Bob and Carol, the owner grants Carol; the worker is SIGKILLed as soon as the follow-up
     has its session, during its first step. After it restarts, the follow-up completes with one session, one use of
     the grant and one mail, to Carol."""
-    policy = Policy(check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, liveness_ms=6_000))
+    policy = Policy(check_ms=1_000, follow=FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200))
     client = await HelperClient.connect(processes.settings(policy=policy))
     owner, asked = "rita", "send_mail to bob@example.com, carol@example.com"
     task = scripted_task("Tell the team.", steps=1, step_ms=20, end="authorization", authorization=asked)

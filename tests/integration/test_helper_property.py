@@ -85,7 +85,7 @@ CHECK_MS = 400
 LIMITS = Limits(deadline_ms=60_000, grace_ms=30_000)
 HARD_S = LIMITS.hard_ceiling_ms / 1000
 # A follow attempt watches for 100 ms of real time, then the next one starts 10 s later in server time.
-FOLLOW = FollowTuning(poll_ms=50, window_ms=100, resume_ms=10_000, silence_ms=600_000, bad_answers=3, liveness_ms=5_000)
+FOLLOW = FollowTuning(poll_ms=50, window_ms=100, resume_ms=10_000, silence_ms=600_000, bad_answers=3)
 MAX_RUNNING = 1
 SLOW_S = 1.0  # past the 0.4 s call bound, inside recovery's 4 x 0.4 s
 EXAMPLES = int(os.environ.get("HELPER_PROPERTY_EXAMPLES", "20"))

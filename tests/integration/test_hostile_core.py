@@ -46,7 +46,7 @@ CLOSED_PORT = "http://127.0.0.1:9"
 SHORT = Limits(deadline_ms=60_000, grace_ms=30_000)
 CHECK_MS = 400
 _AT = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-FOLLOW = FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000, bad_answers=3, liveness_ms=5_000)
+FOLLOW = FollowTuning(poll_ms=50, window_ms=100, resume_ms=60_000, silence_ms=600_000, bad_answers=3)
 
 
 SHORT_POLICY: dict[str, Any] = {"limits": SHORT, "follow": FOLLOW, "check_ms": CHECK_MS}

@@ -44,7 +44,7 @@ from worker import running_worker
 from workflows.maintenance import SweepWorkflow
 
 HISTORIES = Path(__file__).parent / "histories" / release_build_id()
-FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000, liveness_ms=25_000)
+FAST = FollowTuning(poll_ms=100, window_ms=5_000, resume_ms=200, silence_ms=60_000, wait_ms=2_000)
 OWNER = "recorded"
 REPLACE = [False]
 

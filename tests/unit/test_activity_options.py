@@ -1,5 +1,5 @@
-"""The activities' options: the follow's timeouts (R44, R10), what a dead worker costs in time and a live one in
-heartbeats; how long a cancel, a reset, the sweep and a Goal check's admission are tried."""
+"""The activities' options: the follow's timeouts (R44, R10, R57) and what a live follow costs in attempts; how long
+a cancel, a reset, the sweep and a Goal check's admission are tried."""
 
 from __future__ import annotations
 
@@ -9,33 +9,31 @@ import pytest
 from temporalio.workflow import ActivityCancellationType
 
 from domain.limits import HELPER_CHECK_MS, FollowTuning
-from domain.run.follow import long_poll_wait_ms
 from protocol.errors import ErrorType
 from workflows import options
 from workflows.maintenance import SWEEP_EVERY
 
 
-def test_with_the_defaults_a_dead_worker_is_noticed_within_two_minutes() -> None:
-    """R44: the heartbeat timeout of the default follow is under two minutes."""
+def test_a_follow_has_no_heartbeat_timeout_and_is_abandoned_at_the_runs_end() -> None:
+    """R57: a follow heartbeats only while the core fails, so a heartbeat timeout would end a healthy attempt; a
+    cancel would reach it only with a heartbeat, so the run abandons it (it ends by itself at its next read)."""
     follow = options.follow(HELPER_CHECK_MS, FollowTuning())
-    assert follow["heartbeat_timeout"] <= timedelta(minutes=2)
+    assert "heartbeat_timeout" not in follow
+    assert follow["cancellation_type"] is ActivityCancellationType.ABANDON
 
 
-def test_with_the_defaults_a_45_minute_follow_sends_few_heartbeats() -> None:
-    """R44: the SDK sends a heartbeat at most every 80 % of the timeout (when the worker's throttle allows it):
-    a 45-minute follow's heartbeats stay within the budget of 60 billable actions with room for the rest."""
-    timeout = options.follow(HELPER_CHECK_MS, FollowTuning())["heartbeat_timeout"]
-    assert timedelta(minutes=45) / (0.8 * timeout) <= 32
+def test_a_45_minute_follow_takes_two_attempts() -> None:
+    """R57: each retry of a follow is a billable action; a 45-minute helper's follow is two windows."""
+    assert timedelta(minutes=45) / timedelta(milliseconds=FollowTuning().window_ms) <= 2
 
 
 @pytest.mark.parametrize("check_ms", [400, 1_000, 15_000, 60_000])
-@pytest.mark.parametrize("tuning", [FollowTuning(), FollowTuning(liveness_ms=5_000), FollowTuning(wait_ms=60_000)])
-def test_a_read_always_ends_before_the_heartbeat_timeout(check_ms: int, tuning: FollowTuning) -> None:
-    """R10, R44: between two heartbeats the follow waits at most one read (its wait plus the check bound), and
-    that is shorter than the heartbeat timeout: a live worker is never taken for dead."""
+@pytest.mark.parametrize("tuning", [FollowTuning(), FollowTuning(wait_ms=60_000), FollowTuning(window_ms=1_000)])
+def test_an_attempt_ends_its_window_and_last_read_before_it_times_out(check_ms: int, tuning: FollowTuning) -> None:
+    """R10, R44: a window, then at most one more read (its wait plus the check bound) and the writes after it, end
+    inside the attempt's start-to-close timeout: a live follow is never timed out, it ends its window itself."""
     follow = options.follow(check_ms, tuning)
-    longest_read = timedelta(milliseconds=long_poll_wait_ms(tuning, check_ms) + check_ms)
-    assert longest_read < follow["heartbeat_timeout"]
+    longest_read = timedelta(milliseconds=tuning.wait_ms + check_ms)
     assert follow["start_to_close_timeout"] > timedelta(milliseconds=tuning.window_ms) + longest_read
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from config.settings import Settings, SettingsError, release_build_id
+from config.settings import Settings, SettingsError, release_build_id, retired_variables_set
 from config.store_address import StoreAddress
 from domain.limits import (
     HELPER_CEILING_TOKENS,
@@ -53,7 +53,6 @@ INT_OVERRIDES: dict[str, tuple[str, int]] = {
     "HELPER_INPUT_CEILING_TOKENS": ("policy.limits.max_input_tokens", 2_000_000),
     "HELPER_POLL_MS": ("policy.follow.poll_ms", 250),
     "HELPER_LONG_POLL_MS": ("policy.follow.wait_ms", 10_000),
-    "HELPER_FOLLOW_LIVENESS_MS": ("policy.follow.liveness_ms", 60_000),
     "HELPER_FOLLOW_WINDOW_MS": ("policy.follow.window_ms", 30_000),
     "HELPER_FOLLOW_RESUME_MS": ("policy.follow.resume_ms", 2_000),
     "HELPER_CORE_SILENCE_MS": ("policy.follow.silence_ms", 120_000),
@@ -130,6 +129,15 @@ def test_all_variables_together() -> None:
 def test_underscores_group_digits() -> None:
     """Numbers may be written as the seed writes them, with underscores."""
     assert Settings.from_env({"HELPER_DEADLINE_MS": "2_700_000"}).policy.limits.deadline_ms == 2_700_000
+
+
+def test_a_retired_variable_changes_nothing_and_is_named_with_why() -> None:
+    """R57: the follow's heartbeat timeout is gone; a deployment that still sets it is told, and it is not read."""
+    env = {"HELPER_FOLLOW_LIVENESS_MS": "60000"}
+    assert Settings.from_env(env).policy == Settings.from_env({}).policy
+    (line,) = retired_variables_set(env)
+    assert line.startswith("HELPER_FOLLOW_LIVENESS_MS is no longer read: a follow sends no heartbeats")
+    assert retired_variables_set({"HELPER_POLL_MS": "500"}) == []
 
 
 def test_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -246,7 +246,7 @@ def _start(owner: str) -> HelperStart:
         summary_max=1_500,
         check_ms=1_000,
         keep_ms=86_400_000,
-        follow=FollowTuning(poll_ms=50, window_ms=100, resume_ms=20_000, liveness_ms=5_000),
+        follow=FollowTuning(poll_ms=50, window_ms=100, resume_ms=20_000),
         title="a task",
     )
 

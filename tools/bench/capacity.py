@@ -6,8 +6,8 @@
 Production's shape, each part its own process (tools.bench.common.process_stack): `python worker.py` with its
 environment, the reference core, the Temporal dev server, and the store on a fresh PostgreSQL database. Every
 helper's task is a script whose steps come every `--step-s` seconds (a random pace per helper), with enough
-steps to keep it running to the end of the bench, so each is an idle follow: a long poll to the core, a
-heartbeat, a row write per step. Helpers spread over owners, three running per owner (the product's limit).
+steps to keep it running to the end of the bench, so each is an idle follow: a long poll to the core and a
+row write per step. Helpers spread over owners, three running per owner (the product's limit).
 
 For each size N, in turn on the same stack: admit helpers until N run, let them settle `--settle-s`, then
 measure over `--window-s`:
@@ -15,9 +15,8 @@ measure over `--window-s`:
 - worker RSS per running helper, over its idle RSS before the first helper;
 - worker, server and core CPU per running helper-minute (/proc; the worker's Python thread apart, which runs
   its event loop);
-- heartbeat lateness: the age of the follows' last heartbeat on the server (DescribeWorkflowExecution of a few
-  helpers every few seconds) beside the interval the SDK sends them at, and heartbeat timeouts (every helper's
-  pending follow, after the window);
+- follow attempts timed out (every helper's pending follow, after the window: a follow sends no heartbeat, so an
+  attempt times out only when it outlives its start-to-close timeout);
 - observation under load: this process follows a few sessions by long poll too and times each step from the
   core's answer to the row showing it;
 - store writes per helper-minute: `xact_commit` of the bench database (pg_stat_database), less this process's
@@ -40,12 +39,10 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from sqlalchemy import text
-from temporalio.api.enums.v1 import PendingActivityState, TimeoutType
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
@@ -80,8 +77,7 @@ RUNNING_PER_OWNER = 3
 MOST_STEPS = 79
 ADMITTING_LANES = 16
 ACTIVITY_WORKER = 'worker_type="ActivityWorker"'  # not the LocalActivityWorker's series
-HEARTBEAT_SAMPLES = 20  # helpers described per heartbeat round
-HEARTBEAT_EVERY_S = 5.0
+SLOTS_EVERY_S = 5.0  # how often the worker's free slots are read
 DESCRIBING_LANES = 8
 # Evidence thresholds for "this part is the bottleneck".
 SATURATED_CORE = 0.85  # of one core: the worker's event loop thread, or the server
@@ -119,7 +115,6 @@ class Bench:
     owners: int = 0
     bench_queries: int = 0  # transactions this process makes on the bench database
     observations: list[tuple[float, float]] = field(default_factory=list)  # (monotonic at, ms)
-    heartbeat_ages: list[tuple[float, float]] = field(default_factory=list)  # (monotonic at, s)
     fewest_free_slots: dict[str, float] = field(default_factory=dict)  # activity worker series -> fewest seen
     refused: int = 0
     unavailable: int = 0
@@ -203,7 +198,7 @@ class Bench:
                 return running
             await asyncio.sleep(1.0)
 
-    # --- what runs through the whole bench: observation and heartbeat samples ----------------------------
+    # --- what runs through the whole bench: observation and slot samples ----------------------------------
 
     async def watch(self, owner: str, helper_id: str, core: httpx.AsyncClient) -> None:
         """Follow one session by long poll as the worker does; time each new step until the row shows it."""
@@ -239,44 +234,17 @@ class Bench:
             if snapshot.get("status") not in ("running", "created", None):
                 return
 
-    async def heartbeat_ages_of(self, chosen: list[tuple[str, str]]) -> list[float]:
-        """The age of each chosen helper's follow's last heartbeat on the server, in seconds."""
-        ages = []
-        lanes = asyncio.Semaphore(DESCRIBING_LANES)
-
-        async def one(owner: str, helper_id: str) -> None:
-            async with lanes:
-                handle = self.stack.client.temporal.get_workflow_handle(helper_workflow_id(owner, helper_id))
-                with contextlib.suppress(RPCError):
-                    description = await handle.describe()
-                    now = datetime.now(UTC)
-                    for pending in description.raw_description.pending_activities:
-                        if pending.activity_type.name != FOLLOW_SESSION:
-                            continue
-                        if pending.state != PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
-                            continue
-                        last = pending.last_heartbeat_time if pending.HasField("last_heartbeat_time") else None
-                        since = last or pending.last_started_time
-                        ages.append((now - since.ToDatetime(tzinfo=UTC)).total_seconds())
-
-        await asyncio.gather(*(one(owner, helper_id) for owner, helper_id in chosen))
-        return ages
-
-    async def sample_heartbeats(self) -> None:
+    async def sample_slots(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
-            if self.helpers:
-                chosen = random.sample(self.helpers, min(HEARTBEAT_SAMPLES, len(self.helpers)))
-                now = time.monotonic()
-                self.heartbeat_ages += [(now, age) for age in await self.heartbeat_ages_of(chosen)]
+            await asyncio.sleep(SLOTS_EVERY_S)
             with contextlib.suppress(httpx.HTTPError):
                 for key, available in (await scrape_metrics(self.stack.metrics_url)).items():
                     if key.startswith("temporal_worker_task_slots_available{") and ACTIVITY_WORKER in key:
                         queue = key.partition('task_queue="')[2].partition('"')[0]
                         self.fewest_free_slots[queue] = min(available, self.fewest_free_slots.get(queue, available))
 
-    async def heartbeat_timeouts(self) -> tuple[int, int]:
-        """Of every helper: follows whose last failure was a heartbeat timeout, and helpers with no running follow."""
+    async def follow_timeouts(self) -> tuple[int, int]:
+        """Of every helper: follows whose last attempt timed out, and helpers with no running follow."""
         timed_out, not_following = 0, 0
         lanes = asyncio.Semaphore(DESCRIBING_LANES)
 
@@ -295,11 +263,7 @@ class Bench:
                 if not follows:
                     not_following += 1
                 for pending in follows:
-                    failure = pending.last_failure
-                    if (
-                        failure.HasField("timeout_failure_info")
-                        and failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
-                    ):
+                    if pending.last_failure.HasField("timeout_failure_info"):
                         timed_out += 1
 
         await asyncio.gather(*(one(owner, helper_id) for owner, helper_id in self.helpers))
@@ -355,10 +319,6 @@ def report_window(
     commits = after.commits - before.commits
     rows = after.rows_written - before.rows_written
     window = [ms for at, ms in bench.observations if before.at <= at <= after.at]
-    ages = [age for at, age in bench.heartbeat_ages if before.at <= at <= after.at]
-    liveness_s = stack.settings.policy.follow.liveness_ms / 1000
-    expected_s = min(0.8 * liveness_s, 96.0)  # the SDK's throttle; worker.py caps it at 96 s
-    lateness = [max(0.0, age - expected_s) for age in ages]
     print(f"\n-- {size} helpers admitted over {bench.owners} owners; window {seconds:.0f} s", flush=True)
     print(f"running helpers held: project {held} | target ≥ {TARGET_HELPERS} on one replica (asked for {size})")
     print(
@@ -371,11 +331,7 @@ def report_window(
         f"{idle_cores:.3f} cores {net_ms:.1f} ms | target ≤ {target_ms:.0f} ms (≤ {TARGET_WORKER_CORES_AT_TARGET} "
         f"core at {TARGET_HELPERS:,}); its event-loop thread {loop_cores:.2f} cores"
     )
-    print(
-        f"heartbeat age on the server, p99: project {percentile(ages, 0.99):.0f} s (n={len(ages)}), lateness "
-        f"p99 {percentile(lateness, 0.99):.1f} s | target: sent every {expected_s:.0f} s, timeout {liveness_s:.0f} s; "
-        f"heartbeat timeouts {timeouts[0]} | target 0; helpers without a running follow {timeouts[1]}"
-    )
+    print(f"follow attempts timed out: {timeouts[0]} | target 0; helpers without a running follow {timeouts[1]}")
     print(
         f"observation under load (core step -> row), p99: project {percentile(window, 0.99):.0f} ms "
         f"(n={len(window)}, median {statistics.median(window) if window else float('nan'):.0f} ms) "
@@ -448,10 +404,8 @@ def report_window(
         )
     if window and percentile(window, 0.99) > TARGET_OBSERVATION_P99_MS:
         hit.append(f"observation p99 {percentile(window, 0.99):.0f} ms over its target")
-    if lateness and percentile(lateness, 0.99) > liveness_s - expected_s:
-        hit.append(f"heartbeats late by {percentile(lateness, 0.99):.0f} s at p99")
     if timeouts[0]:
-        hit.append(f"{timeouts[0]} heartbeat timeouts")
+        hit.append(f"{timeouts[0]} follow attempts timed out")
     if lag.over_target or full.over_target:
         hit.append(f"event-loop pauses over {PAUSE_TARGET_S * 1000:.0f} ms: lag {lag}, full collections {full}")
     return hit
@@ -540,7 +494,7 @@ async def run(
         results: list[SizeResult] = []
         async with httpx.AsyncClient(base_url=stack.core_url, trust_env=False, timeout=30) as core:
             watchers: list[asyncio.Task[None]] = []
-            sampler = asyncio.create_task(bench.sample_heartbeats())
+            sampler = asyncio.create_task(bench.sample_slots())
             try:
                 for size in sizes:
                     rate = await bench.ramp_to(size)
@@ -554,7 +508,7 @@ async def run(
                     await asyncio.sleep(window_s)
                     after = await bench.reading()
                     held = await bench.running()
-                    timeouts = await bench.heartbeat_timeouts()
+                    timeouts = await bench.follow_timeouts()
                     hit = report_window(bench, size, held, before, after, (idle_rss, idle_cores), timeouts)
                     results.append(SizeResult(size, held, hit))
                     if held < HELD_SHARE * size:

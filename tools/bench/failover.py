@@ -1,7 +1,7 @@
 """A worker replica lost while it follows running helpers: how long until they report progress again, after a
-SIGKILL and after a graceful SIGTERM in the same run (R46, the liveness bound).
+SIGSTOP, a graceful SIGTERM and a SIGKILL in the same run (R46, R57, the liveness bound).
 
-    .venv/bin/python -m tools.bench.failover [--helpers 24] [--replicas 3] [--step-ms 3000] [--liveness-ms N]
+    .venv/bin/python -m tools.bench.failover [--helpers 24] [--replicas 3] [--step-ms 3000]
         [--postgres postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
 
 The deployment's layout on loopback (`tools.demo.stack`): the dev server, `--replicas` worker replicas (each
@@ -10,8 +10,12 @@ PostgreSQL database for the store. `--helpers` helpers, three per owner, each a 
 `--step-ms` up to a helper's step ceiling (79 steps: 4 minutes at the default), longer than the bench runs. Once
 every helper's row shows steps:
 
-1. the replica that follows the most helpers is stopped with SIGTERM, as Kubernetes stops a pod;
-2. once every follow runs again, the replica that follows the most of the rest is SIGKILLed, as a lost node or
+1. the replica that follows the most helpers is frozen with SIGSTOP, as a node cut off or a process stalled;
+   once every helper stepped again it goes on (SIGCONT), and its log shows how many of its follow attempts then
+   ended because they run elsewhere;
+2. once every follow runs on a live replica, the replica that follows the most is stopped with SIGTERM, as
+   Kubernetes stops a pod;
+3. once every follow runs again, the replica that follows the most of the rest is SIGKILLed, as a lost node or
    a container killed for memory ends.
 
 After each, every helper is timed from the signal until its row shows a step newer than the one it showed at the
@@ -19,7 +23,6 @@ signal. The stopped replica's helpers are the figure; the other replicas' helper
 are its baseline: they show the measure's own resolution (a step every `--step-ms`, then the follow's read).
 Which replica follows a helper is the follow activity's last worker identity (`pid@host`), as the server records
 it. Then, for every helper: still one session (the row's session id unchanged) and still running.
-`--liveness-ms` sets `HELPER_FOLLOW_LIVENESS_MS` (the follow's heartbeat timeout) for the whole stack.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -54,8 +58,10 @@ POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 HELPERS_PER_OWNER = 3
 # How often the bench reads the rows while it waits for new steps.
 POLL_S = 0.1
-# Beyond the heartbeat timeout, how long a lost follow may take to run again before the bench gives up on it.
-GIVE_UP_MARGIN_S = 60.0
+# How long a lost follow may take to run again before the bench gives up on it: well past every target.
+GIVE_UP_S = 90.0
+# What a thawed replica's follow attempt ends with when it runs elsewhere now (activities.session).
+SUPERSEDED = "this replica was taken for dead and the follow runs elsewhere now"
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class Failover:
     others: list[Helper]
     seconds: dict[Helper, float | None]
     exit_s: float | None = None
+    superseded: int | None = None  # a frozen replica's attempts that ended once it went on
 
 
 def _spread(values: list[float]) -> str:
@@ -96,6 +103,11 @@ def report(failover: Failover, step_s: float, target: str) -> list[str]:
     ]
     if failover.exit_s is not None:
         lines.append(f"  {failover.replica} exited {failover.exit_s:.1f} s after {failover.signal}")
+    if failover.superseded is not None:
+        lines.append(
+            f"  {failover.replica} went on (SIGCONT): {failover.superseded} of its {len(failover.followed)} follow "
+            "attempts ended within 30 s, their helpers followed elsewhere"
+        )
     if missing:
         lines.append(f"  {missing} helpers showed no new step before the bench gave up on them")
     return lines
@@ -178,26 +190,23 @@ async def until_followed(replicas: Replicas, helpers: list[Helper], within_s: fl
 
 
 async def stop_one(
-    stack: Stack, temporal: Client, store: HelperStore, helpers: list[Helper], *, kill: bool, give_up_s: float
+    stack: Stack, temporal: Client, store: HelperStore, helpers: list[Helper], *, how: str, give_up_s: float
 ) -> Failover:
-    """Stop the replica that follows the most helpers and time every helper's next step from the signal."""
+    """Stop the replica that follows the most helpers (`how`: SIGTERM, SIGKILL or SIGSTOP) and time every helper's
+    next step from the signal. A frozen replica is let go on (SIGCONT) once every helper stepped again."""
     following = await followers(temporal, stack, helpers)
     replica, _ = Counter(following.values()).most_common(1)[0]
     followed = [h for h in helpers if following.get(h) == replica]
-    failover = Failover(
-        replica,
-        "SIGKILL" if kill else "SIGTERM",
-        followed,
-        [h for h in helpers if h not in followed],
-        {},
-    )
+    failover = Failover(replica, how, followed, [h for h in helpers if h not in followed], {})
     before = await steps_of(store, helpers)
     signalled = time.monotonic()
-    if kill:
+    stopping = None
+    if how == "SIGKILL":
         stack.kill(replica)
-        stopping = None
-    else:
+    elif how == "SIGTERM":
         stopping = asyncio.create_task(stack.terminate(replica, grace_s=30))
+    else:
+        os.killpg(stack.pid(replica), signal.SIGSTOP)
     waiting = set(helpers)
     while waiting and time.monotonic() - signalled < give_up_s:
         now_steps = await steps_of(store, list(waiting))
@@ -211,17 +220,31 @@ async def stop_one(
         failover.seconds[helper] = None
     if stopping is not None:
         failover.exit_s = await stopping
+    if how == "SIGSTOP":
+        os.killpg(stack.pid(replica), signal.SIGCONT)
+        failover.superseded = await _superseded_after_thaw(stack, replica, len(followed))
     return failover
+
+
+async def _superseded_after_thaw(stack: Stack, replica: str, attempts: int, within_s: float = 30.0) -> int:
+    """How many of a thawed replica's follow attempts ended because they run elsewhere now, from its log."""
+    log = stack.logs / f"{replica}.log"
+    deadline = time.monotonic() + within_s
+    ended = 0
+    while time.monotonic() < deadline:
+        ended = log.read_text(errors="replace").count(SUPERSEDED)
+        if ended >= attempts:
+            break
+        await asyncio.sleep(0.5)
+    return ended
 
 
 async def measure(helper_count: int, replica_count: int, step_ms: int, postgres: str) -> list[str]:
     data = Path(tempfile.mkdtemp(prefix="helper-failover-"))
     async with fresh_postgres_database(postgres) as database, running_replicas(data, database, replica_count) as up:
         stack, store, temporal = up.stack, up.store, up.temporal
-        liveness_s = up.settings.policy.follow.liveness_ms / 1000
-        give_up_s = 2 * liveness_s + GIVE_UP_MARGIN_S
         # A session makes the most steps a helper's turn may (its ceiling would end it), a step every
-        # `step_ms`: at the defaults, four minutes, as long as both stops take at today's heartbeat timeout.
+        # `step_ms`: at the defaults, four minutes, longer than the three stops take.
         task = scripted_task(
             "Watch the shared inbox and note what changes.",
             steps=TURN_MAX_STEPS_HELPER - 1,
@@ -240,12 +263,15 @@ async def measure(helper_count: int, replica_count: int, step_ms: int, postgres:
 
         lines = [
             f"-- {len(helpers)} running helpers on {replica_count} replicas, PostgreSQL, a step every {step_ms} ms, "
-            f"the follow's heartbeat timeout {liveness_s:.0f} s"
+            "follows without heartbeats"
         ]
-        graceful = await stop_one(stack, temporal, store, helpers, kill=False, give_up_s=give_up_s)
+        frozen = await stop_one(stack, temporal, store, helpers, how="SIGSTOP", give_up_s=GIVE_UP_S)
+        lines += report(frozen, step_ms / 1000, "within 30 s")
+        await until_followed(up, helpers, within_s=GIVE_UP_S)
+        graceful = await stop_one(stack, temporal, store, helpers, how="SIGTERM", give_up_s=GIVE_UP_S)
         lines += report(graceful, step_ms / 1000, "within a few seconds")
-        await until_followed(up, helpers, within_s=give_up_s)
-        killed = await stop_one(stack, temporal, store, helpers, kill=True, give_up_s=give_up_s)
+        await until_followed(up, helpers, within_s=GIVE_UP_S)
+        killed = await stop_one(stack, temporal, store, helpers, how="SIGKILL", give_up_s=GIVE_UP_S)
         lines += report(killed, step_ms / 1000, "p99 ≤ 15 s")
 
         rows = {h: await store.get(h.owner, h.helper_id) for h in helpers}
@@ -268,14 +294,10 @@ def main() -> None:
     parser.add_argument("--helpers", type=int, default=24)
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--step-ms", type=int, default=3000)
-    parser.add_argument("--liveness-ms", type=int, help="HELPER_FOLLOW_LIVENESS_MS for the stack (default: its own)")
     parser.add_argument("--postgres", metavar="URL", default=POSTGRES_URL)
     arguments = parser.parse_args()
     if arguments.replicas < 2:
         parser.error("--replicas: at least 2, so that a stopped replica's follows have somewhere to go")
-    if arguments.liveness_ms is not None:
-        # Stack.environment() copies this process's environment: the workers and the starter read the same.
-        os.environ["HELPER_FOLLOW_LIVENESS_MS"] = str(arguments.liveness_ms)
     lines = asyncio.run(measure(arguments.helpers, arguments.replicas, arguments.step_ms, arguments.postgres))
     for line in lines:
         print(line, flush=True)
