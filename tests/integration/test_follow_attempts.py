@@ -1,0 +1,175 @@
+"""A follow attempt costs no heartbeat while the core answers, goes on from the row, and outlives a store outage (R57).
+
+The follow activity against the fake core over HTTP and a real SQLite store, one attempt at a time as Temporal runs
+them (`ActivityEnvironment`, its heartbeats recorded): what the next attempt finds is only the row and the heartbeat
+details the last one left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.session import SessionActivities
+from clients.core_client import CoreClient
+from contracts.core_api import CreateSession, SessionLimits
+from domain.limits import FollowTuning
+from domain.messages.activities import CoreFaults, FollowRequest, Verdict
+from domain.rows import RowState
+from protocol.errors import ErrorType
+from store.helper_store import HelperStore
+from tests.fakes.fake_core import FakeCore, serving_fake_core
+from tests.store.test_helper_store import row
+
+# Windows of a second: each attempt ends by itself, as a 25-minute one does.
+TUNING = FollowTuning(poll_ms=50, window_ms=1_000, wait_ms=200, silence_ms=60_000, bad_answers=5)
+
+
+@dataclass
+class Rig:
+    core: FakeCore
+    activities: SessionActivities
+    store: HelperStore
+    client: CoreClient
+    progress_writes: list[int]  # the steps of every progress write the store was asked for
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    core = FakeCore(long_poll="honest")
+    async with serving_fake_core(core) as url:
+        client = CoreClient(url, 2_000)
+        store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
+        try:
+            await store.insert_admitted(row("h1", state=RowState.RUNNING, generation=2))
+            writes: list[int] = []
+            write_progress = store.write_progress
+
+            async def counted(*args: Any) -> bool:
+                writes.append(args[4].steps)
+                return await write_progress(*args)
+
+            store.write_progress = counted  # type: ignore[method-assign,assignment]
+            yield Rig(core, SessionActivities(store, client), store, client, writes)
+        finally:
+            await store.close()
+            await client.aclose()
+
+
+async def _follow_request(rig: Rig) -> FollowRequest:
+    created = await rig.client.create(
+        CreateSession(
+            idempotency_key="helpers/anna/h1/run-1",
+            owner="anna",
+            helper_id="h1",
+            task="task",
+            language="en",
+            model="scripted",
+            limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
+        )
+    )
+    return FollowRequest(
+        owner="anna",
+        helper_id="h1",
+        seq=1,
+        session_id=created.session_id,
+        generation=2,
+        ceiling_tokens=1_000_000,
+        tuning=TUNING,
+        check_ms=2_000,
+    )
+
+
+def _attempt(number: int, details: list[Any] | None = None) -> tuple[ActivityEnvironment, list[Any]]:
+    """An environment for attempt `number`, with the heartbeat details the last attempt left; and the heartbeats
+    this one sends."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=number, heartbeat_details=details or [])
+    sent: list[Any] = []
+    env.on_heartbeat = lambda *args: sent.append(args[0])
+    return env, sent
+
+
+async def _window_ends(env: ActivityEnvironment, rig: Rig, request: FollowRequest) -> None:
+    with pytest.raises(ApplicationError) as ended:
+        await env.run(rig.activities.follow_session, request)
+    assert ended.value.type == ErrorType.FOLLOW_WINDOW_ELAPSED, ended.value
+
+
+async def test_an_answering_core_costs_no_heartbeat_and_the_next_attempt_writes_only_what_changed(rig: Rig) -> None:
+    request = await _follow_request(rig)
+    session = rig.core.only_session()
+    session.add_step(1_000, 100, "Read the first page.")
+    first, first_beats = _attempt(1)
+    await _window_ends(first, rig, request)
+    assert rig.progress_writes == [1]
+
+    second, second_beats = _attempt(2)
+    await _window_ends(second, rig, request)
+    assert rig.progress_writes == [1], "the row held the step: the next attempt wrote nothing again"
+
+    session.add_step(1_000, 100, "Read the second page.")
+    third, third_beats = _attempt(3)
+    await _window_ends(third, rig, request)
+    assert rig.progress_writes == [1, 2]
+    assert first_beats == second_beats == third_beats == [], "no heartbeat while the core answers"
+    stored = await rig.store.get("anna", "h1")
+    assert stored is not None
+    assert (stored.steps, stored.last_message) == (2, "Read the second page.")
+
+
+async def test_a_store_outage_ends_no_attempt_and_the_row_catches_up_after_it(rig: Rig) -> None:
+    request = await _follow_request(rig)
+    session = rig.core.only_session()
+    write_progress = rig.store.write_progress
+    down = True
+
+    async def failing(*args: Any) -> bool:
+        if down:
+            raise OperationalError("UPDATE helper_rows", {}, ConnectionRefusedError("the store is down"))
+        return await write_progress(*args)
+
+    rig.store.write_progress = failing  # type: ignore[method-assign,assignment]
+    session.add_step(1_000, 100, "Read the first page.")
+    env, beats = _attempt(1)
+    await _window_ends(env, rig, request)  # the window's own end, not a store error
+    stored = await rig.store.get("anna", "h1")
+    assert stored is not None and stored.steps == 0, "nothing written while the store was down"
+
+    down = False
+    env, beats = _attempt(2)
+    await _window_ends(env, rig, request)
+    stored = await rig.store.get("anna", "h1")
+    assert stored is not None and stored.steps == 1, "written after the next read once the store answered"
+    assert beats == []
+
+
+async def test_the_cores_silence_keeps_its_budget_across_attempts(rig: Rig) -> None:
+    request = await _follow_request(rig)
+    rig.core.misbehave, rig.core.misbehave_on = "503", {"snapshot"}
+    env, beats = _attempt(1)
+    await _window_ends(env, rig, request)
+    assert beats, "the silence went into the heartbeat"
+    faults = CoreFaults.model_validate(beats[-1])
+    assert faults.silent_since is not None
+
+    # The next attempt, later, counts the silence from when it began: a budget already spent ends it at once.
+    spent = faults.model_copy(update={"silent_since": faults.silent_since - timedelta(seconds=61)})
+    env, _ = _attempt(2, [spent.model_dump(mode="json")])
+    result = await env.run(rig.activities.follow_session, request)
+    assert result.verdict is Verdict.CORE_FAILED and result.silent
+
+    # Once the core answers again, the faults are cleared in the heartbeat too.
+    rig.core.misbehave = None
+    env, beats = _attempt(3, [faults.model_dump(mode="json")])
+    await _window_ends(env, rig, request)
+    assert CoreFaults.model_validate(beats[-1]) == CoreFaults()
