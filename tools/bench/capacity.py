@@ -48,7 +48,7 @@ from temporalio.worker import Worker
 
 from config.settings import Settings
 from domain.requests import HelperRequest
-from protocol.errors import HelperRefused, Unavailable
+from protocol.errors import Busy, HelperRefused, Unavailable
 from protocol.names import FOLLOW_SESSION, helper_workflow_id
 from reference.core.script import scripted_task
 from store.database import STORE_POOL_SIZE
@@ -118,6 +118,7 @@ class Bench:
     fewest_free_slots: dict[str, float] = field(default_factory=dict)  # activity worker series -> fewest seen
     refused: int = 0
     unavailable: int = 0
+    busy: int = 0  # admissions told to ask again (`busy`), each asked again
 
     async def query(self, sql: str) -> Any:
         self.bench_queries += 1
@@ -163,14 +164,20 @@ class Bench:
             input_growth=100,  # far from the core's 4,000,000 input ceiling after 79 steps
         )
         request = HelperRequest(owner=owner, helper_id=f"watch-{number}", task=task, model="scripted")
-        try:
-            await self.stack.client.start(request)
-        except HelperRefused:
-            self.refused += 1
-            return
-        except Unavailable:
-            self.unavailable += 1
-            return
+        while True:
+            try:
+                await self.stack.client.start(request)
+            except Busy as busy:  # nothing was taken: asked again when told, as Iva does
+                self.busy += 1
+                await asyncio.sleep(busy.retry_after_s)
+                continue
+            except HelperRefused:
+                self.refused += 1
+                return
+            except Unavailable:
+                self.unavailable += 1
+                return
+            break
         self.helpers.append((owner, request.helper_id))
 
     async def ramp_to(self, size: int) -> float:
@@ -381,7 +388,10 @@ def report_window(
     )
     hit = []
     if held < HELD_SHARE * size:
-        hit.append(f"only {held} of {size} running (refused {bench.refused}, unanswered {bench.unavailable})")
+        hit.append(
+            f"only {held} of {size} running (refused {bench.refused}, unanswered {bench.unavailable}, asked again "
+            f"after busy {bench.busy})"
+        )
     for queue, free in bench.fewest_free_slots.items():
         if free <= 0:
             hit.append(f"activity slots of {queue}: all taken")
