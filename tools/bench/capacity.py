@@ -48,7 +48,7 @@ from temporalio.worker import Worker
 
 from config.settings import Settings
 from domain.requests import HelperRequest
-from protocol.errors import Busy, HelperRefused, Unavailable
+from protocol.errors import Accepted, Busy, HelperRefused, Unavailable
 from protocol.names import FOLLOW_SESSION, helper_workflow_id
 from reference.core.script import scripted_task
 from store.database import STORE_POOL_SIZE
@@ -119,6 +119,7 @@ class Bench:
     refused: int = 0
     unavailable: int = 0
     busy: int = 0  # admissions told to ask again (`busy`), each asked again
+    late: int = 0  # admissions taken but answered after the starter's bound (`accepted`)
 
     async def query(self, sql: str) -> Any:
         self.bench_queries += 1
@@ -171,6 +172,8 @@ class Bench:
                 self.busy += 1
                 await asyncio.sleep(busy.retry_after_s)
                 continue
+            except Accepted:  # taken, answered late: it is carried out
+                self.late += 1
             except HelperRefused:
                 self.refused += 1
                 return
@@ -390,7 +393,7 @@ def report_window(
     if held < HELD_SHARE * size:
         hit.append(
             f"only {held} of {size} running (refused {bench.refused}, unanswered {bench.unavailable}, asked again "
-            f"after busy {bench.busy})"
+            f"after busy {bench.busy}, answered late {bench.late})"
         )
     for queue, free in bench.fewest_free_slots.items():
         if free <= 0:
@@ -511,7 +514,11 @@ async def run(
                     for owner, helper_id in bench.helpers[len(watchers) : WATCHED]:
                         watchers.append(asyncio.create_task(bench.watch(owner, helper_id, core)))
                     running = await bench.wait_running(size, ramp_s)
-                    print(f"\n{size} admitted at {rate:.1f} /s; {running} running", flush=True)
+                    print(
+                        f"\n{size} admitted at {rate:.1f} /s; {running} running (told busy and asked again "
+                        f"{bench.busy}, answered late {bench.late})",
+                        flush=True,
+                    )
                     await asyncio.sleep(settle_s)
                     bench.fewest_free_slots = {}
                     before = await bench.reading()
