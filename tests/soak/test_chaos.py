@@ -87,9 +87,9 @@ POLICY_ENV = {
     "HELPER_POLL_MS": "100",
     "HELPER_FOLLOW_WINDOW_MS": "5000",
     "HELPER_FOLLOW_RESUME_MS": "200",
-    # Long polls of 3 s to the reference core (R44); a killed worker's follow is retried after 10 s.
+    # Long polls of 3 s to the reference core (R44); a killed worker's follows are found by the others' (or its
+    # restarted self's) liveness watch.
     "HELPER_LONG_POLL_MS": "3000",
-    "HELPER_FOLLOW_LIVENESS_MS": "10000",
     "HELPER_CORE_SILENCE_MS": "60000",
     "HELPER_DEADLINE_MS": "20000",
     "HELPER_GRACE_MS": "5000",

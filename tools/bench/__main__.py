@@ -150,8 +150,8 @@ BENCHES = (
         "tools.bench.failover",
         ("--helpers", "24", "--postgres", POSTGRES_URL),
         ("--helpers", "12", "--postgres", POSTGRES_URL),
-        ("--helpers", "6", "--step-ms", "1000", "--liveness-ms", "10000", "--postgres", POSTGRES_URL),
-        "a replica lost while it follows helpers: SIGKILL beside SIGTERM (R46)",
+        ("--helpers", "6", "--step-ms", "1000", "--postgres", POSTGRES_URL),
+        "a replica lost while it follows helpers: SIGSTOP, SIGTERM and SIGKILL (R46, R57)",
     ),
     Bench("codec_server", "tools.bench.codec_server", (), (), ("--mib", "1"), "the codec server under big bodies"),
 )
