@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         settings = Settings.from_env()
         configure_logging(settings.logging.level)
-        for retired in retired_variables_set(os.environ):
+        for retired in retired_variables_set():
             log.warning(retired)
         codec_from(settings.codec_keys, settings.codec_key_id)  # a bad key stops the worker at once
         if problem := settings.encryption_problem():

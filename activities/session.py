@@ -75,6 +75,8 @@ T = TypeVar("T")
 # A follow's store write or read gives up after this and goes on following (`_FollowWrites`); the pool's own wait
 # for a connection is as long (store.database.STORE_POOL_WAIT_S).
 FOLLOW_WRITE_BOUND_S = 10.0
+# What a thawed replica's follow attempt ends with, and logs, once the server runs a later attempt elsewhere.
+SUPERSEDED = "this replica was taken for dead and the follow runs elsewhere now"
 # The hourly sweep tries this many parked sessions again, the oldest first, each call bounded by HELPER_CHECK_MS.
 PARKED_PER_SWEEP = 100
 
@@ -154,7 +156,7 @@ class SessionActivities:
         # A worker that shuts down waits for its activities up to its graceful timeout: a follow would hold it for a
         # whole long poll, and the server would retry it only when the attempt timed out. So the attempt ends as soon
         # as shutdown begins, and the server hands the follow to another worker at once. It ends too when this
-        # replica learns it was taken for dead and the attempt was started again elsewhere (`Handover`).
+        # replica learns it was taken for dead and the attempt was started again elsewhere (`Takeover`).
         ends = asyncio.ensure_future(self._attempt_ends())
         try:
             return await self._follow(request, cursor, writes, ends)
@@ -189,7 +191,7 @@ class SessionActivities:
                 category=ApplicationErrorCategory.BENIGN,
             )
         return ApplicationError(
-            "this replica was taken for dead and the follow runs elsewhere now",
+            SUPERSEDED,
             type=ErrorType.FOLLOW_SUPERSEDED,
             category=ApplicationErrorCategory.BENIGN,
         )
@@ -266,15 +268,15 @@ class SessionActivities:
         cursor.version = snapshot.version
         usage = fold_usage(snapshot.steps, snapshot.input_tokens_total)
         message = session_message(snapshot)
-        message_hash = zlib.crc32(message.encode("utf-8"))
-        changed = (usage.steps, usage.work_tokens) != (cursor.steps, cursor.work_tokens) or (
-            len(message),
-            message_hash,
-        ) != (cursor.message_length, cursor.message_hash)
+        seen = _fingerprint(message)
+        changed = (usage.steps, usage.work_tokens) != (cursor.steps, cursor.work_tokens) or seen != (
+            cursor.message_length,
+            cursor.message_hash,
+        )
         # The row keeps the start of a huge message; the whole one is in session.json (R36).
         if changed and await writes.progress(usage, cut(message, ROW_MESSAGE_MAX)):
             cursor.steps, cursor.work_tokens, cursor.input_tokens = usage.steps, usage.work_tokens, usage.input_tokens
-            cursor.message_length, cursor.message_hash = len(message), message_hash
+            cursor.message_length, cursor.message_hash = seen
         verdict = judge(snapshot, usage, request.ceiling_tokens, request.watch_work_ceiling, request.stop_at_pauses)
         lists = (len(snapshot.actions), len(snapshot.refusals))
         if (
@@ -440,6 +442,11 @@ def _budget_exhausted(faults: CoreFaults, silence_ms: int, bad_answers: int) -> 
     return None
 
 
+def _fingerprint(message: str) -> tuple[int, int]:
+    """How the cursor knows a message again: its length and CRC-32, not the text (heartbeat-sized, cheap)."""
+    return len(message), zlib.crc32(message.encode("utf-8"))
+
+
 class _AttemptEnds(Exception):
     """The follow attempt must end now (its worker stops, or it runs elsewhere): the reason is in `ends`."""
 
@@ -482,13 +489,13 @@ class _FollowWrites:
         except STORE_FAULTS as error:
             log.warning("%s/%s: its row could not be read, the follow writes it again: %s", r.owner, r.helper_id, error)
             return FollowCursor(faults=faults)
-        message = row.last_message or ""
+        message_length, message_hash = _fingerprint(row.last_message or "")
         return FollowCursor(
             steps=row.steps,
             work_tokens=row.work_tokens,
             input_tokens=row.input_tokens,
-            message_length=len(message),
-            message_hash=zlib.crc32(message.encode("utf-8")),
+            message_length=message_length,
+            message_hash=message_hash,
             faults=faults,
         )
 

@@ -415,8 +415,9 @@ RETIRED_VARIABLES = {
 }
 
 
-def retired_variables_set(env: Mapping[str, str]) -> list[str]:
-    """One line for each retired variable `env` still sets."""
+def retired_variables_set(env: Mapping[str, str] | None = None) -> list[str]:
+    """One line for each retired variable `env` (default: the process environment) still sets."""
+    env = os.environ if env is None else env
     return [f"{name} is no longer read: {why}" for name, why in RETIRED_VARIABLES.items() if name in env]
 
 

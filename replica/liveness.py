@@ -176,20 +176,12 @@ class Takeover:
         while True:
             await self._taken.wait()
             try:
-                pending = await _pending_activity(client, workflow_id, activity_id)
+                pending = await _follow_of(client, workflow_id)
             except Exception as error:  # the server cannot say: go on, as when nothing was taken
                 log.warning("%s: could not ask whether its follow still runs here: %s", workflow_id, error)
                 continue
-            if pending is None or pending.attempt != attempt:
+            if pending is None or (pending.activity_id, pending.attempt) != (activity_id, attempt):
                 return
-
-
-async def _pending_activity(client: Client, workflow_id: str, activity_id: str) -> PendingActivityInfo | None:
-    description = await asyncio.wait_for(client.get_workflow_handle(workflow_id).describe(), CALL_BOUND_S)
-    for pending in description.raw_description.pending_activities:
-        if pending.activity_id == activity_id:
-            return pending
-    return None
 
 
 async def _follow_of(client: Client, workflow_id: str) -> PendingActivityInfo | None:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from activities.session import SUPERSEDED
 from config.settings import Settings
 from domain.limits import TURN_MAX_STEPS_HELPER
 from domain.requests import HelperRequest
@@ -60,8 +61,6 @@ HELPERS_PER_OWNER = 3
 POLL_S = 0.1
 # How long a lost follow may take to run again before the bench gives up on it: well past every target.
 GIVE_UP_S = 90.0
-# What a thawed replica's follow attempt ends with when it runs elsewhere now (activities.session).
-SUPERSEDED = "this replica was taken for dead and the follow runs elsewhere now"
 
 
 @dataclass(frozen=True)
