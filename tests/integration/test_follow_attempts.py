@@ -21,14 +21,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
-from contracts.core_api import CreateSession, SessionLimits
 from domain.limits import FollowTuning
 from domain.messages.activities import CoreFaults, FollowRequest, Verdict
-from domain.rows import RowState
 from protocol.errors import ErrorType
 from store.helper_store import HelperStore
-from tests.fakes.fake_core import FakeCore, serving_fake_core
-from tests.store.test_helper_store import row
+from tests.fakes.fake_core import FakeCore
+from tests.integration.stack import core_and_row, create_session
 
 # Windows of a second: each attempt ends by itself, as a 25-minute one does.
 TUNING = FollowTuning(poll_ms=50, window_ms=1_000, wait_ms=200, silence_ms=60_000, bad_answers=5)
@@ -46,42 +44,24 @@ class Rig:
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     core = FakeCore(long_poll="honest")
-    async with serving_fake_core(core) as url:
-        client = CoreClient(url, 2_000)
-        store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
-        try:
-            await store.insert_admitted(row("h1", state=RowState.RUNNING, generation=2))
-            writes: list[int] = []
-            write_progress = store.write_progress
+    async with core_and_row(tmp_path, core) as (client, store):
+        writes: list[int] = []
+        write_progress = store.write_progress
 
-            async def counted(*args: Any) -> bool:
-                writes.append(args[4].steps)
-                return await write_progress(*args)
+        async def counted(*args: Any) -> bool:
+            writes.append(args[4].steps)
+            return await write_progress(*args)
 
-            store.write_progress = counted  # type: ignore[method-assign,assignment]
-            yield Rig(core, SessionActivities(store, client), store, client, writes)
-        finally:
-            await store.close()
-            await client.aclose()
+        store.write_progress = counted  # type: ignore[method-assign,assignment]
+        yield Rig(core, SessionActivities(store, client), store, client, writes)
 
 
 async def _follow_request(rig: Rig) -> FollowRequest:
-    created = await rig.client.create(
-        CreateSession(
-            idempotency_key="helpers/anna/h1/run-1",
-            owner="anna",
-            helper_id="h1",
-            task="task",
-            language="en",
-            model="scripted",
-            limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
-        )
-    )
     return FollowRequest(
         owner="anna",
         helper_id="h1",
         seq=1,
-        session_id=created.session_id,
+        session_id=await create_session(rig.client),
         generation=2,
         ceiling_tokens=1_000_000,
         tuning=TUNING,

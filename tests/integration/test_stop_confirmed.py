@@ -20,19 +20,16 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
-from contracts.core_api import CreateSession, SessionLimits, SessionStatus
+from contracts.core_api import SessionStatus
 from domain.limits import Limits
 from domain.messages.activities import RecoverSession, RowKey, SessionRef
 from domain.outcome import OutcomeKind
 from domain.rows import HelperRow, RowState
 from domain.run.cleanup import FOUND_BY_KEY
 from store.helper_store import HelperStore
-from tests.fakes.fake_core import FakeCore, serving_fake_core
+from tests.fakes.fake_core import FakeCore
 from tests.helpers import eventually, eventually_skipping, helper_request, parked_of
-from tests.integration.stack import time_stack
-from tests.store.test_helper_store import row
-
-KEY = "helpers/anna/h1/run-1"
+from tests.integration.stack import KEY, core_and_row, create_session, time_stack
 
 
 @dataclass
@@ -46,30 +43,12 @@ class Rig:
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     core = FakeCore()
-    async with serving_fake_core(core) as url:
-        client = CoreClient(url, 2_000)
-        store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite3'}", run_migrations=True)
-        try:
-            await store.insert_admitted(row("h1", state=RowState.RUNNING, generation=2))
-            yield Rig(core, SessionActivities(store, client), store, client)
-        finally:
-            await store.close()
-            await client.aclose()
+    async with core_and_row(tmp_path, core) as (client, store):
+        yield Rig(core, SessionActivities(store, client), store, client)
 
 
 async def _session(rig: Rig) -> str:
-    created = await rig.client.create(
-        CreateSession(
-            idempotency_key=KEY,
-            owner="anna",
-            helper_id="h1",
-            task="task",
-            language="en",
-            model="scripted",
-            limits=SessionLimits(max_steps=80, max_input_tokens=4_000_000),
-        )
-    )
-    return created.session_id
+    return await create_session(rig.client)
 
 
 def _ref(session_id: str) -> SessionRef:
