@@ -3,10 +3,12 @@
 A follow sends no heartbeat (each one is a billable action), so the Temporal server cannot tell that the worker
 running its attempt is gone. Each replica says in the store that it is alive, every REPLICA_BEAT (one write per
 replica, however many helpers it follows), and looks for replicas silent for REPLICA_SILENT. It takes each silent
-replica's record (one survivor alone wins its delete) and, for every running helper whose follow last started
-there, has the server end that attempt now: the attempt is given a heartbeat timeout of LOST_ATTEMPT_TIMEOUT
-(UpdateActivityOptions), which an attempt that never heartbeats has outlived, and its own options are restored once
-the next attempt is scheduled. The next attempt runs on a live replica and resumes from the row.
+replica's record (one survivor alone wins its delete) and, for every running helper whose follow attempt the server
+says runs there, has the server end that attempt now. Each attempt names its replica in the row; one that died
+before it could, or whose poll was answered as the replica died, is among the rows naming no live replica. The
+attempt is given a heartbeat timeout of LOST_ATTEMPT_TIMEOUT (UpdateActivityOptions), which an attempt that never
+heartbeats has outlived, and its own options are restored once the next attempt is scheduled. The next attempt
+runs on a live replica and resumes from the row.
 
 A replica only frozen or cut off past REPLICA_SILENT loses its attempts the same way. When it comes back, its next
 beat finds its record gone (`Takeover`): each of its follows asks the server whether it is still its helper's
@@ -99,7 +101,7 @@ async def _watch(client: Client, store: HelperStore, identity: str, takeover: Ta
                 )
             for replica in lost:
                 # Its own tasks: restarting a full replica's follows must not hold this replica's beats.
-                task = asyncio.create_task(_restart_follows_of(client, store, replica, limit))
+                task = asyncio.create_task(restart_follows_of(client, store, replica, limit))
                 restarting.add(task)
                 task.add_done_callback(restarting.discard)
         except Exception as error:  # the store or the server unreachable: the next beat tries again
@@ -108,28 +110,41 @@ async def _watch(client: Client, store: HelperStore, identity: str, takeover: Ta
         await asyncio.sleep(REPLICA_BEAT.total_seconds())
 
 
-async def _restart_follows_of(client: Client, store: HelperStore, replica: str, limit: asyncio.Semaphore) -> None:
-    helpers = await asyncio.wait_for(store.follows_on(replica), CALL_BOUND_S)
-    log.warning("replica %s silent for %s: starting its %d follows again", replica, REPLICA_SILENT, len(helpers))
+async def restart_follows_of(client: Client, store: HelperStore, replica: str, limit: asyncio.Semaphore) -> None:
+    """Start again every follow attempt the server says runs on `replica`. The rows name the replica of each attempt
+    that recorded itself; an attempt the replica received but never began (its poll answered as it died) or died
+    before recording is found among the rows that name no live replica, each checked with the server."""
+    helpers = await asyncio.wait_for(store.follows_without_live_replica(), CALL_BOUND_S)
+    recorded = sum(1 for *_, named in helpers if named == replica)
+    log.warning(
+        "replica %s silent for %s: starting its %d follows again (and any of %d unrecorded ones it took)",
+        replica,
+        REPLICA_SILENT,
+        recorded,
+        len(helpers) - recorded,
+    )
 
-    async def one(owner: str, helper_id: str) -> None:
+    async def one(owner: str, helper_id: str, named: str | None) -> None:
         async with limit:
-            await restart_follow(client, helper_workflow_id(owner, helper_id), replica)
+            await restart_follow(client, helper_workflow_id(owner, helper_id), replica, recorded=named == replica)
 
-    await asyncio.gather(*(one(owner, helper_id) for owner, helper_id in helpers))
+    await asyncio.gather(*(one(*helper) for helper in helpers))
 
 
-async def restart_follow(client: Client, workflow_id: str, lost_replica: str) -> bool:
+async def restart_follow(client: Client, workflow_id: str, lost_replica: str, *, recorded: bool = True) -> bool:
     """End the helper's follow attempt that runs on `lost_replica`, so that the server schedules the next one now,
     until an attempt runs elsewhere: a frozen replica's polls stay open, and the server may hand it the next attempt
     too. Each failed call is tried again, for HANDOVER_WITHIN_S in all; then the attempt ends at its start-to-close
-    timeout. False if its follow ran elsewhere already (or there is none)."""
+    timeout. A follow whose row did not name the replica (not `recorded`) is touched only if the server says its
+    attempt started there. False if its follow ran elsewhere already (or there is none)."""
     give_up_at = time.monotonic() + HANDOVER_WITHIN_S
     restarted = False
     while time.monotonic() < give_up_at:
+        # An attempt not started yet ("") may still go to the lost replica's open polls: watched once it was there.
+        watched = (lost_replica, "") if recorded or restarted else (lost_replica,)
         try:
             pending = await _follow_of(client, workflow_id)
-            if pending is None or pending.last_worker_identity not in (lost_replica, ""):
+            if pending is None or pending.last_worker_identity not in watched:
                 return restarted
             if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
                 await _end_attempt(client, workflow_id, pending)

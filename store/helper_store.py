@@ -271,15 +271,18 @@ class HelperStore:
             )
             return [identity for (identity,) in taken]
 
-    async def follows_on(self, replica: str) -> list[tuple[str, str]]:
-        """The running helpers (owner, helper id) whose follow last started on this replica."""
+    async def follows_without_live_replica(self) -> list[tuple[str, str, str | None]]:
+        """The running helpers (owner, helper id, the replica their row names) whose row names no live replica: none
+        (no attempt recorded itself yet) or one whose record is gone (taken for dead, or stopped)."""
+        live = select(replicas_table.c.identity)
         async with self.engine.connect() as connection:
             found = await connection.execute(
-                select(row_table.c.owner, row_table.c.helper_id).where(
-                    row_table.c.follow_replica == replica, row_table.c.state == RowState.RUNNING.value
+                select(row_table.c.owner, row_table.c.helper_id, row_table.c.follow_replica).where(
+                    row_table.c.state == RowState.RUNNING.value,
+                    or_(row_table.c.follow_replica.is_(None), row_table.c.follow_replica.not_in(live)),
                 )
             )
-            return [(owner, helper_id) for owner, helper_id in found]
+            return [(owner, helper_id, replica) for owner, helper_id, replica in found]
 
     @store_write("replica")
     async def forget_replica(self, identity: str) -> None:

@@ -17,7 +17,7 @@ A point is armed by a marker file in `$HELPER_CRASH_DIR` named after it and hold
 The admission that reaches the point deletes the marker before it exits, so the respawned worker runs normally.
 Configuration is `worker.py`'s (the environment, docs/configuration.md); `$HELPER_CRASH_WORKFLOW_TASK_SLOTS`
 optionally limits the concurrent workflow tasks (see `WORKFLOW_TASK_SLOTS_ENV`). Unlike `worker.py` it serves
-no health endpoint and no metrics.
+no health endpoint and no metrics; like it, it beats as a replica and starts the follows of a silent one again.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from domain.messages.activities import AdmitHelper, FollowedUp, OfferEvent, Offe
 from domain.rows import HelperRow
 from protocol.connection import connect_for
 from protocol.names import ADMIT, ADMIT_HELPER, OFFER_CHAT_EVENT
+from replica.liveness import Takeover, restarting_lost_follows
 from store.helper_store import HelperStore
 from store.results import ResultDirectories
 from worker import CACHED_WORKFLOWS, WORKFLOWS, activities_of, deployment_of, follows_worker, promote
@@ -188,11 +189,12 @@ async def serve(settings: Settings) -> None:
         max_cached_workflows=CACHED_WORKFLOWS if slots is None else 0,  # as in worker.py
         deployment_config=deployment_of(settings),
     )
-    follows = follows_worker(client, settings, SessionActivities(store, core, results))
+    takeover = Takeover()
+    follows = follows_worker(client, settings, SessionActivities(store, core, results, takeover))
     try:
-        async with worker, follows:
+        async with worker, follows, restarting_lost_follows(client, store, takeover):
             await promote(client, settings)
-            log.info("crash worker polling %s (pid %s)", settings.task_queue, os.getpid())
+            log.info("crash worker polling %s as %s", settings.task_queue, client.identity)
             await stop.wait()
     finally:
         await core.aclose()

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -43,7 +44,7 @@ from domain.limits import FollowTuning, Policy
 from domain.outcome import OutcomeKind
 from domain.rows import HelperView, RowState
 from protocol.errors import Unavailable
-from protocol.names import FOLLOW_SESSION, coordinator_id, helper_workflow_id
+from protocol.names import coordinator_id, helper_workflow_id
 from reference.chat.server import running_chat
 from reference.core.script import scripted_task
 from reference.core.server import running_core
@@ -134,6 +135,12 @@ class CrashWorker:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def identity(self) -> str:
+        """The Temporal identity of the last spawned worker, as its log gives it."""
+        spawned = re.findall(r"crash worker polling \S+ as (\S+)", self.log_text())
+        assert spawned, "the crash worker has not said it polls"
+        return str(spawned[-1])
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -291,19 +298,28 @@ async def _crash_admission(
     marker.write_text(case.helper_id)
     armed = time.monotonic()
     starting = asyncio.create_task(_start_until_answered(client, case.helper_id, case))
+    handing_over: asyncio.Task[bool] | None = None
     try:
         code = await worker.exit_code(CRASH_WAIT)
         assert code is not None, f"{case.point} was not reached for {case.helper_id} within {CRASH_WAIT:g} s"
         assert code == CRASH_EXIT, f"the worker exited {code}, not at a crash point:\n{worker.log_text()[-3000:]}"
         assert not marker.exists(), "the worker exited without taking its marker"
         case.to_crash = time.monotonic() - armed
+        # The helper's follow may have gone to the killed worker. The respawned one starts it again once the killed
+        # one has been silent long enough (replica.liveness); here the test does that part at once, as a second
+        # replica would have, so the helper can finish before the coordinator's killed task is retried (the race).
+        handing_over = asyncio.create_task(
+            _as_a_surviving_replica(client.temporal, OWNER, case.helper_id, worker.identity())
+        )
         worker.spawn()
         respawned = time.monotonic()
         admission = await asyncio.wait_for(starting, ANSWER_WAIT)
+        await handing_over
     finally:
-        if not starting.done():
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
+        for waiting in (starting, handing_over):
+            if waiting is not None and not waiting.done():
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
     case.to_answer = time.monotonic() - respawned
     case.answered_at = datetime.now(UTC)
     case.existing = admission.existing
@@ -438,7 +454,7 @@ async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reache
         (crash_dir / AFTER_START).write_text("queued")
         starting = asyncio.create_task(_start_until_answered(client, "queued", owner=owner))
         assert await worker.exit_code(CRASH_WAIT) == CRASH_EXIT, worker.log_text()[-3000:]
-        handing_over = asyncio.create_task(_as_a_surviving_replica(client.temporal, owner, "holder"))
+        handing_over = asyncio.create_task(_as_a_surviving_replica(client.temporal, owner, "holder", worker.identity()))
         worker.spawn()
         admission = await asyncio.wait_for(starting, ANSWER_WAIT)
         assert await handing_over, "the holder's follow ran on the killed worker"
@@ -449,14 +465,10 @@ async def test_a_slot_freed_while_a_killed_admission_waits_for_its_replay_reache
         await _wait_slots_free(client.temporal, "queued", owner)
 
 
-async def _as_a_surviving_replica(temporal: Client, owner: str, helper_id: str) -> bool:
-    """What another replica does when the one following the helper falls silent: end its follow attempt there."""
-    workflow_id = helper_workflow_id(owner, helper_id)
-    description = await temporal.get_workflow_handle(workflow_id).describe()
-    for pending in description.raw_description.pending_activities:
-        if pending.activity_type.name == FOLLOW_SESSION and pending.last_worker_identity:
-            return await restart_follow(temporal, workflow_id, pending.last_worker_identity)
-    return False
+async def _as_a_surviving_replica(temporal: Client, owner: str, helper_id: str, killed: str) -> bool:
+    """What another replica does once the killed one is silent: end the helper's follow attempt the server says
+    runs there (if it does), so the next attempt runs now."""
+    return await restart_follow(temporal, helper_workflow_id(owner, helper_id), killed, recorded=False)
 
 
 async def test_a_worker_killed_during_a_chat_offer_leaves_the_event_to_be_offered_again(

@@ -367,22 +367,28 @@ async def test_write_progress_never_touches_a_row_that_is_not_running(store: Hel
 
 
 async def test_each_follow_attempt_names_its_replica_and_the_first_start_is_kept(store: HelperStore) -> None:
-    """R46: the row names the replica whose attempt runs now; the moment a worker began following stays the first."""
+    """R46: the row names the replica whose attempt runs now; the moment a worker began following stays the first.
+    A running helper whose row names no live replica (none yet, or one whose record is gone) is among those a
+    survivor checks with the server when a replica dies."""
     await running(store)
+    assert await store.follows_without_live_replica() == [("anna", "h1", None)], "no attempt recorded yet"
+    await store.beat_replica("111@a")
     assert await store.record_follow_replica("anna", "h1", 1, 2, "111@a", starts_following=True)
     first = await store.get("anna", "h1")
     assert first is not None and first.follow_started_at is not None
-    assert await store.follows_on("111@a") == [("anna", "h1")]
+    assert await store.follows_without_live_replica() == [], "its replica is alive"
     assert await store.record_follow_replica("anna", "h1", 1, 2, "222@b", starts_following=True)
     again = await store.get("anna", "h1")
     assert again is not None and again.follow_started_at == first.follow_started_at
-    assert await store.follows_on("111@a") == []
-    assert await store.follows_on("222@b") == [("anna", "h1")]
+    assert await store.follows_without_live_replica() == [("anna", "h1", "222@b")], "222@b has no record"
+    await store.beat_replica("222@b")
+    assert await store.follows_without_live_replica() == []
     assert await store.record_follow_replica("anna", "h1", 1, 1, "333@c", starts_following=False) is False, (
         "older writer"
     )
+    await store.forget_replica("222@b")
     assert await store.write_state("anna", "h1", 1, 2, state=RowState.CLOSED)
-    assert await store.follows_on("222@b") == [], "only running helpers have a follow to start again"
+    assert await store.follows_without_live_replica() == [], "only running helpers have a follow to start again"
 
 
 async def test_a_silent_replica_is_taken_by_one_caller_and_a_stopped_one_by_none(store: HelperStore) -> None:
@@ -740,12 +746,12 @@ async def test_the_follow_replica_migration_only_adds_and_leaves_followed_by_alo
     await migrate(store.engine)
     async with store.engine.connect() as connection:
         assert {"followed_by", "follow_replica"} <= set(await connection.run_sync(_columns))
-    assert await store.follows_on("111@a") == [], "a 1.3.0 follow is found by its heartbeat timeout"
+    assert await store.follows_without_live_replica() == [("anna", "h1", None)], "the old column is not read"
     assert await store.record_follow_replica("anna", "h1", 1, 2, "222@b", starts_following=True)
-    assert await store.follows_on("222@b") == [("anna", "h1")]
+    assert await store.follows_without_live_replica() == [("anna", "h1", "222@b")]
     # A 1.3.0 worker goes on writing the old column beside this code, and neither write touches the other's.
     async with store.engine.begin() as connection:
         await connection.execute(text("UPDATE helper_rows SET followed_by = '333@c' WHERE helper_id = 'h1'"))
         both = await connection.execute(text("SELECT followed_by, follow_replica FROM helper_rows"))
         assert both.all() == [("333@c", "222@b")]
-    assert await store.follows_on("222@b") == [("anna", "h1")]
+    assert await store.follows_without_live_replica() == [("anna", "h1", "222@b")]
