@@ -18,7 +18,8 @@ measure over `--window-s`:
 - follow attempts timed out (every helper's pending follow, after the window: a follow sends no heartbeat, so an
   attempt times out only when it outlives its start-to-close timeout);
 - observation under load: this process follows a few sessions by long poll too and times each step from the
-  core's answer to the row showing it;
+  core's answer to the row showing it; and the worker's progress writes, from asking for a pooled connection to
+  the write's answer;
 - store writes per helper-minute: `xact_commit` of the bench database (pg_stat_database), less this process's
   own reads, and rows written;
 - the worker's limits and where it stands against each (activity slots and sticky cache from the SDK's metrics,
@@ -368,6 +369,7 @@ def report_window(
     full = pauses_between(before.health, after.health, "helper_runtime_gc_pause_seconds", 'generation="2"')
     young = pauses_between(before.health, after.health, "helper_runtime_gc_pause_seconds", 'generation="1"')
     lag = pauses_between(before.health, after.health, "helper_runtime_event_loop_lag_seconds")
+    writes = pauses_between(before.health, after.health, "helper_runtime_store_write_seconds", 'operation="progress"')
     frozen = (
         metric(before.health, "helper_runtime_gc_frozen_objects"),
         metric(after.health, "helper_runtime_gc_frozen_objects"),
@@ -378,6 +380,7 @@ def report_window(
         f"collector does not scan {frozen[0] or 0:,.0f} -> {frozen[1] or 0:,.0f}",
         flush=True,
     )
+    print(f"the follows' progress writes in the window (pool wait and round trips): {writes}", flush=True)
     fds, fd_limit = open_files(stack.worker.pid)
     slots = f"{stack.settings.max_concurrent_follows} follow, {stack.settings.max_concurrent_activities} short"
     cache = CACHED_WORKFLOWS
