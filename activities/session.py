@@ -147,7 +147,7 @@ class SessionActivities:
         faults = CoreFaults.model_validate(info.heartbeat_details[0]) if info.heartbeat_details else CoreFaults()
         # One line per attempt: which replica follows a helper, and which attempt it is.
         log.info("following %s/%s (attempt %d)", request.owner, request.helper_id, info.attempt)
-        writes = _FollowWrites(self.store, request)
+        writes = _FollowWrites(self.store, request, self.takeover)
         # The row names the replica that follows it now, so that if this one dies another starts the follow again
         # at once (replica/liveness.py); the helper's first follow also shows from now on that a worker follows it
         # (until then: granted, waiting for a follow slot), and later attempts keep that first moment.
@@ -456,13 +456,17 @@ class _FollowWrites:
     its progress, never to reach its verdict: a write the store does not take is logged and made again after the
     next read, and the follow goes on, so a store outage costs no retried attempt (docs/operations.md)."""
 
-    def __init__(self, store: HelperStore, request: FollowRequest) -> None:
+    def __init__(self, store: HelperStore, request: FollowRequest, takeover: Takeover) -> None:
         self.store = store
         self.request = request
         self.replica_recorded = False
+        self.takeover = takeover
+        self.takeovers_at_start = takeover.count
 
     async def record_replica(self) -> None:
-        if not self.replica_recorded:
+        # Once this replica was taken for dead, the survivors may have started the follow elsewhere, and a late
+        # write of this attempt would name the wrong replica in the row: it is not made.
+        if not self.replica_recorded and self.takeover.count == self.takeovers_at_start:
             r = self.request
             self.replica_recorded = await self._bounded(
                 "recording its replica",

@@ -7,6 +7,7 @@ details the last one left.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+import activities.session as session_module
 from activities.session import SessionActivities
 from clients.core_client import CoreClient
 from domain.limits import FollowTuning
@@ -153,3 +155,41 @@ async def test_the_cores_silence_keeps_its_budget_across_attempts(rig: Rig) -> N
     env, beats = _attempt(3, [faults.model_dump(mode="json")])
     await _window_ends(env, rig, request)
     assert CoreFaults.model_validate(beats[-1]) == CoreFaults()
+
+
+async def test_an_attempt_names_its_replica_after_a_store_outage_unless_the_replica_was_taken_for_dead(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R46, R57: an attempt whose start could not name its replica in the row (the store away) names it after a
+    later read, so that the survivors find it should this replica die. Once this replica was taken for dead, it does
+    not: the survivors may run the follow elsewhere by then, and the row must not name a replica that no longer
+    runs it (they would then not look for the follow when the replica that does dies)."""
+    monkeypatch.setattr(session_module, "_this_replica", lambda: "111@frozen")
+    request = await _follow_request(rig)
+    record = rig.store.record_follow_replica
+    down = True
+
+    async def failing(*args: Any, **kwargs: Any) -> bool:
+        if down:
+            raise OperationalError("UPDATE helper_rows", {}, ConnectionRefusedError("the store is down"))
+        return await record(*args, **kwargs)
+
+    rig.store.record_follow_replica = failing  # type: ignore[method-assign]
+
+    async def store_back(taken_for_dead: bool) -> None:
+        nonlocal down
+        await asyncio.sleep(0.3)
+        if taken_for_dead:
+            rig.activities.takeover.happened()
+        down = False
+
+    back = asyncio.create_task(store_back(taken_for_dead=True))
+    await _window_ends(_attempt(1)[0], rig, request)
+    await back
+    assert await rig.store.follows_without_live_replica() == [("anna", "h1", None)], "not named by a taken replica"
+
+    down = True
+    back = asyncio.create_task(store_back(taken_for_dead=False))
+    await _window_ends(_attempt(2)[0], rig, request)
+    await back
+    assert await rig.store.follows_without_live_replica() == [("anna", "h1", "111@frozen")], "named after the outage"
