@@ -51,8 +51,8 @@ LOST_ATTEMPT_TIMEOUT = Duration(seconds=1)
 # How long a survivor waits for the server to schedule the next attempt before it restores the options anyway.
 RESTORE_WITHIN_S = 10.0
 # Helpers restarted at once when a replica dies. A restart mostly waits on the server (the attempt's end, the next
-# attempt's backoff), about 1.5 s and a handful of calls: with 100, a killed replica's 931 follows ran again within
-# 40 s (p99; with 20, 905 within 88 s, and 119 later; python -m tools.bench.failover --helpers 1200 --step-ms 8000).
+# attempt's backoff), about 1.5 s and a handful of calls: with 100, a killed replica's 899 follows ran again within
+# 42 s (p99; with 20, 905 within 88 s, and 119 later; python -m tools.bench.failover --helpers 1200 --step-ms 8000).
 RESTARTS_AT_ONCE = 100
 # How often a restart asks where the next attempt started, once it is scheduled (after its 1 s backoff).
 HANDED_ON_CHECK_S = 0.5
