@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -71,6 +71,21 @@ async def _follow_request(rig: Rig) -> FollowRequest:
     )
 
 
+class StoreOutage:
+    """A store write that fails as an unreachable server's does while `down`, and is made once it is back."""
+
+    def __init__(self) -> None:
+        self.down = True
+
+    def around(self, write: Callable[..., Awaitable[bool]]) -> Callable[..., Awaitable[bool]]:
+        async def failing(*args: Any, **kwargs: Any) -> bool:
+            if self.down:
+                raise OperationalError("UPDATE helper_rows", {}, ConnectionRefusedError("the store is down"))
+            return await write(*args, **kwargs)
+
+        return failing
+
+
 def _attempt(number: int, details: list[Any] | None = None) -> tuple[ActivityEnvironment, list[Any]]:
     """An environment for attempt `number`, with the heartbeat details the last attempt left; and the heartbeats
     this one sends."""
@@ -112,22 +127,15 @@ async def test_an_answering_core_costs_no_heartbeat_and_the_next_attempt_writes_
 async def test_a_store_outage_ends_no_attempt_and_the_row_catches_up_after_it(rig: Rig) -> None:
     request = await _follow_request(rig)
     session = rig.core.only_session()
-    write_progress = rig.store.write_progress
-    down = True
-
-    async def failing(*args: Any) -> bool:
-        if down:
-            raise OperationalError("UPDATE helper_rows", {}, ConnectionRefusedError("the store is down"))
-        return await write_progress(*args)
-
-    rig.store.write_progress = failing  # type: ignore[method-assign,assignment]
+    outage = StoreOutage()
+    rig.store.write_progress = outage.around(rig.store.write_progress)  # type: ignore[method-assign,assignment]
     session.add_step(1_000, 100, "Read the first page.")
     env, beats = _attempt(1)
     await _window_ends(env, rig, request)  # the window's own end, not a store error
     stored = await rig.store.get("anna", "h1")
     assert stored is not None and stored.steps == 0, "nothing written while the store was down"
 
-    down = False
+    outage.down = False
     env, beats = _attempt(2)
     await _window_ends(env, rig, request)
     stored = await rig.store.get("anna", "h1")
@@ -166,29 +174,21 @@ async def test_an_attempt_names_its_replica_after_a_store_outage_unless_the_repl
     runs it (they would then not look for the follow when the replica that does dies)."""
     monkeypatch.setattr(session_module, "_this_replica", lambda: "111@frozen")
     request = await _follow_request(rig)
-    record = rig.store.record_follow_replica
-    down = True
-
-    async def failing(*args: Any, **kwargs: Any) -> bool:
-        if down:
-            raise OperationalError("UPDATE helper_rows", {}, ConnectionRefusedError("the store is down"))
-        return await record(*args, **kwargs)
-
-    rig.store.record_follow_replica = failing  # type: ignore[method-assign]
+    outage = StoreOutage()
+    rig.store.record_follow_replica = outage.around(rig.store.record_follow_replica)  # type: ignore[method-assign,assignment]
 
     async def store_back(taken_for_dead: bool) -> None:
-        nonlocal down
         await asyncio.sleep(0.3)
         if taken_for_dead:
             rig.activities.takeover.happened()
-        down = False
+        outage.down = False
 
     back = asyncio.create_task(store_back(taken_for_dead=True))
     await _window_ends(_attempt(1)[0], rig, request)
     await back
     assert await rig.store.follows_without_live_replica() == [("anna", "h1", None)], "not named by a taken replica"
 
-    down = True
+    outage.down = True
     back = asyncio.create_task(store_back(taken_for_dead=False))
     await _window_ends(_attempt(2)[0], rig, request)
     await back

@@ -6,7 +6,9 @@ of at its start-to-close timeout. On the dev server, with a poll made by hand as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -62,30 +64,36 @@ async def _taken_by_the_dead_replica(client: Client, follows_queue: str) -> Poll
             return taken
 
 
+@contextlib.asynccontextmanager
+async def _running_helper(client: Client, tmp_path: Path) -> AsyncIterator[tuple[HelperStore, str, str]]:
+    """A store whose row runs a helper no follow attempt has named its replica for, and a worker for its probe
+    workflow; yields the store, the helper's workflow id (one per test, on a shared dev server) and its queue."""
+    store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}", run_migrations=True)
+    try:
+        helper_id = f"h-{uuid.uuid4().hex[:8]}"
+        await running(store, helper_id)
+        queue = f"lost-{uuid.uuid4().hex[:8]}"
+        async with Worker(client, task_queue=queue, workflows=[FollowProbe], workflow_runner=UNSANDBOXED):
+            yield store, helper_workflow_id("anna", helper_id), queue
+    finally:
+        await store.close()
+
+
 async def test_an_attempt_the_dead_replica_never_began_is_started_again_once_it_is_taken_for_dead(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     client = dev_env.client
-    queue = f"lost-{uuid.uuid4().hex[:8]}"
-    follows_queue = f"{queue}-follows"
-    store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}", run_migrations=True)
-    try:
-        helper_id = f"h-{uuid.uuid4().hex[:8]}"  # one workflow id per test, on a shared dev server
-        await running(store, helper_id)  # it runs, and no attempt has named its replica in the row
-        async with Worker(client, task_queue=queue, workflows=[FollowProbe], workflow_runner=UNSANDBOXED):
-            taken = asyncio.create_task(_taken_by_the_dead_replica(client, follows_queue))
-            handle = await client.start_workflow(
-                FollowProbe.run, follows_queue, id=helper_workflow_id("anna", helper_id), task_queue=queue
-            )
-            lost = await asyncio.wait_for(taken, FOLLOWED_AGAIN_WITHIN_S)
-            assert lost.attempt == 1
-            async with Worker(client, task_queue=follows_queue, activities=[follow_session]):
-                # The survivor has just claimed the dead replica's record.
-                await restart_follows_of(client, store, DEAD_REPLICA, asyncio.Semaphore(RESTARTS_AT_ONCE))
-                result = await asyncio.wait_for(handle.result(), FOLLOWED_AGAIN_WITHIN_S)
-        assert result == f"attempt 2 on {client.identity}"
-    finally:
-        await store.close()
+    async with _running_helper(client, tmp_path) as (store, workflow_id, queue):
+        follows_queue = f"{queue}-follows"
+        taken = asyncio.create_task(_taken_by_the_dead_replica(client, follows_queue))
+        handle = await client.start_workflow(FollowProbe.run, follows_queue, id=workflow_id, task_queue=queue)
+        lost = await asyncio.wait_for(taken, FOLLOWED_AGAIN_WITHIN_S)
+        assert lost.attempt == 1
+        async with Worker(client, task_queue=follows_queue, activities=[follow_session]):
+            # The survivor has just claimed the dead replica's record.
+            await restart_follows_of(client, store, DEAD_REPLICA, asyncio.Semaphore(RESTARTS_AT_ONCE))
+            result = await asyncio.wait_for(handle.result(), FOLLOWED_AGAIN_WITHIN_S)
+    assert result == f"attempt 2 on {client.identity}"
 
 
 async def _scheduled(handle: WorkflowHandle[Any, str]) -> bool:
@@ -96,21 +104,12 @@ async def test_a_follow_waiting_for_a_slot_is_left_alone(dev_env: WorkflowEnviro
     """A running helper whose follow no replica took yet is not touched when some replica dies: it is not the dead
     replica's, and its first attempt goes on waiting for a slot."""
     client = dev_env.client
-    queue = f"lost-{uuid.uuid4().hex[:8]}"
-    store = await HelperStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'helpers.sqlite3'}", run_migrations=True)
-    try:
-        helper_id = f"h-{uuid.uuid4().hex[:8]}"
-        await running(store, helper_id)
-        async with Worker(client, task_queue=queue, workflows=[FollowProbe], workflow_runner=UNSANDBOXED):
-            handle = await client.start_workflow(
-                FollowProbe.run, f"{queue}-follows", id=helper_workflow_id("anna", helper_id), task_queue=queue
-            )
-            await eventually(lambda: _scheduled(handle), timeout=FOLLOWED_AGAIN_WITHIN_S, interval=0.1)
-            await asyncio.wait_for(
-                restart_follows_of(client, store, DEAD_REPLICA, asyncio.Semaphore(RESTARTS_AT_ONCE)), 5.0
-            )
-            async with Worker(client, task_queue=f"{queue}-follows", activities=[follow_session]):
-                result = await asyncio.wait_for(handle.result(), FOLLOWED_AGAIN_WITHIN_S)
-        assert result == f"attempt 1 on {client.identity}"
-    finally:
-        await store.close()
+    async with _running_helper(client, tmp_path) as (store, workflow_id, queue):
+        follows_queue = f"{queue}-follows"
+        handle = await client.start_workflow(FollowProbe.run, follows_queue, id=workflow_id, task_queue=queue)
+        await eventually(lambda: _scheduled(handle), timeout=FOLLOWED_AGAIN_WITHIN_S, interval=0.1)
+        restarting = restart_follows_of(client, store, DEAD_REPLICA, asyncio.Semaphore(RESTARTS_AT_ONCE))
+        await asyncio.wait_for(restarting, 5.0)
+        async with Worker(client, task_queue=follows_queue, activities=[follow_session]):
+            result = await asyncio.wait_for(handle.result(), FOLLOWED_AGAIN_WITHIN_S)
+    assert result == f"attempt 1 on {client.identity}"
